@@ -1,0 +1,6 @@
+"""metaq-py: a Metamorphosis (MetaQ 1.x) compatible message broker and client.
+
+Importing ``meta`` has no side effects: no reactor, no kazoo, no threads.
+"""
+
+__version__ = "1.4.6.3-py"

@@ -1,0 +1,105 @@
+"""Typed errors for metaq-py, rooted in ``MetaError``, and the wire result-code registry.
+
+Every error the broker can answer on the wire carries a ``code`` (the HTTP-style status of the
+``result`` frame). ``error_for_code`` maps a received code back to a class, so clients raise the
+same types the broker used. Decode errors are ``LocalProtocolError`` where they are detected and
+``RemoteProtocolError`` when a peer reports one. Thread-safe: definitions only.
+"""
+
+from __future__ import annotations
+
+_CODE_TO_ERROR: dict[int, type[MetaError]] = {}
+
+
+class MetaError(Exception):
+    """Root of every error raised by metaq-py."""
+
+    code: int = 500
+
+
+def _wire_error(code: int):
+    """Register the decorated class as the error type for result code ``code``."""
+
+    def register(cls: type[MetaError]) -> type[MetaError]:
+        cls.code = code
+        _CODE_TO_ERROR[code] = cls
+        return cls
+
+    return register
+
+
+def error_for_code(code: int) -> type[MetaError]:
+    """Return the error class registered for a result code (``MetaError`` if none)."""
+    return _CODE_TO_ERROR.get(code, MetaError)
+
+
+class ConfigError(MetaError):
+    """A configuration file is missing, unreadable or invalid. The text names file/section/key."""
+
+
+class LocalProtocolError(MetaError):
+    """Bytes from the peer do not form a valid command; the connection must be closed.
+
+    ``code_hint`` is the status a reply would carry if the protocol allowed one.
+    """
+
+    def __init__(self, message: str, code_hint: int = 400) -> None:
+        super().__init__(message)
+        self.code_hint = code_hint
+
+
+class RemoteProtocolError(MetaError):
+    """The peer reported that our bytes did not form a valid command."""
+
+
+class InvalidRecordError(MetaError):
+    """A stored or received message record is malformed (bad length or checksum)."""
+
+
+@_wire_error(400)
+class BadRequestError(MetaError):
+    """The request is well-formed but its values are not acceptable (400)."""
+
+
+@_wire_error(301)
+class MovedError(MetaError):
+    """The requested offset is out of range; the body names the offset to use (301)."""
+
+
+@_wire_error(403)
+class ForbiddenError(MetaError):
+    """The partition is closed or the broker does not take writes (403)."""
+
+
+@_wire_error(404)
+class NotFoundError(MetaError):
+    """No such partition, or no message at that offset yet (404)."""
+
+
+@_wire_error(500)
+class InternalServerError(MetaError):
+    """The broker failed the request (500)."""
+
+
+@_wire_error(503)
+class ServiceUnavailableError(MetaError):
+    """The broker has no handler for the command (503)."""
+
+
+class StoreError(InternalServerError):
+    """A storage operation failed (I/O error, failed fsync, corrupt segment layout)."""
+
+
+class PartitionFailedError(StoreError):
+    """The partition stopped taking writes after an I/O failure; an operator must act."""
+
+
+class InvalidTopicError(InternalServerError):
+    """A topic name is not allowed (DECISIONS 9) or not accepted by the configuration.
+
+    Java answers a refused topic on put with 500, so this keeps that code.
+    """
+
+
+class MessageTooLargeError(InternalServerError):
+    """A put body is larger than ``maxMessageSize``."""

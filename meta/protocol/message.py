@@ -1,0 +1,141 @@
+"""The Metamorphosis message record: one layout on the wire (get replies) and on disk.
+
+Layout (all integers big-endian, see docs/formats.md)::
+
+    int32 payload_length | int32 checksum | int64 msg_id | int32 flag | payload
+
+The checksum is CRC-32 (IEEE, ``zlib.crc32``) of the payload only, with the top bit cleared.
+A payload with flag bit 0 set starts with ``int32 attribute_length`` and the UTF-8 attribute.
+
+Invariants: functions here are pure and never trust their input: a bad record yields
+``InvalidRecordError`` or ends a scan, never an exception from ``struct``. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from meta.errors import InvalidRecordError
+
+HEADER_FORMAT = ">iiqi"
+HEADER = struct.Struct(HEADER_FORMAT)
+HEADER_SIZE = 20
+assert HEADER_SIZE == struct.calcsize(HEADER_FORMAT)
+
+ATTRIBUTE_LENGTH = struct.Struct(">i")
+FLAG_ATTRIBUTE = 1
+CHECKSUM_MASK = 0x7FFFFFFF
+PAYLOAD_LENGTH_MAX = 2**31 - 1
+
+
+def checksum(payload: bytes | bytearray | memoryview) -> int:
+    """Return the Metamorphosis checksum: CRC-32 of ``payload`` with the top bit cleared."""
+    return zlib.crc32(payload) & CHECKSUM_MASK
+
+
+def pack_message(msg_id: int, flag: int, payload: bytes) -> bytes:
+    """Build one stored record, byte-identical to Java's ``MessageUtils.makeMessageBuffer``.
+
+    Args:
+        msg_id: signed 64-bit message id.
+        flag: signed 32-bit flag, stored verbatim.
+        payload: the put body exactly as the client sent it.
+    """
+    return HEADER.pack(len(payload), zlib.crc32(payload) & CHECKSUM_MASK, msg_id, flag) + payload
+
+
+def encode_payload(data: bytes, attribute: str | None) -> tuple[bytes, int]:
+    """Return ``(payload, flag)`` for a client message: the attribute section goes first.
+
+    An empty attribute is still present (four zero bytes, flag bit 0 set), as in Java.
+    """
+    if attribute is None:
+        return data, 0
+    encoded = attribute.encode("utf-8")
+    return ATTRIBUTE_LENGTH.pack(len(encoded)) + encoded + data, FLAG_ATTRIBUTE
+
+
+def decode_payload(flag: int, payload: bytes) -> tuple[str | None, bytes]:
+    """Split a payload into ``(attribute, data)``; the inverse of ``encode_payload``.
+
+    Raises:
+        InvalidRecordError: flag bit 0 is set but the attribute section does not fit.
+    """
+    if not flag & FLAG_ATTRIBUTE:
+        return None, payload
+    if len(payload) < ATTRIBUTE_LENGTH.size:
+        raise InvalidRecordError("attribute flag set but payload shorter than 4 bytes")
+    (length,) = ATTRIBUTE_LENGTH.unpack_from(payload)
+    end = ATTRIBUTE_LENGTH.size + length
+    if length < 0 or end > len(payload):
+        raise InvalidRecordError(f"attribute length {length} does not fit the payload")
+    try:
+        attribute = payload[ATTRIBUTE_LENGTH.size : end].decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidRecordError(f"attribute is not UTF-8: {error}") from None
+    return attribute, payload[end:]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One decoded record. ``offset`` is absolute when the caller gave a base offset."""
+
+    offset: int
+    msg_id: int
+    flag: int
+    payload: bytes
+
+    @property
+    def size(self) -> int:
+        return HEADER_SIZE + len(self.payload)
+
+
+def iter_messages(buffer: bytes | bytearray | memoryview, base_offset: int = 0) -> Iterator[Record]:
+    """Yield the complete records of a message set (a get reply body or a segment slice).
+
+    Stops quietly at a trailing partial record, as Java's ``MessageIterator`` does.
+
+    Raises:
+        InvalidRecordError: a complete record has a negative length or a wrong checksum.
+    """
+    view = memoryview(buffer)
+    position = 0
+    total = len(view)
+    while total - position >= HEADER_SIZE:
+        length, stored_checksum, msg_id, flag = HEADER.unpack_from(view, position)
+        if length < 0:
+            raise InvalidRecordError(f"negative payload length {length} at {base_offset + position}")
+        end = position + HEADER_SIZE + length
+        if end > total:
+            return
+        payload = bytes(view[position + HEADER_SIZE : end])
+        if zlib.crc32(payload) & CHECKSUM_MASK != stored_checksum:
+            raise InvalidRecordError(f"checksum mismatch at offset {base_offset + position}")
+        yield Record(base_offset + position, msg_id, flag, payload)
+        position = end
+
+
+def scan_valid_prefix(buffer: bytes | bytearray | memoryview) -> tuple[int, int]:
+    """Return ``(valid_length, record_count)`` of the longest prefix of whole, valid records.
+
+    This is the recovery rule of Java's ``FileMessageSet.recover``: stop at a short header, a
+    negative length, a record running past the end, or a checksum mismatch. Records after a bad
+    one are not considered.
+    """
+    view = memoryview(buffer)
+    position = 0
+    count = 0
+    total = len(view)
+    while total - position >= HEADER_SIZE:
+        length, stored_checksum, _msg_id, _flag = HEADER.unpack_from(view, position)
+        end = position + HEADER_SIZE + length
+        if length < 0 or end > total:
+            break
+        if zlib.crc32(view[position + HEADER_SIZE : end]) & CHECKSUM_MASK != stored_checksum:
+            break
+        position = end
+        count += 1
+    return position, count

@@ -1,0 +1,284 @@
+"""Decoder and encoder of the text protocol: golden bytes, byte-at-a-time, round trips, limits."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from meta.errors import LocalProtocolError
+from meta.protocol.codec import NEED_DATA, Decoder, decode_all, encode
+from meta.protocol.commands import (
+    OPAQUE_DEFAULT,
+    BodyTooLarge,
+    Data,
+    Get,
+    Offset,
+    Put,
+    Quit,
+    Result,
+    Stats,
+    Sync,
+    Transaction,
+    Version,
+)
+
+EVERY_COMMAND = [
+    Put("test", 0, b"hello", 0, 1),
+    Put("test", 0, b"\x00\x00\x00\x01ahello", 1, 2, checksum=1986522790),
+    Put("test", 1, b"x", 0, 3, tx_key="TX:s-1:1"),
+    Put("test", 1, b"x\r\ny", 0, 4, checksum=-1, tx_key="XID:1:aa:bb:q"),
+    Get("test", "group", 0, 1024, 1048576, 5),
+    Get("test", "group", 0, 0, 1, 6, max_wait_ms=500),
+    Offset("test", "group", 3, 99, 7),
+    Version(8),
+    Stats("", 9),
+    Stats("topics", 10),
+    Quit(),
+    Transaction("TX:s:1", "s", "BEGIN", 11),
+    Transaction("TX:s:1", "s", "BEGIN", 12, timeout=30),
+    Transaction("XID:1:aa:bb:q", "s", "PREPARE", 13, unique_qualifier="q"),
+    Transaction("XID:1:aa:bb:q", "s", "RECOVER", 14, timeout=5, unique_qualifier="q"),
+    Transaction("null", "s", "RECOVER", 15, unique_qualifier="123"),
+    Sync("test", 0, b"abc", 0, -5468931592497922048, 16),
+    Sync("test", 0, b"abc", 1, 42, 17, checksum=891568578),
+    Result(200, b"4194316293 0 1024", 18),
+    Result(404, b"", 19),
+    Data(b"\x00" * 30, 20),
+]
+
+
+def feed_one_byte_at_a_time(data: bytes) -> list:
+    decoder = Decoder()
+    commands = []
+    for index in range(len(data)):
+        decoder.receive_data(data[index : index + 1])
+        while (command := decoder.next_command()) is not NEED_DATA:
+            commands.append(command)
+    return commands
+
+
+@pytest.mark.parametrize("command", EVERY_COMMAND, ids=repr)
+def test_every_command_decodes_when_fed_one_byte_at_a_time(command):
+    assert feed_one_byte_at_a_time(encode(command)) == [command]
+
+
+def test_pipelined_commands_decode_in_order_from_one_buffer():
+    data = b"".join(encode(command) for command in EVERY_COMMAND)
+    assert decode_all(data) == EVERY_COMMAND
+
+
+@pytest.mark.parametrize(
+    ("command", "wire"),
+    [
+        (Put("t", 0, b"ab", 0, 1), b"put t 0 2 0 1\r\nab"),
+        (Put("t", 0, b"ab", 1, 1, checksum=5), b"put t 0 2 1 5 1\r\nab"),
+        (Put("t", 0, b"", 0, 1, tx_key="TX:s:1"), b"put t 0 0 0 TX:s:1 1\r\n"),
+        (Put("t", 0, b"", 0, 1, 5, "TX:s:1"), b"put t 0 0 0 5 TX:s:1 1\r\n"),
+        (Stats("", 7), b"stats  7\r\n"),
+        (Version(3), b"version 3\r\n"),
+        (Offset("t", "g", 0, 5, 1), b"offset t g 0 5 1\r\n"),
+        (Result(200, b"", 9), b"result 200 0 9\r\n"),
+        (Transaction("TX:s:1", "s", "END", 4), b"transaction TX:s:1 s END 4\r\n"),
+        (Transaction("null", "s", "RECOVER", 4, 0, "9"), b"transaction null s RECOVER 0 9 4\r\n"),
+    ],
+)
+def test_encoding_matches_the_java_wire_form(command, wire):
+    assert encode(command) == wire
+
+
+def test_version_and_stats_without_opaque_use_the_java_default():
+    assert decode_all(b"version\r\nstats\r\n") == [Version(), Stats("", OPAQUE_DEFAULT)]
+
+
+def test_dispatch_looks_at_the_first_character_only():
+    assert decode_all(b"vxyz 5\r\nqwerty\r\n") == [Version(5), Quit()]
+
+
+def test_extra_tokens_after_fixed_positions_are_ignored():
+    assert decode_all(b"offset t g 0 5 1 junk\r\nversion 4 x\r\n") == [
+        Offset("t", "g", 0, 5, 1),
+        Version(4),
+    ]
+
+
+def test_get_ignores_an_extra_token_that_is_not_a_wait_time():
+    assert decode_all(b"get t g 0 0 10 1 soon\r\n") == [Get("t", "g", 0, 0, 10, 1)]
+
+
+def test_transaction_six_tokens_tell_timeout_from_qualifier():
+    assert decode_all(b"transaction TX:s:1 s BEGIN 30 1\r\n")[0].timeout == 30
+    assert decode_all(b"transaction TX:s:1 s BEGIN q 1\r\n")[0].unique_qualifier == "q"
+
+
+def test_a_bare_lf_is_not_a_terminator():
+    decoder = Decoder()
+    decoder.receive_data(b"version 1\n")
+    assert decoder.next_command() is NEED_DATA
+
+
+def test_a_partial_body_waits_for_the_rest():
+    decoder = Decoder()
+    decoder.receive_data(b"put t 0 5 0 1\r\nhel")
+    assert decoder.next_command() is NEED_DATA
+    decoder.receive_data(b"lo")
+    assert decoder.next_command() == Put("t", 0, b"hello", 0, 1)
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        b"\r\n",
+        b"   \r\n",
+        b"xyz\r\n",
+        b"pot t 0 1 0 1\r\nx",
+        b"put t 0 1 0\r\nx",
+        b"put t 0 1 0 1 2 3 4\r\nx",
+        b"put t zero 1 0 1\r\nx",
+        b"put t 0 -1 0 1\r\n",
+        b"put t 0 2147483648 0 1\r\n",
+        b"put t 0 1 0  1\r\nx",
+        b"put t 0 1 0 BAD:key 1\r\nx",
+        b"get t g 0 0 10\r\n",
+        b"get t g 0 zero 10 1\r\n",
+        b"get t g 0 0 10 1_0\r\n",
+        b"offset t g 0 1\r\n",
+        b"transaction TX:s:1 s START 1\r\n",
+        b"transaction TX:s:1 s BEGIN\r\n",
+        b"transaction TX:s:1 s BEGIN  1\r\n",
+        b"transaction nokey s BEGIN 1\r\n",
+        b"sink t 0 1 0 5 1\r\nx",
+        b"sync t 0 1 0 1\r\nx",
+        b"result 200 x 1\r\n",
+        b"version x\r\n",
+        b"get t \xff 0 0 10 1\r\n",
+    ],
+)
+def test_malformed_input_raises_a_protocol_error(wire):
+    with pytest.raises(LocalProtocolError):
+        decode_all(wire)
+
+
+def test_after_a_protocol_error_the_decoder_stays_broken():
+    decoder = Decoder()
+    decoder.receive_data(b"xyz\r\nversion 1\r\n")
+    for _ in range(2):
+        with pytest.raises(LocalProtocolError):
+            decoder.next_command()
+
+
+def test_commands_before_a_malformed_one_are_still_returned():
+    decoder = Decoder()
+    decoder.receive_data(b"version 1\r\nxyz\r\n")
+    assert decoder.next_command() == Version(1)
+    with pytest.raises(LocalProtocolError):
+        decoder.next_command()
+
+
+def test_a_header_longer_than_the_limit_is_refused_before_its_end_arrives():
+    decoder = Decoder(header_bytes_max=4096)
+    decoder.receive_data(b"get " + b"t" * 5000)
+    with pytest.raises(LocalProtocolError):
+        decoder.next_command()
+
+
+def test_an_oversized_put_is_reported_and_its_body_skipped_without_buffering():
+    """Goal: a 2 GB put over the limit costs no memory and leaves the stream usable.
+
+    Method: announce 2e9 bytes, feed 8 MiB of them in chunks, check the buffer stays empty,
+    then feed the rest of the announced length in one go and decode the next command.
+    """
+    length = 2_000_000_000
+    decoder = Decoder(body_bytes_max=1 << 20)
+    decoder.receive_data(b"put big 0 %d 0 77\r\n" % length)
+    assert decoder.next_command() == BodyTooLarge("put", length, 77, "big", 0)
+    chunk = b"\x00" * 65536
+    for _ in range(128):
+        decoder.receive_data(chunk)
+        assert decoder.next_command() is NEED_DATA
+        assert decoder.buffered_bytes == 0
+    decoder.receive_data(b"\x00" * (length - 128 * 65536) + b"version 5\r\n")
+    assert decoder.next_command() == Version(5)
+
+
+def test_a_body_exactly_at_the_limit_is_accepted():
+    assert decode_all(b"put t 0 4 0 1\r\nabcd", body_bytes_max=4) == [Put("t", 0, b"abcd", 0, 1)]
+
+
+# --- property tests ---------------------------------------------------------------------------
+
+names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_.-", min_size=1, max_size=20)
+int32 = st.integers(-(2**31), 2**31 - 1)
+int64 = st.integers(-(2**63), 2**63 - 1)
+bodies = st.binary(max_size=64)
+tx_keys = st.sampled_from(["TX:s-1:1", "XID:1:aa:bb:q", "null", "TX:h-2-3:2147483647"])
+qualifiers = st.none() | st.text(alphabet="abcXYZ0123456789-", min_size=1, max_size=8)
+
+commands = st.one_of(
+    st.builds(Put, names, int32, bodies, int32, int32, st.none() | int32, st.none() | tx_keys),
+    st.builds(Get, names, names, int32, int64, int32, int32, st.none() | st.integers(0, 2**31 - 1)),
+    st.builds(Offset, names, names, int32, int64, int32),
+    st.builds(Version, int32),
+    st.builds(Stats, st.just("") | names, int32),
+    st.just(Quit()),
+    st.builds(
+        Transaction,
+        tx_keys,
+        names,
+        st.sampled_from(["BEGIN", "END", "PREPARE", "COMMIT_ONE_PHASE", "ROLLBACK", "RECOVER"]),
+        int32,
+        st.integers(0, 2**31 - 1),
+        qualifiers,
+    ),
+    st.builds(Sync, names, int32, bodies, int32, int64, int32, st.none() | int32),
+    st.builds(Result, st.integers(100, 599), bodies, int32),
+    st.builds(Data, bodies, int32),
+)
+
+
+@given(st.lists(commands, max_size=8))
+def test_any_sequence_of_commands_round_trips(sequence):
+    data = b"".join(encode(command) for command in sequence)
+    assert decode_all(data) == sequence
+
+
+@given(commands, st.integers(1, 7))
+def test_any_command_round_trips_in_arbitrary_chunks(command, chunk_size):
+    data = encode(command)
+    decoder = Decoder()
+    decoded = []
+    for index in range(0, len(data), chunk_size):
+        decoder.receive_data(data[index : index + chunk_size])
+        while (item := decoder.next_command()) is not NEED_DATA:
+            decoded.append(item)
+    assert decoded == [command]
+
+
+def drain_with_bounded_memory(decoder: Decoder, data: bytes, bound: int) -> None:
+    for index in range(0, len(data), 512):
+        decoder.receive_data(data[index : index + 512])
+        while decoder.next_command() is not NEED_DATA:
+            pass
+        assert decoder.buffered_bytes <= bound
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=4096))
+def test_random_bytes_raise_only_protocol_errors_with_bounded_memory(data):
+    decoder = Decoder(header_bytes_max=256, body_bytes_max=1024)
+    try:
+        drain_with_bounded_memory(decoder, data, 256 + 1024 + 512 + 2)
+    except LocalProtocolError:
+        pass
+
+
+@settings(max_examples=300)
+@given(st.lists(commands, min_size=1, max_size=4), st.data())
+def test_mutated_valid_commands_raise_only_protocol_errors(sequence, data):
+    wire = bytearray(b"".join(encode(command) for command in sequence))
+    for _ in range(data.draw(st.integers(1, 4))):
+        position = data.draw(st.integers(0, len(wire) - 1))
+        wire[position] = data.draw(st.integers(0, 255))
+    decoder = Decoder(header_bytes_max=256, body_bytes_max=1024)
+    try:
+        drain_with_bounded_memory(decoder, bytes(wire), 256 + 1024 + 512 + 2)
+    except LocalProtocolError:
+        pass
