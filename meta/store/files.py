@@ -1,0 +1,93 @@
+"""The thin file interface every store module does its I/O through.
+
+What lives here: ``Files``, a handful of methods over file descriptors and directories, with the
+real operating-system implementation as the default. Tests subclass it to record the order of
+events ("write", "fsync", ...) and to inject failures (EIO on fsync, ENOSPC on write), so crash
+and error paths can be driven on purpose (STYLE 22).
+
+Invariants: methods raise ``OSError`` exactly as the system calls do and never retry or log;
+the callers decide what a failure means. ``fsync`` is ``os.fsync`` (data and metadata), never
+``fdatasync``, as Java's ``FileChannel.force(true)``. A short ``write`` is reported, not hidden:
+the caller loops. Thread-safe: no state of its own, so the flusher's worker thread may call
+``fsync`` and ``fsync_directory`` while the reactor thread writes.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class Files:
+    """File operations on descriptors and paths; the operating-system implementation."""
+
+    def open(self, path: str, *, create: bool = False, writable: bool = True) -> int:
+        """Open ``path`` and return its descriptor.
+
+        Args:
+            path: the file to open.
+            create: create the file when it does not exist (``O_CREAT``).
+            writable: open for reading and writing; otherwise read-only.
+        """
+        flags = os.O_RDWR if writable else os.O_RDONLY
+        if create:
+            flags |= os.O_CREAT
+        return os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+
+    def write(self, fd: int, data: bytes | memoryview, position: int) -> int:
+        """Write ``data`` at ``position`` (``pwrite``); return the count written, maybe short."""
+        return os.pwrite(fd, data, position)
+
+    def read(self, fd: int, position: int, length: int) -> bytes:
+        """Read up to ``length`` bytes at ``position`` (``pread``); shorter only at end of file."""
+        data = os.pread(fd, length, position)
+        if len(data) == length or not data:
+            return data
+        parts = [data]
+        done = len(data)
+        while done < length:
+            more = os.pread(fd, length - done, position + done)
+            if not more:
+                break
+            parts.append(more)
+            done += len(more)
+        return b"".join(parts)
+
+    def fsync(self, fd: int) -> None:
+        """Force the file's data and metadata to disk (``fsync``)."""
+        os.fsync(fd)
+
+    def truncate(self, fd: int, size: int) -> None:
+        """Cut or extend the file to ``size`` bytes (``ftruncate``)."""
+        os.ftruncate(fd, size)
+
+    def size(self, fd: int) -> int:
+        """Return the file's current size in bytes."""
+        return os.fstat(fd).st_size
+
+    def close(self, fd: int) -> None:
+        """Close the descriptor."""
+        os.close(fd)
+
+    def listdir(self, path: str) -> list[str]:
+        """Return the names in directory ``path``, sorted."""
+        return sorted(os.listdir(path))
+
+    def is_directory(self, path: str) -> bool:
+        """Return whether ``path`` is a directory (following symbolic links)."""
+        return os.path.isdir(path)
+
+    def is_file(self, path: str) -> bool:
+        """Return whether ``path`` is a regular file (following symbolic links)."""
+        return os.path.isfile(path)
+
+    def mkdir(self, path: str) -> None:
+        """Create one directory level; the parent must exist (as Java's ``File.mkdir``)."""
+        os.mkdir(path, 0o755)
+
+    def fsync_directory(self, path: str) -> None:
+        """Make the directory's entries (new files, new sub-directories) durable."""
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -1,0 +1,477 @@
+"""One partition's log (MetaQ's ``MessageStore``): its segments, append, roll, slice, flush.
+
+What lives here: ``PartitionLog``, ``SliceResult`` and the segment loading of a partition
+directory ``<dataPath>/<topic>-<partition>/`` (spec 4.1-4.5).
+
+Invariants:
+    * Segments are sorted by start and contiguous: ``start + written_size == next start``.
+      Only the last one is written to.
+    * ``durable_end <= written_end`` and ``max_offset <= written_end``. ``max_offset`` (the
+      visible end) is the end of the last record whose append was acknowledged; acks are
+      released strictly in append order (DECISIONS 4, 18), so a consumer can read a record
+      exactly when its producer was answered.
+    * A record that must be durable (``should_flush``) is released only once ``durable_end``
+      covers it. A record is never released after its partition failed.
+    * After a failed write or fsync the partition is failed for good (DECISIONS 3): every
+      waiting append errbacks with ``PartitionFailedError`` and every later append is refused.
+
+Thread affinity: reactor thread only. The flusher's worker thread only runs ``_FlushTask.run``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.internet.defer import Deferred, fail
+
+from meta.errors import PartitionFailedError, StoreError
+from meta.protocol.message import HEADER_SIZE
+from meta.store.files import Files
+from meta.store.group_commit import Flusher, FlushPolicy, should_flush
+from meta.store.segment import Segment, parse_segment_name, segment_name
+
+logger = logging.getLogger("meta.store")
+
+BEFORE = "before"
+AFTER = "after"
+DATA = "data"
+
+
+@dataclass(frozen=True, slots=True)
+class SliceResult:
+    """Where a read at ``offset`` lands (spec 2.2 step 6-7).
+
+    ``kind`` is ``"before"`` (``offset`` is then the first offset of the log), ``"after"``
+    (``offset`` is then ``max_offset``) or ``"data"``: ``length`` bytes of ``segment`` from
+    ``position``, never crossing into the next segment nor past the visible end.
+    """
+
+    kind: str
+    offset: int
+    segment: Segment | None = None
+    position: int = 0
+    length: int = 0
+
+
+class _FlushTask:
+    """One partition's share of a flush batch: what to fsync and what that makes durable."""
+
+    __slots__ = ("directories", "end_offset", "files", "segments", "sizes")
+
+    def __init__(
+        self, files: Files, segments: tuple[Segment, ...], directories: list[str], end_offset: int
+    ) -> None:
+        self.files = files
+        self.segments = segments
+        self.sizes = tuple(segment.written_size for segment in segments)
+        self.directories = directories
+        self.end_offset = end_offset
+
+    def run(self) -> None:
+        """Worker thread: fsync new directory entries, then each dirty segment once."""
+        for directory in self.directories:
+            self.files.fsync_directory(directory)
+        for segment in self.segments:
+            segment.fsync()
+
+
+def load_segments(files: Files, directory: str) -> tuple[list[Segment], int]:
+    """Open the segments of a partition directory and recover the last one.
+
+    Args:
+        files: the file layer.
+        directory: the partition directory.
+
+    Returns:
+        The open segments sorted by start (empty when there is none) and the number of
+        records kept in the last one.
+
+    Raises:
+        StoreError: a ``.meta`` name is not numeric, two neighbours are not contiguous, or a
+            file cannot be opened, read or truncated.
+    """
+    try:
+        names = files.listdir(directory)
+    except OSError as error:
+        raise StoreError(f"cannot list partition directory {directory}: {error}") from error
+    found: list[tuple[int, str]] = []
+    for name in names:
+        path = os.path.join(directory, name)
+        if name.endswith(".meta") and files.is_file(path):
+            start = parse_segment_name(name)
+            assert start is not None
+            found.append((start, path))
+    found.sort()
+    segments: list[Segment] = []
+    try:
+        for index, (start, path) in enumerate(found):
+            last = index == len(found) - 1
+            segments.append(Segment.open(files, path, start, writable=last))
+        _check_contiguous(segments)
+        count = segments[-1].recover() if segments else 0
+    except BaseException:
+        for segment in segments:
+            segment.close()
+        raise
+    return segments, count
+
+
+def _check_contiguous(segments: list[Segment]) -> None:
+    """Raise StoreError naming the two files when a segment does not end where the next starts."""
+    for previous, following in zip(segments, segments[1:], strict=False):
+        if previous.end != following.start:
+            raise StoreError(
+                f"segments are not contiguous: {previous.path} starts at {previous.start} and "
+                f"holds {previous.written_size} bytes, but the next file {following.path} "
+                f"starts at {following.start}"
+            )
+
+
+class PartitionLog:
+    """The log of one (topic, partition): appends, acknowledgement order, reads.
+
+    Attributes:
+        topic: the topic name.
+        partition: the partition number.
+        directory: the partition directory.
+        message_count: appends since open plus records recovered in the last segment.
+        failed: the ``PartitionFailedError`` that stopped the partition, or None.
+        on_visible: None, or a callable given this log each time ``max_offset`` advances;
+            the owner (the broker's long-polling ``get``) sets and clears it.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        directory: str,
+        segments: list[Segment],
+        *,
+        files: Files,
+        flusher: Flusher,
+        clock: Any,
+        segment_bytes_max: int,
+        policy: FlushPolicy,
+        recovered_count: int = 0,
+        new_directories: tuple[str, ...] = (),
+    ) -> None:
+        assert segments
+        self.topic = topic
+        self.partition = partition
+        self.directory = directory
+        self.name = f"{topic}-{partition}"
+        self.message_count = recovered_count
+        self.failed: PartitionFailedError | None = None
+        # Called with this log after acknowledgements moved ``max_offset`` (long polling).
+        self.on_visible: Callable[[PartitionLog], None] | None = None
+        self._files = files
+        self._flusher = flusher
+        self._clock = clock
+        self._segment_bytes_max = segment_bytes_max
+        self._policy = policy
+        self._segments = segments
+        self._starts = [segment.start for segment in segments]
+        self._segment = segments[-1]
+        end = self._segment.end
+        self._written_end = end
+        self._durable_end = end
+        self._visible_end = end
+        self._dirty_segments: list[Segment] = []
+        self._pending_directories = list(new_directories)
+        # Each entry: (end offset, offset, must be durable, Deferred), in append order.
+        self._pending: deque[tuple[int, int, bool, Deferred]] = deque()
+        self._unflushed_count = 0
+        self._unflushed_bytes = 0
+        self._flush_requested_s = clock.seconds()
+        self._refusal: str | None = None
+
+    @classmethod
+    def open(
+        cls,
+        topic: str,
+        partition: int,
+        directory: str,
+        *,
+        files: Files,
+        flusher: Flusher,
+        clock: Any,
+        segment_bytes_max: int,
+        policy: FlushPolicy,
+        new_directories: tuple[str, ...] = (),
+    ) -> PartitionLog:
+        """Load (and recover) the partition in ``directory``; create its first segment if none.
+
+        Args:
+            topic: the topic name.
+            partition: the partition number.
+            directory: the existing partition directory.
+            files: the file layer.
+            flusher: the store's single flusher.
+            clock: provides ``seconds()`` (the reactor, or ``task.Clock`` in tests).
+            segment_bytes_max: roll once the last segment holds at least this many bytes.
+            policy: the flush settings of the topic.
+            new_directories: directories created for this partition whose entries must be
+                fsynced before the first durable acknowledgement.
+
+        Raises:
+            StoreError: see ``load_segments``; or the first segment cannot be created.
+        """
+        segments, count = load_segments(files, directory)
+        directories = list(new_directories)
+        if not segments:
+            path = os.path.join(directory, segment_name(0))
+            segments = [Segment.open(files, path, 0, create=True)]
+            directories.append(directory)
+            logger.info("created segment %s", path)
+        return cls(
+            topic,
+            partition,
+            directory,
+            segments,
+            files=files,
+            flusher=flusher,
+            clock=clock,
+            segment_bytes_max=segment_bytes_max,
+            policy=policy,
+            recovered_count=count,
+            new_directories=tuple(directories),
+        )
+
+    # -- appending -------------------------------------------------------------------------
+
+    def append(self, record: bytes) -> Deferred:
+        """Append one record (or one transaction batch) and return a Deferred for its offset.
+
+        The Deferred fires with the offset where ``record`` starts once the put may be
+        acknowledged: after the covering fsync when the flush policy requires one, otherwise
+        as soon as it is written and every earlier append was released.
+
+        Raises (through the Deferred):
+            PartitionFailedError: the write or the covering fsync failed, or the partition had
+                failed before.
+            StoreError: the partition is closed.
+        """
+        if self._refusal is not None:
+            return self._refuse()
+        assert len(record) >= HEADER_SIZE
+        segment = self._segment
+        try:
+            position = segment.append(record)
+        except StoreError as error:
+            self._fail(error)
+            return self._refuse()
+        offset = segment.start + position
+        end = offset + len(record)
+        self._written_end = end
+        self.message_count += 1
+        self._unflushed_count += 1
+        self._unflushed_bytes += len(record)
+        dirty = self._dirty_segments
+        if not dirty or dirty[-1] is not segment:
+            dirty.append(segment)
+        policy = self._policy
+        elapsed_ms = (self._clock.seconds() - self._flush_requested_s) * 1000
+        must_sync = should_flush(
+            policy.mode,
+            self._unflushed_bytes,
+            self._unflushed_count,
+            elapsed_ms,
+            policy.threshold,
+            policy.interval_ms,
+        )
+        waiter: Deferred = Deferred()
+        self._pending.append((end, offset, must_sync, waiter))
+        if segment.written_size >= self._segment_bytes_max:
+            self._roll()
+        if must_sync:
+            self.request_flush()
+        else:
+            self._release()
+        return waiter
+
+    def _refuse(self) -> Deferred:
+        if self.failed is not None:
+            return fail(PartitionFailedError(str(self.failed)))
+        return fail(StoreError(f"partition {self.name} is {self._refusal}"))
+
+    def _roll(self) -> None:
+        """Start a new last segment at the written end; its directory entry needs an fsync."""
+        start = self._segment.end
+        path = os.path.join(self.directory, segment_name(start))
+        try:
+            segment = Segment.open(self._files, path, start, create=True)
+        except StoreError as error:
+            self._fail(error)
+            return
+        if segment.written_size != 0:
+            segment.close()
+            self._fail(StoreError(f"new segment {path} already holds {segment.written_size} bytes"))
+            return
+        self._segments.append(segment)
+        self._starts.append(start)
+        self._segment = segment
+        self._pending_directories.append(self.directory)
+        logger.info("partition %s rolled to segment %s", self.name, path)
+
+    def _release(self) -> None:
+        """Acknowledge, in append order, every pending append that may be acknowledged now.
+
+        Then, when the visible end moved, call ``on_visible`` (long-polling gets wake here).
+        """
+        pending = self._pending
+        visible_end = self._visible_end
+        while pending:
+            end, offset, must_sync, waiter = pending[0]
+            if must_sync and end > self._durable_end:
+                break
+            pending.popleft()
+            self._visible_end = end
+            waiter.callback(offset)
+        if self._visible_end != visible_end and self.on_visible is not None:
+            self.on_visible(self)
+
+    def _fail(self, error: BaseException) -> None:
+        """Stop the partition for good and fail every waiting append (DECISIONS 3)."""
+        if self.failed is not None:
+            return
+        self.failed = PartitionFailedError(f"partition {self.name} failed: {error}")
+        self._refusal = "failed"
+        logger.error("%s; it refuses appends until restart", self.failed)
+        pending, self._pending = self._pending, deque()
+        for _end, _offset, _must_sync, waiter in pending:
+            waiter.errback(PartitionFailedError(str(self.failed)))
+
+    # -- flushing (FlushClient) ------------------------------------------------------------
+
+    @property
+    def is_dirty(self) -> bool:
+        """Whether written bytes or new directory entries are not yet known to be on disk."""
+        return self._written_end > self._durable_end or bool(self._pending_directories)
+
+    def request_flush(self) -> None:
+        """Ask the flusher to make everything written so far durable (the interval timer)."""
+        self._unflushed_count = 0
+        self._unflushed_bytes = 0
+        self._flush_requested_s = self._clock.seconds()
+        self._flusher.request(self)
+
+    def flush_snapshot(self) -> _FlushTask | None:
+        """Reactor thread: what a flush started now must cover; None when nothing is dirty."""
+        if self.failed is not None or not self.is_dirty:
+            return None
+        directories, self._pending_directories = self._pending_directories, []
+        return _FlushTask(self._files, tuple(self._dirty_segments), directories, self._written_end)
+
+    def flush_done(self, task: _FlushTask) -> None:
+        """Reactor thread: ``task`` is on disk; advance the durable end and release acks."""
+        if self.failed is not None:
+            return
+        for segment, size in zip(task.segments, task.sizes, strict=True):
+            segment.mark_flushed(size)
+        self._dirty_segments = [s for s in self._dirty_segments if s.flushed_size < s.written_size]
+        if task.end_offset > self._durable_end:
+            self._durable_end = task.end_offset
+        self._release()
+
+    def flush_failed(self, task: _FlushTask, error: BaseException) -> None:
+        """Reactor thread: the fsync failed; fail the partition (DECISIONS 3)."""
+        self._fail(StoreError(f"fsync failed: {error}"))
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def policy(self) -> FlushPolicy:
+        """The flush settings this partition was opened with."""
+        return self._policy
+
+    @property
+    def min_offset(self) -> int:
+        """Start of the first segment."""
+        return self._starts[0]
+
+    @property
+    def max_offset(self) -> int:
+        """The visible end: end of the last acknowledged record (DECISIONS 4)."""
+        return self._visible_end
+
+    @property
+    def written_end(self) -> int:
+        """Offset just past the last written byte (acknowledged or not)."""
+        return self._written_end
+
+    @property
+    def durable_end(self) -> int:
+        """Offset up to which every byte is known to be on disk."""
+        return self._durable_end
+
+    @property
+    def byte_count(self) -> int:
+        """Sum of the written sizes of the current segments (spec 4.9)."""
+        return self._written_end - self._starts[0]
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """The open segments, sorted by start."""
+        return tuple(self._segments)
+
+    def slice(self, offset: int, limit: int) -> SliceResult:
+        """Locate the bytes a ``get`` at ``offset`` returns, at most ``limit`` of them.
+
+        Args:
+            offset: where the consumer wants to read.
+            limit: the most bytes to return (``min(maxTransferSize, maxSize)``), >= 0.
+        """
+        assert limit >= 0
+        if offset < self._starts[0]:
+            return SliceResult(BEFORE, self._starts[0])
+        visible_end = self._visible_end
+        if offset >= visible_end:
+            return SliceResult(AFTER, visible_end)
+        segment = self._segments[bisect_right(self._starts, offset) - 1]
+        position = offset - segment.start
+        visible_size = min(segment.written_size, visible_end - segment.start)
+        return SliceResult(DATA, offset, segment, position, min(visible_size - position, limit))
+
+    def read(self, result: SliceResult) -> bytes:
+        """Return the bytes a ``"data"`` slice names (empty for the other kinds)."""
+        if result.kind != DATA or result.segment is None:
+            return b""
+        return result.segment.read(result.position, result.length)
+
+    def nearest_offset(self, offset: int) -> int:
+        """The ``offset`` command's answer (spec 2.3): clamp, else the containing segment start."""
+        if offset < self._starts[0]:
+            return self._starts[0]
+        if offset >= self._visible_end:
+            return self._visible_end
+        return self._starts[bisect_right(self._starts, offset) - 1]
+
+    # -- closing ---------------------------------------------------------------------------
+
+    def stop_appends(self) -> None:
+        """Refuse every later append; waiting appends still complete."""
+        if self._refusal is None:
+            self._refusal = "closed"
+
+    def close(self) -> None:
+        """Close the segment files. Call only once the flusher is idle (``StoreManager``).
+
+        Appends still waiting (only possible when the final flush did not run) fail.
+        """
+        self.stop_appends()
+        pending, self._pending = self._pending, deque()
+        for _end, _offset, _must_sync, waiter in pending:
+            waiter.errback(
+                StoreError(f"partition {self.name} closed before the append was acknowledged")
+            )
+        for segment in self._segments:
+            segment.close()
+
+    def __repr__(self) -> str:
+        return f"PartitionLog({self.name!r}, {self.directory!r})"

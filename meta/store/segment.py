@@ -1,0 +1,248 @@
+"""One segment file of a partition log: ``%020d.meta``, named by its start offset.
+
+What lives here: ``Segment`` (append / read / fsync / recover / close), ``segment_name`` and
+``parse_segment_name``. A segment is a plain concatenation of Metamorphosis records (spec 3.3)
+with no header, index or trailer, so a file written by a Java broker opens here unchanged.
+
+Invariants:
+    * ``flushed_size <= written_size``; ``written_size`` is the file size as far as this process
+      knows (only the last segment of a partition grows).
+    * A failed append leaves ``written_size`` unchanged and truncates the file back to it.
+    * Only the last segment of a partition is validated at load (``recover``); earlier ones are
+      trusted by size, as Java does.
+
+Thread affinity: reactor thread only, except ``fsync``, which the flusher's worker thread
+calls; it touches only the descriptor, never the sizes (``mark_flushed`` runs on the reactor).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+
+from meta.errors import StoreError
+from meta.protocol.message import HEADER, HEADER_SIZE, scan_valid_prefix
+from meta.store.files import Files
+
+logger = logging.getLogger("meta.store")
+
+SEGMENT_SUFFIX = ".meta"
+SEGMENT_NAME_DIGITS = 20
+# Recovery reads the last segment in pieces of this size, so a 1 GiB segment is not loaded
+# into memory at start-up; a record larger than this is read whole on its own.
+RECOVER_CHUNK_BYTES = 4 * 1024 * 1024
+
+
+def segment_name(start: int) -> str:
+    """Return the file name of the segment starting at offset ``start``."""
+    assert start >= 0
+    return f"{start:0{SEGMENT_NAME_DIGITS}d}{SEGMENT_SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """Return the start offset encoded in a segment file name, or None for other files.
+
+    Raises:
+        StoreError: the name ends with ``.meta`` but the rest is not a decimal number (Java
+            fails start-up on such a file too).
+    """
+    if not name.endswith(SEGMENT_SUFFIX):
+        return None
+    digits = name[: -len(SEGMENT_SUFFIX)]
+    if not (digits.isascii() and digits.isdigit()):
+        raise StoreError(f"segment file name {name!r} is not a decimal start offset")
+    return int(digits)
+
+
+class Segment:
+    """One open segment file.
+
+    Attributes:
+        path: the file's path.
+        start: offset of the file's first byte in the partition log.
+        written_size: bytes written to the file.
+        flushed_size: bytes known to be on disk (fsynced, or found at load).
+    """
+
+    __slots__ = ("_fd", "_files", "flushed_size", "path", "start", "written_size")
+
+    def __init__(self, files: Files, path: str, start: int, fd: int, size: int) -> None:
+        self._files = files
+        self._fd = fd
+        self.path = path
+        self.start = start
+        self.written_size = size
+        self.flushed_size = size
+
+    @classmethod
+    def open(
+        cls, files: Files, path: str, start: int, *, create: bool = False, writable: bool = True
+    ) -> Segment:
+        """Open (or create) the segment file at ``path``.
+
+        Args:
+            files: the file layer.
+            path: the file's path.
+            start: the start offset its name encodes.
+            create: create the file when missing.
+            writable: open for appending; earlier segments open read-only, as in Java.
+
+        Raises:
+            StoreError: the file cannot be opened or its size read.
+        """
+        try:
+            fd = files.open(path, create=create, writable=writable)
+        except OSError as error:
+            raise StoreError(f"cannot open segment {path}: {error}") from error
+        try:
+            size = files.size(fd)
+        except OSError as error:
+            files.close(fd)
+            raise StoreError(f"cannot read the size of segment {path}: {error}") from error
+        return cls(files, path, start, fd, size)
+
+    @property
+    def end(self) -> int:
+        """Offset just past the last written byte."""
+        return self.start + self.written_size
+
+    def append(self, data: bytes) -> int:
+        """Write ``data`` at the end of the file and return the position it starts at.
+
+        Raises:
+            StoreError: the write failed (ENOSPC, EIO, ...); the file was truncated back to the
+                previous size when that was possible.
+        """
+        position = self.written_size
+        try:
+            written = self._files.write(self._fd, data, position)
+            if written != len(data):
+                written = self._write_rest(data, position, written)
+        except OSError as error:
+            self._truncate_after_failed_write(position)
+            raise StoreError(
+                f"write to {self.path} at position {position} failed: {error}"
+            ) from error
+        self.written_size = position + written
+        return position
+
+    def _write_rest(self, data: bytes, position: int, written: int) -> int:
+        """Finish a short write; return the total written. Raises OSError on no progress."""
+        view = memoryview(data)
+        total = len(data)
+        while written < total:
+            more = self._files.write(self._fd, view[written:], position + written)
+            if more <= 0:
+                raise OSError(errno.EIO, f"write stalled after {written} of {total} bytes")
+            written += more
+        return written
+
+    def _truncate_after_failed_write(self, position: int) -> None:
+        """Cut a partial record left by a failed write; log when even that fails."""
+        try:
+            self._files.truncate(self._fd, position)
+        except OSError as error:
+            # Start-up recovery will cut the torn tail, and the partition refuses writes now.
+            logger.error(
+                "cannot truncate %s back to %d after a failed write: %s", self.path, position, error
+            )
+
+    def read(self, position: int, length: int) -> bytes:
+        """Return up to ``length`` bytes starting at ``position`` (shorter at end of file).
+
+        Raises:
+            StoreError: the read failed.
+        """
+        assert position >= 0
+        assert length >= 0
+        try:
+            return self._files.read(self._fd, position, length)
+        except OSError as error:
+            raise StoreError(
+                f"read of {self.path} at position {position} failed: {error}"
+            ) from error
+
+    def fsync(self) -> None:
+        """Force the file to disk. Worker thread; raises OSError. Does not touch the sizes."""
+        self._files.fsync(self._fd)
+
+    def mark_flushed(self, size: int) -> None:
+        """Record that the first ``size`` bytes are on disk. Reactor thread."""
+        assert size <= self.written_size
+        if size > self.flushed_size:
+            self.flushed_size = size
+
+    def recover(self, chunk_bytes: int = RECOVER_CHUNK_BYTES) -> int:
+        """Validate the file record by record, truncate at the first bad one, count records.
+
+        This is Java's ``FileMessageSet.recover``: stop at a short header, a negative length, a
+        record running past the end of the file or a checksum mismatch; everything from there
+        on, valid records after a corrupt one included, is cut. The cut is logged.
+
+        Args:
+            chunk_bytes: how much to read at a time (tests make it small).
+
+        Returns:
+            The number of valid records kept.
+
+        Raises:
+            StoreError: the file cannot be read or truncated.
+        """
+        assert chunk_bytes >= HEADER_SIZE
+        file_size = self.written_size
+        try:
+            valid_size, count = self._scan(file_size, chunk_bytes)
+            if valid_size < file_size:
+                self._files.truncate(self._fd, valid_size)
+        except OSError as error:
+            raise StoreError(f"cannot recover segment {self.path}: {error}") from error
+        if valid_size < file_size:
+            logger.warning(
+                "recovered %s: kept %d records (%d bytes), cut %d bytes",
+                self.path,
+                count,
+                valid_size,
+                file_size - valid_size,
+            )
+        self.written_size = valid_size
+        self.flushed_size = valid_size
+        return count
+
+    def _scan(self, file_size: int, chunk_bytes: int) -> tuple[int, int]:
+        """Return ``(valid_size, record_count)`` of the file, reading it piece by piece."""
+        position = 0
+        count = 0
+        want = chunk_bytes
+        while position < file_size:
+            buffer = self._files.read(self._fd, position, min(want, file_size - position))
+            if not buffer:
+                break  # the file is shorter than its size said; keep what was validated
+            valid, found = scan_valid_prefix(buffer)
+            position += valid
+            count += found
+            want = chunk_bytes
+            if valid == len(buffer):
+                continue
+            rest = len(buffer) - valid
+            if rest < HEADER_SIZE:
+                if position + HEADER_SIZE > file_size:
+                    break  # a torn header at the end of the file
+                continue  # the header straddles the piece: read again from ``position``
+            length = HEADER.unpack_from(buffer, valid)[0]
+            record_size = HEADER_SIZE + length
+            if length < 0 or position + record_size > file_size or record_size <= rest:
+                break  # negative length, torn record, or a complete record that failed CRC
+            want = max(chunk_bytes, record_size)  # a record larger than the piece: read it whole
+        return position, count
+
+    def close(self) -> None:
+        """Close the descriptor; the segment must not be used afterwards."""
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            self._files.close(fd)
+
+    def __repr__(self) -> str:
+        return (
+            f"Segment({self.path!r}, start={self.start}, written_size={self.written_size}, "
+            f"flushed_size={self.flushed_size})"
+        )
