@@ -1,0 +1,99 @@
+"""Shared pytest fixtures.
+
+ZooKeeper fixtures start a real server (``tests/integration/zookeeper.py``) lazily: only a test
+that asks for ``zookeeper``, ``zk_root`` or ``kazoo_client`` pays for it, once per session.
+They never skip: if Java or the ZooKeeper jars are missing the test fails and says to run
+``tools/setup-env.sh`` (STYLE 23).
+
+Tests under ``tests/integration/`` are marked ``integration`` automatically.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+INTEGRATION_DIR = Path(__file__).parent / "integration"
+ZK_CLIENT_TIMEOUT_S = 10.0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_DIR in Path(item.path).parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A real standalone ZooKeeper on a free 127.0.0.1 port, shared by the whole session.
+
+    Yields a ``tests.integration.zookeeper.ZooKeeperServer``; use ``.connect_string``. Tests
+    must leave it running (use ``restart()`` for an outage, or start their own server).
+    """
+    from tests.integration.zookeeper import ZooKeeperServer, ZooKeeperUnavailable
+
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    unavailable = None
+    try:
+        server.start()
+    except ZooKeeperUnavailable as error:
+        unavailable = str(error)
+    if unavailable:
+        # Outside the except block, so the report is the hint alone, without a chained trace.
+        pytest.fail(unavailable, pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _admin_client(zookeeper):
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=zookeeper.connect_string, timeout=ZK_CLIENT_TIMEOUT_S)
+    client.start(timeout=ZK_CLIENT_TIMEOUT_S)
+    return client
+
+
+@pytest.fixture
+def zk_root(zookeeper) -> Iterator[str]:
+    """A fresh, empty ZooKeeper path such as ``/t-3f2a...``, deleted (recursively) afterwards.
+
+    Use it as a chroot (``zookeeper.connect_string + zk_root``) or as ``zk.zkRoot`` so tests
+    never see each other's nodes.
+    """
+    path = f"/t-{uuid.uuid4().hex}"
+    admin = _admin_client(zookeeper)
+    try:
+        admin.create(path)
+    finally:
+        admin.stop()
+        admin.close()
+    yield path
+    from kazoo.exceptions import NoNodeError
+
+    admin = _admin_client(zookeeper)
+    try:
+        admin.delete(path, recursive=True)
+    except NoNodeError:
+        pass  # The test removed it itself.
+    finally:
+        admin.stop()
+        admin.close()
+
+
+@pytest.fixture
+def kazoo_client(zookeeper, zk_root: str) -> Iterator[object]:
+    """A started ``KazooClient`` chrooted at ``zk_root``; stopped and closed afterwards."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=zookeeper.connect_string + zk_root, timeout=ZK_CLIENT_TIMEOUT_S)
+    client.start(timeout=ZK_CLIENT_TIMEOUT_S)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()

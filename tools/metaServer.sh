@@ -1,0 +1,305 @@
+#!/usr/bin/env bash
+# Single-quoted `bash -c` scripts below expand their own "$1" on purpose.
+# shellcheck disable=SC2016
+# Start, stop and inspect a metaq-py broker, like Metamorphosis' bin/metaServer.sh.
+#
+#   tools/metaServer.sh start [local] | stop | restart [local] | status     (--help on each)
+#
+# Run dir: $META_RUN_DIR or <checkout>/run (meta-server.pid, meta-server.log, and for `start
+# local` the ZooKeeper files plus the marker zookeeper.started-by-metaServer).
+# Config:  $META_CONF or <checkout>/conf/server.ini.
+# Python:  $META_PYTHON, else <checkout>/.venv/bin/python, else python3.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RUN_DIR="${META_RUN_DIR:-$ROOT/run}"
+CONF="${META_CONF:-$ROOT/conf/server.ini}"
+PID_FILE="$RUN_DIR/meta-server.pid"
+LOG_FILE="$RUN_DIR/meta-server.log"
+ZK_MARKER="$RUN_DIR/zookeeper.started-by-metaServer"
+ZK_LOCAL_PORT=2181
+START_TIMEOUT_S="${META_START_TIMEOUT_S:-60}"
+STOP_TIMEOUT_S="${META_STOP_TIMEOUT_S:-30}"
+DEFAULT_PORT=8123
+
+if [ -n "${META_PYTHON:-}" ]; then
+    PY="$META_PYTHON"
+elif [ -x "$ROOT/.venv/bin/python" ]; then
+    PY="$ROOT/.venv/bin/python"
+else
+    PY=python3
+fi
+
+say() { printf 'metaServer: %s\n' "$*"; }
+warn() { printf 'metaServer: warning: %s\n' "$*" >&2; }
+die() { printf 'metaServer: error: %s\n' "$*" >&2; exit 1; }
+
+usage() {
+    cat <<EOF
+usage: tools/metaServer.sh COMMAND [ARGS]
+
+commands:
+  start          start the broker in the background (config \$META_CONF or conf/server.ini)
+  start local    set up the environment, start ZooKeeper on 127.0.0.1:$ZK_LOCAL_PORT if none
+                 answers, then start the broker with --local (hostName=127.0.0.1,
+                 zk.zkConnect=127.0.0.1:$ZK_LOCAL_PORT)
+  start slave    (not implemented yet)
+  stop           stop the broker (SIGTERM; SIGKILL after ${STOP_TIMEOUT_S} s) and the ZooKeeper
+                 that 'start local' started
+  restart [local]  stop the broker if it runs, then start [local]
+  reload         (not implemented yet)
+  status         print whether the broker runs, with pid and port
+
+Run dir: $RUN_DIR (\$META_RUN_DIR); log: meta-server.log there.
+'tools/metaServer.sh COMMAND --help' describes one command.
+EOF
+}
+
+usage_start() {
+    cat <<EOF
+usage: tools/metaServer.sh start [local]
+
+Starts the broker in the background, in its own session:
+    $PY -m meta.server -f $CONF
+logging to $LOG_FILE, and waits up to ${START_TIMEOUT_S} s (\$META_START_TIMEOUT_S) until
+its serverPort accepts connections. Fails, printing the log tail, if it exits first.
+
+  local   first run tools/setup-env.sh, start ZooKeeper on 127.0.0.1:$ZK_LOCAL_PORT (data in the
+          run dir; skipped if one already answers there) and pass --local to the broker.
+EOF
+}
+
+usage_stop() {
+    cat <<EOF
+usage: tools/metaServer.sh stop
+
+Sends SIGTERM to the broker (it flushes, leaves ZooKeeper and closes), waits up to
+${STOP_TIMEOUT_S} s (\$META_STOP_TIMEOUT_S), then SIGKILLs it with a warning. Also stops the
+ZooKeeper that 'start local' started. Exit 1 if nothing was running.
+EOF
+}
+
+usage_restart() {
+    cat <<EOF
+usage: tools/metaServer.sh restart [local]
+
+Stops the broker if it runs (ZooKeeper keeps running), then does 'start [local]'.
+EOF
+}
+
+usage_status() {
+    cat <<EOF
+usage: tools/metaServer.sh status
+
+Prints whether the broker runs, with its pid and port. Exit 0 if it runs, 1 if its pid file is
+stale, 3 if it does not run.
+EOF
+}
+
+not_implemented() {
+    printf 'metaServer: %s: not implemented yet\n' "$1" >&2
+    exit 2
+}
+
+# Prints the broker pid if the pid file names a live meta.server process; fails otherwise.
+running_pid() {
+    local pid
+    [ -f "$PID_FILE" ] || return 1
+    pid="$(cat "$PID_FILE")"
+    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+    # Guard against pid reuse; a zombie has an empty cmdline and counts as gone.
+    tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "-m meta.server " || return 1
+    printf '%s\n' "$pid"
+}
+
+# Prints "HOST PORT" the broker listens on, from the config when meta.config can read it.
+listen_address() {
+    local local_flag="$1" address
+    address="$("$PY" - "$CONF" "$local_flag" 2>/dev/null <<'EOF'
+import sys
+from meta.config import load_config
+config = load_config(sys.argv[1])
+host = "127.0.0.1" if sys.argv[2] == "1" or not config.host_name else config.host_name
+print(host, config.server_port)
+EOF
+)" || address=""
+    [ -n "$address" ] || address="127.0.0.1 $DEFAULT_PORT"
+    printf '%s\n' "$address"
+}
+
+port_open() { timeout 1 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null; }
+
+log_tail_since() {
+    printf -- '--- %s (this start) ---\n' "$LOG_FILE" >&2
+    tail -c +"$(($1 + 1))" "$LOG_FILE" 2>/dev/null | tail -n 40 >&2 || true
+}
+
+start_local_zookeeper() {
+    if "$ROOT/tools/zookeeper.sh" status --port "$ZK_LOCAL_PORT" --run-dir "$RUN_DIR" \
+        >/dev/null 2>&1; then
+        say "ZooKeeper already answers on 127.0.0.1:$ZK_LOCAL_PORT; using it"
+        return 0
+    fi
+    "$ROOT/tools/zookeeper.sh" start --port "$ZK_LOCAL_PORT" --run-dir "$RUN_DIR" ||
+        die "could not start ZooKeeper on 127.0.0.1:$ZK_LOCAL_PORT"
+    : >"$ZK_MARKER"
+}
+
+stop_local_zookeeper() {
+    [ -f "$ZK_MARKER" ] || return 1
+    "$ROOT/tools/zookeeper.sh" stop --run-dir "$RUN_DIR" || warn "could not stop ZooKeeper"
+    rm -f "$ZK_MARKER"
+}
+
+# Stops the broker; returns 1 if it was not running.
+stop_broker() {
+    local pid waited=0
+    if ! pid="$(running_pid)"; then
+        if [ -f "$PID_FILE" ]; then
+            warn "removing stale pid file $PID_FILE (pid $(cat "$PID_FILE") is not meta-server)"
+            rm -f "$PID_FILE"
+        fi
+        return 1
+    fi
+    say "stopping meta-server (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    while running_pid >/dev/null; do
+        if [ "$waited" -ge $((STOP_TIMEOUT_S * 10)) ]; then
+            warn "meta-server (pid $pid) still runs ${STOP_TIMEOUT_S} s after SIGTERM; SIGKILL"
+            kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+            sleep 0.2
+            break
+        fi
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+    rm -f "$PID_FILE"
+    say "meta-server stopped"
+}
+
+do_start() {
+    local local_flag=0 pid host port log_offset started_zk=0 waited=0
+    case "${1:-}" in
+        "") ;;
+        local) local_flag=1 ;;
+        slave) not_implemented "start slave" ;;
+        -h|--help) usage_start; exit 0 ;;
+        *) usage_start >&2; die "unknown start mode: $1" ;;
+    esac
+    [ "$#" -le 1 ] || { usage_start >&2; die "too many arguments: $*"; }
+    if pid="$(running_pid)"; then
+        die "meta-server is already running (pid $pid); use 'restart' or 'stop'"
+    fi
+    if [ -f "$PID_FILE" ]; then
+        warn "removing stale pid file $PID_FILE (pid $(cat "$PID_FILE") is not meta-server)"
+        rm -f "$PID_FILE"
+    fi
+    [ -f "$CONF" ] || die "config file $CONF not found (set META_CONF)"
+    mkdir -p "$RUN_DIR"
+    if [ "$local_flag" -eq 1 ]; then
+        "$ROOT/tools/setup-env.sh" || die "tools/setup-env.sh failed"
+        [ -n "${META_PYTHON:-}" ] || PY="$ROOT/.venv/bin/python"
+        [ -f "$ZK_MARKER" ] || started_zk=1
+        start_local_zookeeper
+        [ -f "$ZK_MARKER" ] || started_zk=0
+    fi
+    "$PY" -c 'import meta.server.main' 2>/dev/null ||
+        die "$PY cannot import meta.server.main; run tools/setup-env.sh (or set META_PYTHON)"
+    read -r host port <<<"$(listen_address "$local_flag")"
+    if port_open "$host" "$port"; then
+        die "$host:$port already accepts connections (another broker?)"
+    fi
+
+    local args=(-m meta.server -f "$CONF")
+    [ "$local_flag" -eq 0 ] || args+=(--local)
+    touch "$LOG_FILE"
+    log_offset="$(stat -c %s "$LOG_FILE")"
+    printf '=== %s tools/metaServer.sh start: %s %s ===\n' "$(date -Is)" "$PY" "${args[*]}" \
+        >>"$LOG_FILE"
+    # Own session (no terminal, no stray SIGHUP/SIGINT); the child writes its own pid, then
+    # becomes the broker (exec), so the pid file is right even when setsid forks.
+    setsid nohup bash -c 'printf "%s\n" "$$" >"$1"; shift; exec "$@"' _ "$PID_FILE" \
+        "$PY" "${args[@]}" </dev/null >>"$LOG_FILE" 2>&1 &
+
+    while ! port_open "$host" "$port"; do
+        if [ "$waited" -ge 5 ] && ! running_pid >/dev/null; then
+            log_tail_since "$log_offset"
+            rm -f "$PID_FILE"
+            [ "$started_zk" -eq 0 ] || stop_local_zookeeper || true
+            die "meta-server exited during start-up; see $LOG_FILE"
+        fi
+        if [ "$waited" -ge $((START_TIMEOUT_S * 10)) ]; then
+            log_tail_since "$log_offset"
+            stop_broker || true
+            [ "$started_zk" -eq 0 ] || stop_local_zookeeper || true
+            die "meta-server did not accept connections on $host:$port within ${START_TIMEOUT_S} s"
+        fi
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+    say "meta-server started (pid $(running_pid || cat "$PID_FILE"), $host:$port, log $LOG_FILE)"
+}
+
+do_stop() {
+    case "${1:-}" in
+        "") ;;
+        -h|--help) usage_stop; exit 0 ;;
+        *) usage_stop >&2; die "stop takes no arguments (got $*)" ;;
+    esac
+    local stopped=0
+    if stop_broker; then stopped=1; else say "meta-server is not running"; fi
+    if stop_local_zookeeper; then stopped=1; fi
+    [ "$stopped" -eq 1 ] || exit 1
+}
+
+do_restart() {
+    case "${1:-}" in
+        ""|local) ;;
+        -h|--help) usage_restart; exit 0 ;;
+        slave) not_implemented "restart slave" ;;
+        *) usage_restart >&2; die "unknown restart mode: $1" ;;
+    esac
+    stop_broker || say "meta-server was not running"
+    do_start "$@"
+}
+
+do_status() {
+    case "${1:-}" in
+        "") ;;
+        -h|--help) usage_status; exit 0 ;;
+        *) usage_status >&2; die "status takes no arguments (got $*)" ;;
+    esac
+    local pid host port local_flag=0
+    if pid="$(running_pid)"; then
+        tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- " --local" && local_flag=1
+        read -r host port <<<"$(listen_address "$local_flag")"
+        if port_open "$host" "$port"; then
+            say "meta-server is running (pid $pid, port $port)"
+        else
+            say "meta-server is running (pid $pid) but $host:$port does not accept connections"
+        fi
+        if [ -f "$ZK_MARKER" ]; then
+            "$ROOT/tools/zookeeper.sh" status --run-dir "$RUN_DIR" || true
+        fi
+        exit 0
+    fi
+    if [ -f "$PID_FILE" ]; then
+        say "meta-server is not running (stale pid file $PID_FILE, pid $(cat "$PID_FILE"))"
+        exit 1
+    fi
+    say "meta-server is not running"
+    exit 3
+}
+
+[ "$#" -ge 1 ] || { usage >&2; die "missing command"; }
+command_name="$1"
+shift
+case "$command_name" in
+    -h|--help|help) usage ;;
+    start) do_start "$@" ;;
+    stop) do_stop "$@" ;;
+    restart) do_restart "$@" ;;
+    status) do_status "$@" ;;
+    reload) not_implemented reload ;;
+    *) usage >&2; die "unknown command: $command_name" ;;
+esac

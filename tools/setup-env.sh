@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Idempotent development/test environment set-up for metaq-py on Debian 12.
+#
+# 1. System packages (root only, via apt-get, each only when missing):
+#      python3 + python3-venv   when `python3 -m venv` cannot work
+#      default-jre-headless     when `java` is missing (ZooKeeper and pyspark need Java 17+)
+#      zookeeper                when Debian's zookeeper package is not installed
+#    `apt-get update` runs only when a package has no install candidate yet.
+#    Not root and something missing: prints the exact command and exits 1.
+# 2. <checkout>/.venv: created when absent, reused when present.
+# 3. pip install -e '.[test]' into it, skipped while setup.cfg, pyproject.toml and the
+#    checkout path are unchanged since the last successful install (--force reinstalls).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+STAMP="$VENV/.metaq-install-stamp"
+PYTHON="${PYTHON:-python3}"
+ZOOKEEPER_JAR=/usr/share/java/zookeeper.jar
+FORCE=0
+
+usage() {
+    cat <<EOF
+usage: tools/setup-env.sh [--force] [--help]
+
+Installs what metaq-py needs to run and test, and is safe to run again:
+  - as root, with apt-get, only what is missing: python3 python3-venv, default-jre-headless
+    (Java for ZooKeeper and pyspark), zookeeper (Debian's ZooKeeper server package);
+  - a virtualenv at $VENV (reused when present);
+  - pip install -e '.[test]' (package, test tools and the spark extra) into it.
+
+  --force   reinstall the Python packages even if nothing changed
+  --help    show this help
+
+Environment: PYTHON (interpreter used to create the venv, default python3).
+EOF
+}
+
+say() { printf 'setup-env: %s\n' "$*"; }
+die() { printf 'setup-env: error: %s\n' "$*" >&2; exit 1; }
+
+for arg in "$@"; do
+    case "$arg" in
+        -h|--help) usage; exit 0 ;;
+        --force) FORCE=1 ;;
+        *) usage >&2; die "unknown argument: $arg" ;;
+    esac
+done
+
+# --- 1. system packages ---------------------------------------------------------------
+
+python_ok() {
+    command -v "$PYTHON" >/dev/null 2>&1 &&
+        "$PYTHON" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null
+}
+
+missing=()
+if [ ! -x "$VENV/bin/python" ]; then
+    if ! python_ok; then
+        missing+=(python3 python3-venv)
+    elif ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
+        # Debian ships venv's pip bootstrap (ensurepip) separately.
+        missing+=(python3-venv)
+    fi
+fi
+command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+# Debian's `zookeeper` package: the server jars (libzookeeper-java) plus its scripts and
+# /etc/zookeeper. Our own tools start the server from those jars on a loopback port.
+{ [ -f "$ZOOKEEPER_JAR" ] && dpkg -s zookeeper >/dev/null 2>&1; } || missing+=(zookeeper)
+
+if [ "${#missing[@]}" -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        die "missing system packages; as root run:
+    apt-get update && apt-get install -y --no-install-recommends ${missing[*]}
+then run tools/setup-env.sh again."
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    for package in "${missing[@]}"; do
+        # Captured first: with pipefail, `grep -q` closing the pipe early would fail it.
+        policy="$(apt-cache policy "$package" 2>/dev/null || true)"
+        if ! grep -q 'Candidate: [^(]' <<<"$policy"; then
+            say "apt-get update"
+            apt-get update -qq || die "apt-get update failed"
+            break
+        fi
+    done
+    say "apt-get install ${missing[*]}"
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+        die "apt-get install ${missing[*]} failed"
+fi
+
+command -v java >/dev/null 2>&1 || die "java is still missing after installation"
+[ -f "$ZOOKEEPER_JAR" ] || die "$ZOOKEEPER_JAR is still missing after installation"
+
+# --- 2. virtualenv ----------------------------------------------------------------------
+
+if [ -x "$VENV/bin/python" ]; then
+    "$VENV/bin/python" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null ||
+        die "$VENV is broken or older than Python 3.11; remove it and run again"
+    say "reusing $VENV"
+else
+    python_ok || die "$PYTHON (Python >= 3.11) not found; set PYTHON=/path/to/python3.11"
+    say "creating $VENV"
+    "$PYTHON" -m venv "$VENV" || die "could not create $VENV"
+fi
+
+# --- 3. Python packages -----------------------------------------------------------------
+
+stamp_value() {
+    # Anything that changes what `pip install -e` would produce.
+    { printf '%s\n' "$ROOT"; cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml"; } | sha256sum |
+        cut -d' ' -f1
+}
+
+wanted="$(stamp_value)"
+if [ "$FORCE" -eq 0 ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$wanted" ] &&
+    "$VENV/bin/python" -c 'import meta, pytest, kazoo, twisted' 2>/dev/null; then
+    say "python packages up to date"
+else
+    say "pip install -e '.[test]' (this can take a few minutes the first time)"
+    rm -f "$STAMP"
+    (cd "$ROOT" && "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        -e '.[test]') || die "pip install -e '.[test]' failed (see the errors above)"
+    printf '%s\n' "$wanted" >"$STAMP"
+fi
+say "ready: $VENV/bin/python, java $(java -version 2>&1 | head -n1 | cut -d'"' -f2)"
