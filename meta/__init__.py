@@ -3,4 +3,4 @@
 Importing ``meta`` has no side effects: no reactor, no kazoo, no threads.
 """
 
-__version__ = "1.4.6.3-py"
+__version__ = "0.1.0"

@@ -93,7 +93,9 @@ class Record:
         return HEADER_SIZE + len(self.payload)
 
 
-def iter_messages(buffer: bytes | bytearray | memoryview, base_offset: int = 0) -> Iterator[Record]:
+def iter_messages(
+    buffer: bytes | bytearray | memoryview, base_offset: int = 0
+) -> Iterator[Record]:
     """Yield the complete records of a message set (a get reply body or a segment slice).
 
     Stops quietly at a trailing partial record, as Java's ``MessageIterator`` does.
@@ -107,7 +109,8 @@ def iter_messages(buffer: bytes | bytearray | memoryview, base_offset: int = 0) 
     while total - position >= HEADER_SIZE:
         length, stored_checksum, msg_id, flag = HEADER.unpack_from(view, position)
         if length < 0:
-            raise InvalidRecordError(f"negative payload length {length} at {base_offset + position}")
+            offset = base_offset + position
+            raise InvalidRecordError(f"negative payload length {length} at offset {offset}")
         end = position + HEADER_SIZE + length
         if end > total:
             return

@@ -32,7 +32,8 @@ def test_put_replies_advance_by_twenty_plus_payload_length():
     puts = [p for p in puts if isinstance(p, Put)]
     results = [c for f in COMPLETE if f.direction == "<" for c in decode_all(f.data)]
     put_offsets = [int(r.body.split(b" ")[2]) for r in results if r.code == 200]
-    for (put, offset), next_offset in zip(zip(puts, put_offsets), put_offsets[1:], strict=False):
+    assert len(put_offsets) == len(puts)
+    for put, offset, next_offset in zip(puts, put_offsets, put_offsets[1:], strict=False):
         assert next_offset == offset + HEADER_SIZE + len(put.data)
 
 

@@ -1,0 +1,96 @@
+"""A blocking connection to one broker over the shared codec (no reactor).
+
+Used by tests, ``tools/bench``, the Spark executors and, later, the client library. Requests
+may be pipelined: ``send`` writes without waiting and ``receive`` returns the next reply
+frame. Replies are matched by opaque by the caller; ``request`` does send + receive for the
+one-at-a-time case and checks the opaque.
+
+Invariants: the decoder limit bounds memory per reply (``reply_bytes_max``); every socket
+operation has a timeout. Not thread-safe: one connection per thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+
+from meta.errors import MetaError
+from meta.protocol.codec import NEED_DATA, Decoder, encode
+from meta.protocol.commands import BodyTooLarge, Command, Data, Result
+
+RECEIVE_BYTES = 256 * 1024
+
+
+class ConnectionClosedError(MetaError):
+    """The broker closed the connection before a reply arrived."""
+
+
+class BrokerConnection:
+    """A blocking, pipelining-capable connection to ``host:port``.
+
+    Args:
+        host: broker host.
+        port: broker port.
+        timeout_s: timeout of connect and of every send/receive.
+        reply_bytes_max: largest reply body accepted.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        timeout_s: float = 10.0,
+        reply_bytes_max: int = 64 * 1024 * 1024,
+    ) -> None:
+        self.address = (host, port)
+        self._socket = socket.create_connection(self.address, timeout=timeout_s)
+        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._decoder = Decoder(body_bytes_max=reply_bytes_max)
+        self._opaques = itertools.count(1)
+
+    def next_opaque(self) -> int:
+        return next(self._opaques) & 0x7FFFFFFF
+
+    def send(self, command: Command) -> None:
+        self.send_bytes(encode(command))
+
+    def send_bytes(self, data: bytes) -> None:
+        self._socket.sendall(data)
+
+    def receive(self) -> Result | Data:
+        """Return the next reply frame.
+
+        Raises:
+            ConnectionClosedError: the broker closed the connection.
+            MetaError: the reply was too large or was not a reply frame.
+        """
+        while True:
+            frame = self._decoder.next_command()
+            if frame is not NEED_DATA:
+                if isinstance(frame, Result | Data):
+                    return frame
+                if isinstance(frame, BodyTooLarge):
+                    raise MetaError(f"reply of {frame.length} bytes is over the limit")
+                raise MetaError(f"unexpected frame from broker: {frame!r}")
+            data = self._socket.recv(RECEIVE_BYTES)
+            if not data:
+                raise ConnectionClosedError(f"broker {self.address} closed the connection")
+            self._decoder.receive_data(data)
+
+    def request(self, command: Command) -> Result | Data:
+        """Send one command and return its reply, checking the opaque."""
+        self.send(command)
+        reply = self.receive()
+        opaque = getattr(command, "opaque", None)
+        if opaque is not None and reply.opaque != opaque:
+            raise MetaError(f"reply opaque {reply.opaque} does not match request {opaque}")
+        return reply
+
+    def close(self) -> None:
+        self._socket.close()
+
+    def __enter__(self) -> BrokerConnection:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,277 @@
+"""``Broker``: owns the config, the store, the id worker, counters and the ZooKeeper registry.
+
+Lifecycle: ``start()`` loads and recovers every partition on disk, starts the flush timers,
+listens, then registers in ZooKeeper (zk spec §1.3 step 1). ``stop()`` stops accepting
+connections, deregisters, waits ``zkSyncTimeMs`` on the reactor so clients can move away,
+flushes and closes the store (which answers every waiting put), then closes connections.
+
+The reactor is injected (STYLE 11); everything here runs on the reactor thread. Kazoo lives
+only in ``registry.py`` and never runs on this thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from typing import Any
+
+from twisted.internet import defer, task
+
+from meta import __version__
+from meta.config import BrokerConfig
+from meta.errors import InvalidTopicError
+from meta.message_id import IdWorker
+from meta.server.protocol import BrokerFactory
+from meta.server.stats import (
+    BrokerCounters,
+    BrokerView,
+    PartitionView,
+    RealtimeStats,
+    render_stats,
+    stat_enabled,
+)
+from meta.store.manager import StoreManager
+
+log = logging.getLogger("meta.server")
+
+WIRE_VERSION = f"1.4.6.3-metaq-py-{__version__}"
+"""The ``version`` reply: the Java protocol level this broker speaks, then our own version."""
+
+DATA_WAITERS_MAX = 100_000
+
+
+def advertised_host(config: BrokerConfig) -> str:
+    """``hostName`` when set, else the first non-loopback IPv4 address (DECISIONS 19)."""
+    if config.host_name:
+        return config.host_name
+    try:
+        infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
+    except OSError:
+        infos = []
+    for info in infos:
+        address = info[4][0]
+        if not address.startswith("127."):
+            return address
+    return "127.0.0.1"
+
+
+def broker_uri(host: str, port: int) -> str:
+    """``meta://host:port``, with IPv6 hosts in brackets (zk spec §0)."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"meta://{host}:{port}"
+
+
+class Broker:
+    """A Metamorphosis-compatible broker.
+
+    Args:
+        config: the validated configuration.
+        reactor: the reactor to use (default: the global one).
+        registry: a ``BrokerRegistry``-like object, or None to build one from the config.
+        files: the store's file layer (tests inject a recording one).
+    """
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        reactor: Any = None,
+        registry: Any = None,
+        files: Any = None,
+    ) -> None:
+        if reactor is None:
+            from twisted.internet import reactor
+        self.config = config
+        self._reactor = reactor
+        self.store = StoreManager(config, reactor, files=files)
+        self.ids = IdWorker(config.broker_id)
+        self.counters = BrokerCounters()
+        self.realtime = RealtimeStats(reactor.seconds)
+        self.version = WIRE_VERSION
+        self.connections: set = set()
+        self.host = advertised_host(config)
+        self.uri = broker_uri(self.host, config.server_port)
+        self._registry = registry
+        self._port = None
+        self._started_at = reactor.seconds()
+        self._stat_topics: dict[str, bool] = {}
+        self._data_waiters: dict[object, list] = {}
+        self._waiter_count = 0
+        self._stopping: defer.Deferred | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def start(self, listen: bool = True):
+        """Recover the store, listen, and register in ZooKeeper."""
+        self.store.load()
+        self.store.start()
+        if listen:
+            interface = self.config.host_name or ""
+            self._port = self._reactor.listenTCP(
+                self.config.server_port, BrokerFactory(self), interface=interface
+            )
+            port = self._port.getHost().port
+            self.uri = broker_uri(self.host, port)
+        if self._registry is None and self.config.zookeeper.enabled:
+            from meta.server.registry import BrokerRegistry
+
+            self._registry = BrokerRegistry(self.config, self._reactor, self.uri)
+        if self._registry is not None:
+            topics = sorted({log_.topic for log_ in self.store.partitions()})
+            yield self._registry.start(topics)
+        log.info(
+            "broker %d serving %s (data in %s, %d partitions loaded, zookeeper %s)",
+            self.config.broker_id,
+            self.uri,
+            self.config.data_path,
+            len(self.store.partitions()),
+            self.config.zookeeper.connect if self.config.zookeeper.enabled else "disabled",
+        )
+
+    @property
+    def port(self) -> int:
+        return self._port.getHost().port if self._port is not None else self.config.server_port
+
+    def stop(self) -> defer.Deferred:
+        """Graceful stop: deregister, let clients move away, flush, close. Idempotent."""
+        if self._stopping is None:
+            self._stopping = defer.ensureDeferred(self._stop())
+        return self._stopping
+
+    async def _stop(self) -> None:
+        log.info("broker %d stopping", self.config.broker_id)
+        if self._port is not None:
+            await defer.maybeDeferred(self._port.stopListening)
+        if self._registry is not None:
+            try:
+                await self._registry.stop()
+            except Exception:
+                log.exception("could not deregister from ZooKeeper")
+            delay_s = self.config.zookeeper.sync_time_ms / 1000
+            if delay_s > 0 and self.connections:
+                await task.deferLater(self._reactor, delay_s, lambda: None)
+        self._release_data_waiters()
+        await self.store.close()
+        for connection in list(self.connections):
+            connection.transport.loseConnection()
+        log.info("broker %d stopped", self.config.broker_id)
+
+    # --- used by handlers -------------------------------------------------------------------------
+
+    def partition_for_put(self, topic: str, partition: int):
+        """The partition log for a put, created (and registered) on the first put."""
+        partition_log = self.store.get(topic, partition)
+        if partition_log is not None:
+            return partition_log
+        if not self.config.is_legal_topic(topic):
+            raise InvalidTopicError(f"The server do not accept topic {topic}")
+        partition_log = self.store.get_or_create(topic, partition)
+        if self._registry is not None:
+            registered = self._registry.register_topic(topic)
+            registered.addErrback(self._topic_registration_failed, topic)
+        return partition_log
+
+    def _topic_registration_failed(self, failure, topic: str) -> None:
+        log.error("could not register topic %s in ZooKeeper: %s", topic, failure.value)
+
+    def wait_for_data(self, partition_log, offset: int, timeout_s: float) -> defer.Deferred:
+        """Fire when ``partition_log`` has data at ``offset`` or after ``timeout_s``."""
+        if self._waiter_count >= DATA_WAITERS_MAX or self._stopping is not None:
+            return defer.succeed(None)
+        waited = defer.Deferred()
+        waiters = self._data_waiters.setdefault(partition_log, [])
+        if not waiters:
+            partition_log.on_visible = self._data_visible
+        call = self._reactor.callLater(timeout_s, self._data_timeout, partition_log, waited)
+        waiters.append((waited, call))
+        self._waiter_count += 1
+        return waited
+
+    def _data_visible(self, partition_log) -> None:
+        waiters = self._data_waiters.pop(partition_log, [])
+        partition_log.on_visible = None
+        self._waiter_count -= len(waiters)
+        for waited, call in waiters:
+            call.cancel()
+            waited.callback(None)
+
+    def _data_timeout(self, partition_log, waited: defer.Deferred) -> None:
+        waiters = self._data_waiters.get(partition_log, [])
+        for index, (candidate, _call) in enumerate(waiters):
+            if candidate is waited:
+                del waiters[index]
+                self._waiter_count -= 1
+                break
+        if not waiters:
+            self._data_waiters.pop(partition_log, None)
+            partition_log.on_visible = None
+        waited.callback(None)
+
+    def _release_data_waiters(self) -> None:
+        for partition_log in list(self._data_waiters):
+            self._data_visible(partition_log)
+
+    # --- connections and stats ------------------------------------------------------------------
+
+    def connection_made(self, connection) -> None:
+        self.connections.add(connection)
+
+    def connection_lost(self, connection) -> None:
+        self.connections.discard(connection)
+
+    def _stat(self, topic: str) -> bool:
+        enabled = self._stat_topics.get(topic)
+        if enabled is None:
+            if len(self._stat_topics) > 100_000:
+                self._stat_topics.clear()
+            enabled = self._stat_topics[topic] = stat_enabled(self.config, topic)
+        return enabled
+
+    def record_put(self, topic: str, partition: int, size: int) -> None:
+        if self._stat(topic):
+            key = f"{self.config.broker_id}-{partition}"
+            self.realtime.record("put", topic, key)
+            self.realtime.record("message_size", topic, "*", size)
+
+    def record_put_failed(self, topic: str, partition: int) -> None:
+        if self._stat(topic):
+            self.realtime.record("put_failed", topic, f"{self.config.broker_id}-{partition}")
+
+    def record_get(self, topic: str, group: str) -> None:
+        if self._stat(topic):
+            self.realtime.record("get", topic, group)
+
+    def record_get_miss(self, topic: str, group: str) -> None:
+        if self._stat(topic):
+            self.realtime.record("get_miss", topic, group)
+
+    def record_offset(self, topic: str, group: str) -> None:
+        if self._stat(topic):
+            self.realtime.record("offset", topic, group)
+
+    def render_stats(self, item: str) -> tuple[int, bytes]:
+        partitions = tuple(
+            PartitionView(
+                p.topic, p.partition, p.min_offset, p.max_offset, p.message_count, p.byte_count
+            )
+            for p in self.store.partitions()
+        )
+        view = BrokerView(
+            pid=os.getpid(),
+            broker_id=self.config.broker_id,
+            port=self.port,
+            started_at=self._started_at,
+            now=self._reactor.seconds(),
+            version=self.version,
+            slave=False,
+            curr_connections=len(self.connections),
+            threads=threading.active_count(),
+            counters=self.counters,
+            config=self.config,
+            partitions=partitions,
+        )
+        return render_stats(item, view, self.realtime)
+

@@ -1,0 +1,234 @@
+"""One function per command: ``handle_<command>(broker, command) -> Reply | Deferred[Reply]``.
+
+A reply is encoded bytes, a ``FileReply`` (a value frame whose body is streamed from a segment
+file by the protocol), or None (no reply: ``transaction END`` and dropped frames). Handlers
+never write to a transport: the protocol decides what to write and when (STYLE 2, 17).
+Status codes and texts follow the wire spec §2 and DECISIONS; counters follow §6.2.
+
+Reactor thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import zlib
+from dataclasses import dataclass
+
+from twisted.internet import defer
+
+from meta.errors import MetaError, PartitionFailedError
+from meta.protocol.codec import encode_result, encode_value_header
+from meta.protocol.commands import (
+    LONG_MAX,
+    BodyTooLarge,
+    Data,
+    Get,
+    Offset,
+    Put,
+    Result,
+    Stats,
+    Sync,
+    Transaction,
+    Version,
+)
+from meta.protocol.message import CHECKSUM_MASK, HEADER
+
+log = logging.getLogger("meta.server")
+
+CHECKSUM_FAILURE = "Checksum failure,message may be corrupted when transfering on networking."
+NO_PROCESSOR = "未注册请求处理器，请求处理器类为com.taobao.metamorphosis.network."
+
+
+@dataclass(frozen=True, slots=True)
+class FileReply:
+    """A value frame whose body is ``length`` bytes of ``segment`` from ``position``."""
+
+    header: bytes
+    segment: object
+    position: int
+    length: int
+
+
+Reply = bytes | FileReply | None
+
+
+def put_failure_text(broker, topic: str, partition: int, detail: str | None) -> bytes:
+    """Java's put failure body (no space before ``Detail:``, wire spec §2.1)."""
+    text = f"Put message to [broker '{broker.uri}'] [partition '{topic}-{partition}'] failed."
+    if detail is not None:
+        text += f"Detail:{detail}"
+    return text.encode()
+
+
+def not_exists_text(topic: str, partition: int) -> bytes:
+    return f"The topic `{topic}` in partition `{partition}` is not exists".encode()
+
+
+def handle_put(broker, command: Put) -> Reply | defer.Deferred:
+    """Append one message; the reply is sent when the store acknowledges it (DECISIONS 1-4)."""
+    broker.counters.cmd_put += 1
+    topic = command.topic
+    if command.tx_key is not None:
+        # Transactions arrive with a later issue; until then no BEGIN can succeed, so every
+        # transactional put is answered as Java answers one for an unknown transaction.
+        broker.counters.put_failed += 1
+        kind = "Local" if command.tx_key.startswith("TX:") else "XA"
+        text = f"{kind} transaction '{command.tx_key}' has not been started."
+        return encode_result(500, text.encode(), command.opaque)
+    partition = command.partition
+    try:
+        if partition == -1:
+            partition = random.randrange(broker.config.topic_config(topic).num_partitions)
+        partition_log = broker.partition_for_put(topic, partition)
+        crc = zlib.crc32(command.data) & CHECKSUM_MASK
+        if command.checksum is not None and command.checksum != -1 and command.checksum != crc:
+            raise MetaError(CHECKSUM_FAILURE)
+        msg_id = broker.ids.next_id()
+        appended = partition_log.append(
+            HEADER.pack(len(command.data), crc, msg_id, command.flag) + command.data
+        )
+    except MetaError as error:
+        return _put_failed(broker, command, partition, str(error))
+    broker.record_put(topic, partition, len(command.data))
+    appended.addCallbacks(
+        _put_done,
+        _put_append_failed,
+        callbackArgs=(msg_id, partition, command.opaque),
+        errbackArgs=(broker, command, partition),
+    )
+    return appended
+
+
+def _put_done(offset: int, msg_id: int, partition: int, opaque: int) -> bytes:
+    return encode_result(200, b"%d %d %d" % (msg_id, partition, offset), opaque)
+
+
+def _put_append_failed(failure, broker, command: Put, partition: int) -> bytes:
+    if not failure.check(MetaError):
+        log.error("append to %s-%d failed", command.topic, partition, exc_info=failure.value)
+    detail = str(failure.value) if failure.check(PartitionFailedError) else None
+    return _put_failed(broker, command, partition, detail)
+
+
+def _put_failed(broker, command: Put, partition: int, detail: str | None) -> bytes:
+    broker.counters.put_failed += 1
+    broker.record_put_failed(command.topic, partition)
+    body = put_failure_text(broker, command.topic, partition, detail)
+    return encode_result(500, body, command.opaque)
+
+
+def handle_body_too_large(broker, event: BodyTooLarge) -> Reply:
+    """A put over ``maxMessageSize`` gets 500 (DECISIONS 8); other frames are dropped."""
+    if event.command == "put":
+        broker.counters.cmd_put += 1
+        broker.counters.put_failed += 1
+        detail = (
+            f"message body of {event.length} bytes is larger than "
+            f"maxMessageSize {broker.config.message_bytes_max}"
+        )
+        body = put_failure_text(broker, event.topic, event.partition, detail)
+        return encode_result(500, body, event.opaque)
+    if event.command == "sync":
+        return _no_processor("SyncCommand", event.opaque)
+    return None
+
+
+def handle_get(broker, command: Get) -> Reply | defer.Deferred:
+    """Serve a slice of one segment, or the 301/400/404 answers of wire spec §2.2."""
+    broker.counters.cmd_get += 1
+    partition_log = broker.store.get(command.topic, command.partition)
+    if partition_log is None:
+        broker.counters.get_miss += 1
+        return encode_result(404, not_exists_text(command.topic, command.partition), command.opaque)
+    if command.max_size <= 0:
+        text = f"Bad request,invalid max size:{command.max_size}".encode()
+        return encode_result(400, text, command.opaque)
+    broker.record_get(command.topic, command.group)
+    limit = min(broker.config.transfer_bytes_max, command.max_size)
+    found = partition_log.slice(command.offset, limit)
+    if found.kind == "data":
+        header = encode_value_header(found.length, command.opaque)
+        return FileReply(header, found.segment, found.position, found.length)
+    if command.max_wait_ms and found.kind == "after" and command.offset == found.offset:
+        waited = broker.wait_for_data(partition_log, command.offset, command.max_wait_ms / 1000)
+        return waited.addCallback(lambda _: _get_after_wait(broker, command, partition_log, limit))
+    return _get_out_of_range(broker, command, found.kind, found.offset)
+
+
+def _get_after_wait(broker, command: Get, partition_log, limit: int) -> Reply:
+    found = partition_log.slice(command.offset, limit)
+    if found.kind == "data":
+        header = encode_value_header(found.length, command.opaque)
+        return FileReply(header, found.segment, found.position, found.length)
+    return _get_out_of_range(broker, command, found.kind, found.offset)
+
+
+def _get_out_of_range(broker, command: Get, kind: str, answer: int) -> bytes:
+    counters = broker.counters
+    counters.get_miss += 1
+    counters.get_failed += 1
+    broker.record_get_miss(command.topic, command.group)
+    if kind == "before":
+        counters.cmd_offset += 1
+        return encode_result(301, b"%d" % answer, command.opaque)
+    moved = broker.config.update_consumer_offsets or command.offset == LONG_MAX
+    if command.offset > answer and moved:
+        counters.cmd_offset += 1
+        return encode_result(301, b"%d" % answer, command.opaque)
+    text = b"Could not find message at position %d" % command.offset
+    return encode_result(404, text, command.opaque)
+
+
+def handle_offset(broker, command: Offset) -> Reply:
+    """The start of the segment holding ``offset``, clamped to the partition (§2.3)."""
+    broker.counters.cmd_offset += 1
+    partition_log = broker.store.get(command.topic, command.partition)
+    if partition_log is None:
+        return encode_result(404, not_exists_text(command.topic, command.partition), command.opaque)
+    broker.record_offset(command.topic, command.group)
+    return encode_result(200, b"%d" % partition_log.nearest_offset(command.offset), command.opaque)
+
+
+def handle_version(broker, command: Version) -> Reply:
+    return encode_result(200, broker.version.encode(), command.opaque)
+
+
+def handle_stats(broker, command: Stats) -> Reply:
+    code, body = broker.render_stats(command.item)
+    return encode_result(code, body, command.opaque)
+
+
+def _no_processor(class_name: str, opaque: int) -> bytes:
+    return encode_result(503, (NO_PROCESSOR + class_name).encode(), opaque)
+
+
+def handle_transaction(broker, command: Transaction) -> Reply:
+    """No transaction processor yet: answer as Java answers an unregistered command (503)."""
+    if command.type == "END":
+        return None
+    return _no_processor("TransactionCommand", command.opaque)
+
+
+def handle_sync(broker, command: Sync) -> Reply:
+    """A plain broker has no sync processor (wire spec §2.8)."""
+    return _no_processor("SyncCommand", command.opaque)
+
+
+def handle_reply_frame(broker, command: Result | Data) -> Reply:
+    """Replies sent to the broker match no request of ours; they are dropped (§2.9)."""
+    return None
+
+
+HANDLERS = {
+    Put: handle_put,
+    Get: handle_get,
+    Offset: handle_offset,
+    Version: handle_version,
+    Stats: handle_stats,
+    Transaction: handle_transaction,
+    Sync: handle_sync,
+    Result: handle_reply_frame,
+    Data: handle_reply_frame,
+    BodyTooLarge: handle_body_too_large,
+}

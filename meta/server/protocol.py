@@ -1,0 +1,198 @@
+"""``BrokerProtocol``: bytes -> Decoder -> handlers -> replies, for one TCP connection.
+
+``dataReceived`` feeds the decoder, dispatches every complete command to ``handlers.py`` and
+queues the replies. Replies may leave in a different order from the requests (a put waits
+for its fsync, a get does not); each carries its request's opaque.
+
+Output and backpressure (STYLE 3, 13):
+
+* The protocol is the transport's streaming producer. A ``FileReply`` is streamed from the
+  segment file in chunks of ``CHUNK_BYTES`` while the transport is not paused, so a get
+  never builds its whole body in memory.
+* Replies that arrive while a stream is running, or while the transport is paused, wait in
+  a queue. Reading from the peer stops while more than ``INFLIGHT_MAX`` requests are
+  unanswered or more than ``QUEUED_BYTES_MAX`` reply bytes are queued, and resumes below half.
+* Malformed input closes the connection (Java sends nothing either); replies already queued
+  are still written first.
+
+Reactor thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+
+from twisted.internet import defer, protocol
+from twisted.python.failure import Failure
+
+from meta.errors import LocalProtocolError
+from meta.protocol.codec import HEADER_BYTES_MAX, NEED_DATA, Decoder
+from meta.protocol.commands import Quit
+from meta.server.handlers import HANDLERS, FileReply
+
+log = logging.getLogger("meta.server")
+
+CHUNK_BYTES = 256 * 1024
+INFLIGHT_MAX = 16384
+QUEUED_BYTES_MAX = 8 * 1024 * 1024
+FILE_REPLY_COST_BYTES = 64
+
+
+class BrokerProtocol(protocol.Protocol):
+    """One client connection of a ``Broker``."""
+
+    def __init__(self, broker) -> None:
+        self._broker = broker
+        self._decoder = Decoder(HEADER_BYTES_MAX, broker.config.message_bytes_max)
+        self._queue: deque[bytes | FileReply] = deque()
+        self._queued_bytes = 0
+        self._stream: list | None = None  # [segment, position, remaining] of the running reply
+        self._inflight = 0
+        self._transport_paused = False
+        self._reading_paused = False
+        self._closed = False
+
+    # --- Twisted callbacks ---------------------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        self.transport.registerProducer(self, True)
+        self._broker.connection_made(self)
+
+    def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
+        self._closed = True
+        self._queue.clear()
+        self._stream = None
+        self._broker.connection_lost(self)
+
+    def dataReceived(self, data: bytes) -> None:
+        decoder = self._decoder
+        decoder.receive_data(data)
+        while not self._closed:
+            try:
+                command = decoder.next_command()
+            except LocalProtocolError as error:
+                peer = self.transport.getPeer()
+                log.warning("closing connection from %s: %s", _address(peer), error)
+                self._close()
+                return
+            if command is NEED_DATA:
+                break
+            if command.__class__ is Quit:
+                self._close()
+                return
+            reply = HANDLERS[command.__class__](self._broker, command)
+            if reply is None:
+                continue
+            if isinstance(reply, defer.Deferred):
+                self._inflight += 1
+                reply.addCallbacks(self._deferred_reply, self._deferred_error)
+            else:
+                self._send(reply)
+        self._update_reading()
+
+    # --- producer interface (the transport calls these) -----------------------------------------
+
+    def pauseProducing(self) -> None:
+        self._transport_paused = True
+
+    def resumeProducing(self) -> None:
+        self._transport_paused = False
+        self._pump()
+        self._update_reading()
+
+    def stopProducing(self) -> None:
+        self._closed = True
+
+    # --- output ---------------------------------------------------------------------------------
+
+    def _deferred_reply(self, reply: bytes | FileReply | None) -> None:
+        self._inflight -= 1
+        if reply is not None and not self._closed:
+            self._send(reply)
+            self._update_reading()
+
+    def _deferred_error(self, failure: Failure) -> None:
+        self._inflight -= 1
+        log.error("request failed without a reply; closing the connection", exc_info=failure.value)
+        self._close()
+
+    def _send(self, reply: bytes | FileReply) -> None:
+        if self._closed:
+            return
+        if self._stream is None and not self._queue and not self._transport_paused:
+            self._write(reply)
+            return
+        self._queue.append(reply)
+        self._queued_bytes += len(reply) if isinstance(reply, bytes) else FILE_REPLY_COST_BYTES
+
+    def _write(self, reply: bytes | FileReply) -> None:
+        if isinstance(reply, bytes):
+            self.transport.write(reply)
+            return
+        self.transport.write(reply.header)
+        self._stream = [reply.segment, reply.position, reply.length]
+        self._pump()
+
+    def _pump(self) -> None:
+        """Write queued replies and stream chunks until done or the transport pauses us."""
+        while not self._closed and not self._transport_paused:
+            if self._stream is not None:
+                self._stream_chunk()
+                continue
+            if not self._queue:
+                return
+            reply = self._queue.popleft()
+            self._queued_bytes -= (
+                len(reply) if isinstance(reply, bytes) else FILE_REPLY_COST_BYTES
+            )
+            self._write(reply)
+
+    def _stream_chunk(self) -> None:
+        segment, position, remaining = self._stream
+        size = min(remaining, CHUNK_BYTES)
+        chunk = segment.read(position, size)
+        if len(chunk) != size:
+            log.error("segment %s shrank while streaming; closing the connection", segment)
+            self._close()
+            return
+        remaining -= size
+        self._stream = None if remaining == 0 else [segment, position + size, remaining]
+        self.transport.write(chunk)
+
+    # --- reading backpressure ---------------------------------------------------------------------
+
+    def _update_reading(self) -> None:
+        if self._closed:
+            return
+        if not self._reading_paused:
+            if self._inflight > INFLIGHT_MAX or self._queued_bytes > QUEUED_BYTES_MAX:
+                self._reading_paused = True
+                self.transport.pauseProducing()  # a TCP transport stops reading
+        elif self._inflight <= INFLIGHT_MAX // 2 and self._queued_bytes <= QUEUED_BYTES_MAX // 2:
+            self._reading_paused = False
+            self.transport.resumeProducing()
+
+    def _close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.transport.unregisterProducer()
+            self.transport.loseConnection()
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+
+def _address(peer) -> str:
+    return f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
+
+
+class BrokerFactory(protocol.Factory):
+    """Builds a ``BrokerProtocol`` per accepted connection."""
+
+    def __init__(self, broker) -> None:
+        self._broker = broker
+
+    def buildProtocol(self, addr) -> BrokerProtocol:
+        return BrokerProtocol(self._broker)

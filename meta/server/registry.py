@@ -1,0 +1,632 @@
+"""``BrokerRegistry``: the broker's ZooKeeper registration (zk spec section 1.2 and 1.3).
+
+What lives here: the only server code that imports kazoo. It writes, keeps alive and removes
+the nodes through which Java and Python clients find this broker (``R`` = ``zk.zkRoot``,
+``B`` = broker id, ``x`` = ``m`` for a master or ``s<N>`` for slave ``N``):
+
+* ``R/brokers/ids/B/master`` (ephemeral, master) or ``R/brokers/ids/B/slave<N>`` (ephemeral,
+  slave) = the broker URI; a master also writes the URI into the persistent ``R/brokers/ids/B``;
+* ``R/brokers/ids/B/master_config_checksum`` (ephemeral, master) = decimal config CRC32;
+* for each registered topic ``T``: ``R/brokers/topics/T/B-x`` = decimal partition count, and
+  ``R/brokers/topics-pub/T/B-x`` / ``R/brokers/topics-sub/T/B-x`` = compact JSON
+  ``{"numParts":n,"broker":"B-x"}``, each only while ``acceptPublish`` / ``acceptSubscribe``.
+
+Invariants:
+
+* Every missing parent is created persistent with empty data (kazoo ``makepath``).
+* A ``master``/``slave<N>`` node owned by another live session is never taken over: it is
+  waited out for at most the session timeout plus a margin (DECISIONS 6), then start fails.
+* ``registered_topics`` holds, per topic, the ``TopicConfig`` its nodes were written from; a
+  new session re-creates the broker node, the checksum node and exactly those topics.
+* With ``zk.zkEnable=false`` every method is a no-op that returns a fired Deferred.
+
+Thread affinity: the public methods and every attribute without the ``_zk`` prefix belong to
+the reactor thread. Every kazoo call runs on one dedicated worker thread (a one-thread
+``ThreadPool``), so ZooKeeper operations are serialised; the worker-only methods and
+attributes are prefixed ``_zk``. kazoo's state listener runs on kazoo's own thread: it only
+records the state and hands it to the reactor with ``callFromThread``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.handlers.threading import KazooTimeoutError
+from twisted.internet import defer, threads
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+
+from meta.config import BrokerConfig, TopicConfig
+from meta.errors import MetaError
+
+log = logging.getLogger("meta.registry")
+
+# Extra time, beyond our session timeout, that a stale master/slave node is waited out: the
+# server expires sessions on tick boundaries, so an expiry can come a few ticks late.
+STALE_NODE_MARGIN_S = 5.0
+# Re-check a stale node this often even without a watch event (watches die on disconnects).
+STALE_NODE_POLL_S = 1.0
+# Delay before retrying a failed re-registration while the connection stays up.
+REREGISTER_RETRY_S = 2.0
+# kazoo reconnects forever; cap its back-off so a broker notices a recovered server quickly.
+RECONNECT_DELAY_MAX_S = 2.0
+# How many times a create that races with another session's delete is tried again.
+CREATE_ATTEMPTS_MAX = 3
+
+
+class RegistryError(MetaError):
+    """ZooKeeper registration failed; the text names the connect string or the node."""
+
+
+def broker_suffix(broker_id: int, slave_id: int = -1) -> str:
+    """Return the child name a broker uses under topic nodes: ``B-m`` or ``B-s<N>``."""
+    return f"{broker_id}-m" if slave_id < 0 else f"{broker_id}-s{slave_id}"
+
+
+def topic_payload(num_partitions: int, suffix: str) -> str:
+    """Return the topics-pub/topics-sub JSON, ``numParts`` first, no spaces (Jackson's form)."""
+    return json.dumps({"numParts": num_partitions, "broker": suffix}, separators=(",", ":"))
+
+
+class BrokerRegistry:
+    """Registers one master or slave broker in ZooKeeper and keeps it registered.
+
+    Args:
+        config: the broker configuration; ``config.zookeeper`` gives the connection.
+        reactor: the Twisted reactor every Deferred fires on.
+        broker_uri: ``meta://host:port`` as clients must connect to it.
+        slave_id: ``-1`` for a master, ``N >= 0`` for async slave ``N``.
+        kazoo_factory: builds the client from ``KazooClient`` keyword arguments (tests).
+        stale_wait_s: how long ``start`` waits out a master/slave node held by another
+            session; default the session timeout plus ``STALE_NODE_MARGIN_S``.
+    """
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        reactor: Any,
+        broker_uri: str,
+        slave_id: int = -1,
+        kazoo_factory: Callable[..., KazooClient] | None = None,
+        stale_wait_s: float | None = None,
+    ) -> None:
+        zk = config.zookeeper
+        self._config = config
+        self._reactor = reactor
+        self._uri = broker_uri
+        self._slave_id = slave_id
+        self._suffix = broker_suffix(config.broker_id, slave_id)
+        self._kazoo_factory = kazoo_factory or KazooClient
+        if stale_wait_s is None:
+            stale_wait_s = zk.session_timeout_ms / 1000 + STALE_NODE_MARGIN_S
+        self._stale_wait_s = stale_wait_s
+        self._checksum = config.checksum
+        ids = f"{zk.root}/brokers/ids/{config.broker_id}"
+        self._ids_path = ids
+        self._broker_path = f"{ids}/master" if self.is_master else f"{ids}/slave{slave_id}"
+        self._checksum_path = f"{ids}/master_config_checksum"
+        self._pool = ThreadPool(1, 1, name=f"meta-registry-{self._suffix}")
+        self._shutdown_trigger: Any = None
+        self._registered: dict[str, TopicConfig] = {}
+        self._in_flight: dict[str, defer.Deferred] = {}
+        self._started = False
+        self._broker_registered = False
+        self._registered_session: int | None = None
+        self._reregistering = False
+        self._retry_call: Any = None
+        self._stopping = False
+        self._stopped = False
+        self._stop_waiters: list[defer.Deferred] = []
+        self._connected = False
+        self._last_state: str | None = None
+        self._zk_client: KazooClient | None = None
+
+    # --- public API (reactor thread) -------------------------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        """Whether ZooKeeper is used at all (``zk.zkEnable``)."""
+        return self._config.zookeeper.enabled
+
+    @property
+    def is_master(self) -> bool:
+        """True for a master broker, False for an async slave."""
+        return self._slave_id < 0
+
+    @property
+    def connected(self) -> bool:
+        """True while the session is connected and our nodes are known to be in place.
+
+        False while SUSPENDED, after LOST until re-registration finishes, and when disabled:
+        then the broker must not act on facts read from ZooKeeper.
+        """
+        return self._connected
+
+    @property
+    def registered_topics(self) -> dict[str, TopicConfig]:
+        """A copy of the registered topics and the settings their nodes were written from."""
+        return dict(self._registered)
+
+    def start(self, topics_with_stores: Iterable[str]) -> defer.Deferred:
+        """Connect, register the broker node, the checksum and every topic (zk spec 1.3 step 1).
+
+        Args:
+            topics_with_stores: topics that have a store directory on disk; they are registered
+                after the configured topics.
+
+        Returns:
+            A Deferred that fires with None once everything is registered, or fails with
+            ``RegistryError`` (cannot connect; another broker holds our node) or a kazoo error.
+        """
+        if not self.enabled:
+            return defer.succeed(None)
+        assert not self._started, "start() may be called once"
+        self._started = True
+        self._pool.start()
+        self._shutdown_trigger = self._reactor.addSystemEventTrigger(
+            "during", "shutdown", self._stop_pool
+        )
+        started = defer.ensureDeferred(self._start(list(topics_with_stores)))
+        started.addErrback(self._start_failed)
+        return started
+
+    def register_topic(self, topic: str, force: bool = False) -> defer.Deferred:
+        """Write ``topic``'s three nodes unless they are already registered (zk spec 1.3).
+
+        Args:
+            topic: the topic name (a wildcard section name is registered literally).
+            force: re-register after a config reload: when the topic's settings differ from
+                those of its last registration, delete its nodes and create them again.
+
+        Returns:
+            A Deferred that fires with None when the nodes are written (or nothing had to be
+            done), or fails with ``RegistryError`` or a kazoo error; then the topic is not
+            recorded as registered, so a later call tries again.
+        """
+        if not self.enabled:
+            return defer.succeed(None)
+        if not self._started or self._stopping:
+            error = RegistryError(f"cannot register topic {topic}: the registry is not running")
+            return defer.fail(error)
+        pending = self._in_flight.get(topic)
+        if pending is not None:
+            # Whatever the pending call's outcome, decide again from the updated state.
+            return _fork(pending).addBoth(lambda _: self.register_topic(topic, force))
+        topic_config = self._topic_config(topic)
+        previous = self._registered.get(topic)
+        if previous is not None and (not force or previous == topic_config):
+            return defer.succeed(None)
+        rewrite = previous is not None
+        registered = self._run(self._zk_write_topic, topic, topic_config, rewrite)
+        self._in_flight[topic] = registered
+        registered.addBoth(self._register_topic_done, topic, topic_config)
+        return _fork(registered)
+
+    def set_config(self, config: BrokerConfig) -> None:
+        """Use ``config`` for later registrations (after a reload); writes nothing by itself.
+
+        Call ``register_topic(topic, force=True)`` for each topic and
+        ``update_config_checksum(config.checksum)`` afterwards.
+        """
+        assert config.broker_id == self._config.broker_id, "the broker id cannot change"
+        self._config = config
+
+    def update_config_checksum(self, checksum: int) -> defer.Deferred:
+        """Rewrite ``master_config_checksum`` with ``checksum`` (master only; zk spec 1.3 step 3).
+
+        Returns:
+            A Deferred that fires with None when written (at once for a slave, when disabled,
+            or before the broker is registered: then ``start`` writes the new value).
+        """
+        self._checksum = checksum
+        if not self.enabled or not self.is_master or not self._broker_registered:
+            return defer.succeed(None)
+        if self._stopping:
+            return defer.succeed(None)
+        return self._run(self._zk_ensure_ephemeral, self._checksum_path, str(checksum))
+
+    def stop(self) -> defer.Deferred:
+        """Unregister (zk spec 1.3 step 5), close the session and stop the worker. Idempotent.
+
+        Deletes the broker node; for a master also the checksum node, then ``ids/B`` (or writes
+        ``""`` into it when slaves are still below it); then every registered topic's nodes.
+        Errors are logged, never raised: the ephemeral nodes go away with the session anyway.
+        Does not sleep ``zkSyncTimeMs``; the broker does that on the reactor.
+
+        Returns:
+            A Deferred that fires with None once the client is closed and the worker stopped.
+        """
+        if not self.enabled or self._stopped:
+            return defer.succeed(None)
+        waiter: defer.Deferred = defer.Deferred()
+        self._stop_waiters.append(waiter)
+        if not self._stopping:
+            self._stopping = True
+            self._connected = False
+            self._cancel_retry()
+            if self._started:
+                # In-flight topics too: their nodes may exist before their Deferred fires.
+                topics = sorted(set(self._registered) | set(self._in_flight))
+                unregister = self._run(self._zk_unregister_and_close, topics)
+                unregister.addErrback(self._log_failure, "ZooKeeper unregistration failed")
+                unregister.addBoth(self._stop_done)
+            else:
+                self._stop_done(None)
+        return waiter
+
+    # --- reactor-side orchestration --------------------------------------------------------------
+
+    async def _start(self, topics_with_stores: list[str]) -> None:
+        session = await self._run(self._zk_connect)
+        await self._register_broker()
+        configured = sorted(topic.name for topic in self._config.topics)
+        for topic in configured + sorted(set(topics_with_stores) - set(configured)):
+            await self.register_topic(topic)
+        self._registered_session = session
+        self._connected = True
+        log.info(
+            "registered broker %s at %s in ZooKeeper %s%s (%d topics)",
+            self._suffix,
+            self._uri,
+            self._config.zookeeper.connect,
+            self._config.zookeeper.root,
+            len(self._registered),
+        )
+        self._check_session()
+
+    def _start_failed(self, failure: Failure) -> defer.Deferred:
+        # Close the session and stop the worker, so a failed start leaves no thread behind
+        # and nothing of ours in ZooKeeper; stop() is then a no-op.
+        log.error("ZooKeeper registration failed: %s", failure.getErrorMessage())
+        stopped = self.stop()
+        stopped.addCallback(lambda _: failure)
+        return stopped
+
+    async def _register_broker(self) -> None:
+        """Create our master/slave node, waiting out a stale holder; then the checksum node."""
+        deadline = self._reactor.seconds() + self._stale_wait_s
+        warned = False
+        while True:
+            gone: defer.Deferred = defer.Deferred()
+            holder = await self._run(self._zk_claim_broker_node, gone)
+            if holder is None:
+                break
+            remaining = deadline - self._reactor.seconds()
+            if remaining <= 0 or self._stopping:
+                raise RegistryError(
+                    f"another broker with id {self._config.broker_id} seems to be running at "
+                    f"{holder}: {self._broker_path} is still held by another ZooKeeper "
+                    f"session after {self._stale_wait_s:.0f} s"
+                )
+            if not warned:
+                warned = True
+                log.warning(
+                    "%s exists and belongs to another session (data %r), perhaps a crashed "
+                    "earlier run; waiting up to %.0f s for ZooKeeper to expire it",
+                    self._broker_path,
+                    holder,
+                    remaining,
+                )
+            timer = self._reactor.callLater(min(remaining, STALE_NODE_POLL_S), _fire, gone)
+            await gone
+            if timer.active():
+                timer.cancel()
+        self._broker_registered = True
+        if self.is_master:
+            await self._run(self._zk_ensure_ephemeral, self._checksum_path, str(self._checksum))
+
+    def _register_topic_done(self, result: Any, topic: str, topic_config: TopicConfig) -> Any:
+        del self._in_flight[topic]
+        if not isinstance(result, Failure):
+            self._registered[topic] = topic_config
+            log.info(
+                "registered topic %s as %s (%d partitions, publish %s, subscribe %s)",
+                topic,
+                self._suffix,
+                topic_config.num_partitions,
+                topic_config.accept_publish,
+                topic_config.accept_subscribe,
+            )
+        return result
+
+    def _topic_config(self, topic: str) -> TopicConfig:
+        # A wildcard section registers under its literal name with its own settings (Java's
+        # topic map is keyed by section name); topic_config() does not look patterns up.
+        for section in self._config.topics:
+            if section.name == topic:
+                return section
+        return self._config.topic_config(topic)
+
+    def _state_changed(self, state: str) -> None:
+        """React on the reactor thread to a kazoo state change (see ``_zk_listener``)."""
+        if self._stopping or self._registered_session is None:
+            return
+        if state == KazooState.SUSPENDED:
+            self._connected = False
+            log.warning(
+                "ZooKeeper connection to %s suspended; not acting on ZooKeeper state until "
+                "it is back",
+                self._config.zookeeper.connect,
+            )
+        elif state == KazooState.LOST:
+            self._connected = False
+            log.warning(
+                "ZooKeeper session lost; the broker and topic nodes will be registered "
+                "again when a new session is established"
+            )
+        elif state == KazooState.CONNECTED:
+            self._check_session()
+
+    def _check_session(self) -> None:
+        """Re-register when the live session is not the one our nodes were written in."""
+        if self._stopping or self._reregistering:
+            return
+        self._cancel_retry()
+        checked = self._run(self._zk_session_id)
+        checked.addCallback(self._session_checked)
+        checked.addErrback(self._log_failure, "cannot read the ZooKeeper session id")
+
+    def _session_checked(self, session: int | None) -> None:
+        if self._stopping or self._reregistering or session is None:
+            return
+        if session == self._registered_session:
+            if not self._connected:
+                log.info("ZooKeeper connection restored (same session)")
+            self._connected = True
+            return
+        self._reregistering = True
+        done = defer.ensureDeferred(self._reregister(session))
+        done.addErrback(self._reregister_failed)
+
+    async def _reregister(self, session: int) -> None:
+        log.info("new ZooKeeper session 0x%x: registering broker %s again", session, self._suffix)
+        await self._register_broker()
+        for topic, topic_config in sorted(self._registered.items()):
+            await self._run(self._zk_write_topic, topic, topic_config, False)
+        self._registered_session = session
+        self._reregistering = False
+        self._connected = True
+        log.info("registered again broker %s and %d topics", self._suffix, len(self._registered))
+        self._check_session()
+
+    def _reregister_failed(self, failure: Failure) -> None:
+        self._reregistering = False
+        if self._stopping:
+            return
+        log.warning(
+            "registering again in ZooKeeper failed (%s); retrying in %.0f s",
+            failure.getErrorMessage(),
+            REREGISTER_RETRY_S,
+        )
+        self._retry_call = self._reactor.callLater(REREGISTER_RETRY_S, self._check_session)
+
+    def _cancel_retry(self) -> None:
+        if self._retry_call is not None and self._retry_call.active():
+            self._retry_call.cancel()
+        self._retry_call = None
+
+    def _stop_done(self, _: Any) -> None:
+        self._stop_pool()
+        self._stopped = True
+        waiters, self._stop_waiters = self._stop_waiters, []
+        for waiter in waiters:
+            waiter.callback(None)
+        log.info("ZooKeeper registry of broker %s stopped", self._suffix)
+
+    def _stop_pool(self) -> None:
+        if self._shutdown_trigger is not None:
+            self._reactor.removeSystemEventTrigger(self._shutdown_trigger)
+            self._shutdown_trigger = None
+        if self._pool.started:
+            self._pool.stop()
+
+    def _run(self, function: Callable[..., Any], *args: Any) -> defer.Deferred:
+        """Run ``function(*args)`` on the worker thread; the Deferred fires on the reactor."""
+        if self._stopped:
+            return defer.fail(RegistryError("the ZooKeeper registry is stopped"))
+        return threads.deferToThreadPool(self._reactor, self._pool, function, *args)
+
+    def _log_failure(self, failure: Failure, what: str) -> None:
+        log.warning("%s: %s", what, failure.getErrorMessage())
+
+    # --- worker thread only ----------------------------------------------------------------------
+
+    def _zk_connect(self) -> int:
+        """Build and start the client; return the new session id."""
+        zk = self._config.zookeeper
+        connection_timeout_s = zk.connection_timeout_ms / 1000
+        client = self._kazoo_factory(
+            hosts=zk.connect,
+            timeout=zk.session_timeout_ms / 1000,
+            connection_retry={"max_tries": -1, "max_delay": RECONNECT_DELAY_MAX_S},
+        )
+        try:
+            client.start(timeout=connection_timeout_s)
+        except KazooTimeoutError:
+            raise RegistryError(
+                f"cannot connect to ZooKeeper at {zk.connect} within {connection_timeout_s:g} s "
+                "(zk.zkConnect / zk.zkConnectionTimeoutMs)"
+            ) from None
+        client.add_listener(self._zk_listener)
+        self._zk_client = client
+        return self._zk_session_id()
+
+    def _zk_listener(self, state: str) -> None:
+        # Runs on kazoo's thread, where ZooKeeper must not be called: record and hand over.
+        self._last_state = state
+        self._reactor.callFromThread(self._state_changed, state)
+
+    def _zk_session_id(self) -> int | None:
+        client_id = self._zk().client_id
+        return client_id[0] if client_id else None
+
+    def _zk(self) -> KazooClient:
+        if self._zk_client is None:
+            raise RegistryError("not connected to ZooKeeper")
+        return self._zk_client
+
+    def _zk_wait(self, async_result: Any) -> Any:
+        # Bounded: a request queued while disconnected would otherwise wait forever.
+        return async_result.get(timeout=self._config.zookeeper.connection_timeout_ms / 1000)
+
+    def _zk_claim_broker_node(self, gone: defer.Deferred) -> str | None:
+        """Create our master/slave node. Return None on success, else the holder's data.
+
+        When another session holds the node, a watch fires ``gone`` when it changes or goes.
+        """
+        client = self._zk()
+        data = self._uri.encode()
+        for _ in range(CREATE_ATTEMPTS_MAX):
+            try:
+                self._zk_wait(
+                    client.create_async(self._broker_path, data, ephemeral=True, makepath=True)
+                )
+                break
+            except NodeExistsError:
+                pass
+            watch = self._zk_watch(gone)
+            try:
+                holder, stat = self._zk_wait(client.get_async(self._broker_path, watch=watch))
+            except NoNodeError:
+                continue
+            if stat.ephemeralOwner != self._zk_session_id():
+                return holder.decode("utf-8", "replace")
+            self._zk_wait(client.set_async(self._broker_path, data))
+            break
+        else:
+            return "(a node that keeps coming back)"
+        if self.is_master:
+            self._zk_set_persistent(self._ids_path, self._uri)
+        return None
+
+    def _zk_watch(self, gone: defer.Deferred) -> Callable[[Any], None]:
+        def watch(_event: Any) -> None:
+            self._reactor.callFromThread(_fire, gone)
+
+        return watch
+
+    def _zk_set_persistent(self, path: str, value: str) -> None:
+        client = self._zk()
+        try:
+            self._zk_wait(client.set_async(path, value.encode()))
+        except NoNodeError:
+            try:
+                self._zk_wait(client.create_async(path, value.encode(), makepath=True))
+            except NodeExistsError:
+                self._zk_wait(client.set_async(path, value.encode()))
+
+    def _zk_ensure_ephemeral(self, path: str, value: str) -> None:
+        """Make ``path`` an ephemeral node of our session holding ``value``.
+
+        Only for nodes whose name is ours alone (topic nodes, the checksum): a copy left by
+        an older session of this broker is replaced.
+        """
+        client = self._zk()
+        data = value.encode()
+        for _ in range(CREATE_ATTEMPTS_MAX):
+            try:
+                self._zk_wait(client.create_async(path, data, ephemeral=True, makepath=True))
+                return
+            except NodeExistsError:
+                pass
+            try:
+                _, stat = self._zk_wait(client.get_async(path))
+            except NoNodeError:
+                continue
+            if stat.ephemeralOwner == self._zk_session_id():
+                self._zk_wait(client.set_async(path, data))
+                return
+            log.warning("replacing %s, left by session 0x%x", path, stat.ephemeralOwner)
+            self._zk_delete_if_exists(path)
+        raise RegistryError(f"cannot create {path}: another session keeps re-creating it")
+
+    def _zk_delete_if_exists(self, path: str) -> None:
+        try:
+            self._zk_wait(self._zk().delete_async(path))
+        except NoNodeError:
+            pass
+
+    def _zk_topic_paths(self, topic: str) -> tuple[str, str, str]:
+        brokers = f"{self._config.zookeeper.root}/brokers"
+        return tuple(f"{brokers}/{kind}/{topic}/{self._suffix}" for kind in _TOPIC_KINDS)
+
+    def _zk_write_topic(self, topic: str, topic_config: TopicConfig, rewrite: bool) -> None:
+        """Write the three topic nodes; with ``rewrite`` delete them first (a child event)."""
+        paths = self._zk_topic_paths(topic)
+        if rewrite:
+            for path in paths:
+                self._zk_delete_if_exists(path)
+        count = topic_config.num_partitions
+        payload = topic_payload(count, self._suffix)
+        legacy_path, publish_path, subscribe_path = paths
+        self._zk_ensure_ephemeral(legacy_path, str(count))
+        for path, accepted in (
+            (publish_path, topic_config.accept_publish),
+            (subscribe_path, topic_config.accept_subscribe),
+        ):
+            if accepted:
+                self._zk_ensure_ephemeral(path, payload)
+            else:
+                self._zk_delete_if_exists(path)
+
+    def _zk_unregister_and_close(self, topics: list[str]) -> None:
+        try:
+            if self._zk_client is not None and self._zk_client.connected:
+                self._zk_unregister(topics)
+            elif self._zk_client is not None:
+                log.warning("not connected to ZooKeeper at stop; nodes are left to expire")
+        except (KazooException, KazooTimeoutError, RegistryError) as error:
+            log.warning(
+                "ZooKeeper unregistration incomplete (%r); ephemeral nodes go with the session",
+                error,
+            )
+        finally:
+            client, self._zk_client = self._zk_client, None
+            if client is not None:
+                client.remove_listener(self._zk_listener)
+                client.stop()
+                client.close()
+
+    def _zk_unregister(self, topics: list[str]) -> None:
+        """zk spec 1.3 step 5: broker node, checksum, ``ids/B``, then the topic nodes."""
+        if self._broker_registered:
+            self._zk_delete_if_exists(self._broker_path)
+            if self.is_master:
+                self._zk_delete_if_exists(self._checksum_path)
+                try:
+                    self._zk_delete_if_exists(self._ids_path)
+                except NotEmptyError:
+                    # Slaves are still registered below it: keep the node, clear the URI.
+                    self._zk_set_persistent(self._ids_path, "")
+        for topic in topics:
+            for path in self._zk_topic_paths(topic):
+                self._zk_delete_if_exists(path)
+
+
+_TOPIC_KINDS = ("topics", "topics-pub", "topics-sub")
+
+
+def _fire(deferred: defer.Deferred) -> None:
+    """Fire ``deferred`` with None unless it already fired (reactor thread)."""
+    if not deferred.called:
+        deferred.callback(None)
+
+
+def _fork(deferred: defer.Deferred) -> defer.Deferred:
+    """Return a new Deferred with ``deferred``'s result, leaving ``deferred`` unchanged."""
+    child: defer.Deferred = defer.Deferred()
+
+    def relay(result: Any) -> Any:
+        if isinstance(result, Failure):
+            child.errback(result)
+            return None  # The child carries the failure to its own caller.
+        child.callback(result)
+        return result
+
+    deferred.addBoth(relay)
+    return child

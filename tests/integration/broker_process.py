@@ -1,0 +1,143 @@
+"""Runs a real broker process (``python -m meta.server``) for integration tests.
+
+``BrokerProcess`` writes a server.ini into a test directory, starts the broker in its own
+process group on a free 127.0.0.1 port, waits (bounded) until it accepts connections, and
+always stops it: SIGTERM, then SIGKILL after a timeout. ``kill()`` is a real ``kill -9``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from meta.client.connection import BrokerConnection
+
+REPO = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def server_ini(
+    port: int,
+    data_path: Path,
+    system: dict[str, object] | None = None,
+    topics: dict[str, dict[str, object]] | None = None,
+    zk_connect: str | None = None,
+    zk: dict[str, object] | None = None,
+) -> str:
+    """A complete server.ini; ``system``/``zk`` add or override keys, ``topics`` maps sections."""
+    values: dict[str, object] = {
+        "brokerId": 0,
+        "hostName": "127.0.0.1",
+        "serverPort": port,
+        "dataPath": data_path,
+        "numPartitions": 1,
+        "unflushThreshold": 0,
+        "unflushInterval": 10000,
+        "maxSegmentSize": 1024 * 1024 * 1024,
+        "maxTransferSize": 1024 * 1024,
+        "updateConsumerOffsets": "false",
+    }
+    values.update(system or {})
+    zk_values: dict[str, object] = {
+        "zk.zkEnable": "true" if zk_connect else "false",
+        "zk.zkConnect": zk_connect or "127.0.0.1:1",
+        "zk.zkSessionTimeoutMs": 4000,
+        "zk.zkConnectionTimeoutMs": 10000,
+        "zk.zkSyncTimeMs": 0,
+    }
+    zk_values.update(zk or {})
+    lines = ["[system]", *(f"{k}={v}" for k, v in values.items()), "", "[zookeeper]"]
+    lines += [f"{k}={v}" for k, v in zk_values.items()]
+    for name, keys in (topics or {"test": {}}).items():
+        lines += ["", f"[topic={name}]", *(f"{k}={v}" for k, v in keys.items())]
+    return "\n".join(lines) + "\n"
+
+
+class BrokerProcess:
+    """One broker process with its own config, data directory and log file."""
+
+    def __init__(self, directory: Path, port: int | None = None, **ini: object) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.data_path = self.directory / "data"
+        self.data_path.mkdir(exist_ok=True)
+        self.config_path = self.directory / "server.ini"
+        self.log_path = self.directory / "broker.log"
+        self.write_config(**ini)
+        self.process: subprocess.Popen | None = None
+        self._log_start = 0
+
+    def write_config(self, **ini: object) -> None:
+        self.config_path.write_text(server_ini(self.port, self.data_path, **ini))
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> BrokerProcess:
+        assert self.process is None or self.process.poll() is not None
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps it open
+        env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "meta.server", "-f", str(self.config_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.directory,
+            env=env,
+            start_new_session=True,
+        )
+        log.close()
+        self.wait_until_serving(timeout_s)
+        return self
+
+    def wait_until_serving(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.process.returncode}:\n{self.log()}")
+            if "serving meta://" in self.log(since=self._log_start):
+                return
+            time.sleep(0.05)
+        self.kill()
+        raise TimeoutError(f"broker did not start within {timeout_s} s:\n{self.log()}")
+
+    def log(self, since: int = 0) -> str:
+        """The broker's log from byte ``since`` on (default: all runs)."""
+        if not self.log_path.exists():
+            return ""
+        return self.log_path.read_bytes()[since:].decode(errors="replace")
+
+    def connect(self, timeout_s: float = 10.0) -> BrokerConnection:
+        return BrokerConnection("127.0.0.1", self.port, timeout_s=timeout_s)
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM and wait; SIGKILL if it does not exit in time. Returns the exit status."""
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        """``kill -9`` the broker and reap it."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(STOP_TIMEOUT_S)
+
+    def rss_bytes(self) -> int:
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        line = next(line for line in status.splitlines() if line.startswith("VmRSS:"))
+        return int(line.split()[1]) * 1024
