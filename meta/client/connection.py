@@ -12,6 +12,7 @@ operation has a timeout. Not thread-safe: one connection per thread.
 from __future__ import annotations
 
 import itertools
+import select
 import socket
 
 from meta.errors import MetaError
@@ -76,6 +77,13 @@ class BrokerConnection:
             if not data:
                 raise ConnectionClosedError(f"broker {self.address} closed the connection")
             self._decoder.receive_data(data)
+
+    def reply_ready(self, timeout_s: float) -> bool:
+        """Whether reply bytes arrive within ``timeout_s`` (or are already buffered)."""
+        if self._decoder.buffered_bytes:
+            return True
+        readable, _, _ = select.select([self._socket], [], [], timeout_s)
+        return bool(readable)
 
     def request(self, command: Command) -> Result | Data:
         """Send one command and return its reply, checking the opaque."""

@@ -71,7 +71,7 @@ class Broker:
         config: the validated configuration.
         reactor: the reactor to use (default: the global one).
         registry: a ``BrokerRegistry``-like object, or None to build one from the config.
-        files: the store's file layer (tests inject a recording one).
+        store: a ``StoreManager`` (tests inject one with a recording file layer), or None.
     """
 
     def __init__(
@@ -79,13 +79,13 @@ class Broker:
         config: BrokerConfig,
         reactor: Any = None,
         registry: Any = None,
-        files: Any = None,
+        store: StoreManager | None = None,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor
         self.config = config
         self._reactor = reactor
-        self.store = StoreManager(config, reactor, files=files)
+        self.store = store if store is not None else StoreManager(config, reactor)
         self.ids = IdWorker(config.broker_id)
         self.counters = BrokerCounters()
         self.realtime = RealtimeStats(reactor.seconds)

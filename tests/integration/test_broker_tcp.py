@@ -134,6 +134,25 @@ def test_get_is_bounded_by_max_size(connection):
     assert len(list(iter_messages(reply.data))) == 2
 
 
+def test_a_long_poll_get_is_held_until_data_arrives(broker):
+    """Goal: DECISIONS 16. Method: a get at the end with maxWaitMs gets no answer while the
+    partition is idle, then the data as soon as another connection puts it."""
+    with broker.connect() as waiting, broker.connect() as producer:
+        end = put(producer, "t-poll", b"first") + 25
+        waiting.send(Get("t-poll", "g", 0, end, 1024, 1, max_wait_ms=30_000))
+        assert not waiting.reply_ready(0.3)
+        put(producer, "t-poll", b"second")
+        reply = waiting.receive()
+    assert isinstance(reply, Data)
+    assert [r.payload for r in iter_messages(reply.data)] == [b"second"]
+
+
+def test_a_long_poll_get_times_out_with_404(connection):
+    end = put(connection, "t-poll-idle", b"only") + 24
+    reply = connection.request(Get("t-poll-idle", "g", 0, end, 1024, 2, max_wait_ms=200))
+    assert reply.code == 404
+
+
 def test_offset_command_on_a_single_segment_answers_its_start(connection):
     put(connection, "t-offset", b"abc")
     reply = connection.request(Offset("t-offset", "g", 0, 10, 2))
