@@ -357,8 +357,7 @@ def load_slave_config(path: str) -> SlaveConfig:
 def _read_file(display: str) -> tuple[bytes, str]:
     """Read a whole configuration file; return its bytes and its UTF-8 text (BOM allowed)."""
     try:
-        with open(display, "rb") as file:
-            raw = file.read()
+        raw = read_config_bytes(display)
         return raw, raw.decode("utf-8-sig")
     except OSError as error:
         raise ConfigError(f"{display}: cannot read: {error.strerror or error}") from None
@@ -491,3 +490,9 @@ def _filter(source: Source, section: str, key: str, raw: str) -> tuple[str, str]
         return group, config_values.check_filter_target(raw)
     except ValueError as error:
         raise ConfigError(f"{where} {key}={raw.strip()!r}: {error}") from None
+
+
+def read_config_bytes(path: str) -> bytes:
+    """The raw bytes of a config file (also what ``stats config`` serves to slaves)."""
+    with open(path, "rb") as file:
+        return file.read()

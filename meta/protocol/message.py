@@ -93,9 +93,7 @@ class Record:
         return HEADER_SIZE + len(self.payload)
 
 
-def iter_messages(
-    buffer: bytes | bytearray | memoryview, base_offset: int = 0
-) -> Iterator[Record]:
+def iter_messages(buffer: bytes | bytearray | memoryview, base_offset: int = 0) -> Iterator[Record]:
     """Yield the complete records of a message set (a get reply body or a segment slice).
 
     Stops quietly at a trailing partial record, as Java's ``MessageIterator`` does.

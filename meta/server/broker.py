@@ -274,4 +274,3 @@ class Broker:
             partitions=partitions,
         )
         return render_stats(item, view, self.realtime)
-

@@ -143,9 +143,7 @@ class BrokerProtocol(protocol.Protocol):
             if not self._queue:
                 return
             reply = self._queue.popleft()
-            self._queued_bytes -= (
-                len(reply) if isinstance(reply, bytes) else FILE_REPLY_COST_BYTES
-            )
+            self._queued_bytes -= len(reply) if isinstance(reply, bytes) else FILE_REPLY_COST_BYTES
             self._write(reply)
 
     def _stream_chunk(self) -> None:

@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Protocol
 
+from meta.config import read_config_bytes
+
 KINDS = ("put", "get", "offset", "get_miss", "put_failed", "message_size")
 """Realtime event kinds, in the order the ``realtime`` item prints them."""
 
@@ -482,8 +484,7 @@ def _topic_lines(topic: str, view: BrokerView, realtime: RealtimeStats) -> list[
 def _read_config_file(path: str) -> tuple[int, bytes]:
     """The ``config`` item: the raw file, or 500 with Java's error text."""
     try:
-        with open(path, "rb") as file:
-            return RESULT_OK, file.read()
+        return RESULT_OK, read_config_bytes(path)
     except (FileNotFoundError, NotADirectoryError):
         # Java checks File.exists() first; both errors mean "does not exist" there.
         return RESULT_ERROR, f"Config file not found:{path}".encode()
