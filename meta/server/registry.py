@@ -1,48 +1,42 @@
 """``BrokerRegistry``: the broker's ZooKeeper registration (zk spec section 1.2 and 1.3).
 
-What lives here: the only server code that imports kazoo. It writes, keeps alive and removes
-the nodes through which Java and Python clients find this broker (``R`` = ``zk.zkRoot``,
-``B`` = broker id, ``x`` = ``m`` for a master or ``s<N>`` for slave ``N``):
-
-* ``R/brokers/ids/B/master`` (ephemeral, master) or ``R/brokers/ids/B/slave<N>`` (ephemeral,
-  slave) = the broker URI; a master also writes the URI into the persistent ``R/brokers/ids/B``;
-* ``R/brokers/ids/B/master_config_checksum`` (ephemeral, master) = decimal config CRC32;
-* for each registered topic ``T``: ``R/brokers/topics/T/B-x`` = decimal partition count, and
-  ``R/brokers/topics-pub/T/B-x`` / ``R/brokers/topics-sub/T/B-x`` = compact JSON
-  ``{"numParts":n,"broker":"B-x"}``, each only while ``acceptPublish`` / ``acceptSubscribe``.
+What lives here: the reactor-side half of the registration: the lifecycle (start, stop), the
+hand-off of kazoo's state changes to the reactor, re-registration after a lost session with
+retries, and the bookkeeping of registered topics. The nodes themselves, their payloads and
+every kazoo call are in ``meta.server.registry_nodes`` (``BrokerNodes``); ``RegistryError``,
+``broker_suffix`` and ``topic_payload`` are re-exported from there.
 
 Invariants:
 
-* Every missing parent is created persistent with empty data (kazoo ``makepath``).
 * A ``master``/``slave<N>`` node owned by another live session is never taken over: it is
   waited out for at most the session timeout plus a margin (DECISIONS 6), then start fails.
 * ``registered_topics`` holds, per topic, the ``TopicConfig`` its nodes were written from; a
   new session re-creates the broker node, the checksum node and exactly those topics.
 * With ``zk.zkEnable=false`` every method is a no-op that returns a fired Deferred.
 
-Thread affinity: the public methods and every attribute without the ``_zk`` prefix belong to
-the reactor thread. Every kazoo call runs on one dedicated worker thread (a one-thread
-``ThreadPool``), so ZooKeeper operations are serialised; the worker-only methods and
-attributes are prefixed ``_zk``. kazoo's state listener runs on kazoo's own thread: it only
-records the state and hands it to the reactor with ``callFromThread``.
+Thread affinity: ``BrokerRegistry`` belongs to the reactor thread. Every ZooKeeper operation
+is a ``BrokerNodes`` method run on one dedicated worker thread (a one-thread ``ThreadPool``),
+so they are serialised. kazoo's state listener (``_state_listener``) and node watches run on
+kazoo's own thread: they only record the state and hand over to the reactor with
+``callFromThread``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, NotEmptyError
-from kazoo.handlers.threading import KazooTimeoutError
 from twisted.internet import defer, threads
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from meta.config import BrokerConfig, TopicConfig
-from meta.errors import MetaError
+from meta.server.registry_nodes import BrokerNodes, RegistryError, broker_suffix, topic_payload
+
+__all__ = ["BrokerRegistry", "RegistryError", "broker_suffix", "topic_payload"]
 
 log = logging.getLogger("meta.registry")
 
@@ -53,24 +47,6 @@ STALE_NODE_MARGIN_S = 5.0
 STALE_NODE_POLL_S = 1.0
 # Delay before retrying a failed re-registration while the connection stays up.
 REREGISTER_RETRY_S = 2.0
-# kazoo reconnects forever; cap its back-off so a broker notices a recovered server quickly.
-RECONNECT_DELAY_MAX_S = 2.0
-# How many times a create that races with another session's delete is tried again.
-CREATE_ATTEMPTS_MAX = 3
-
-
-class RegistryError(MetaError):
-    """ZooKeeper registration failed; the text names the connect string or the node."""
-
-
-def broker_suffix(broker_id: int, slave_id: int = -1) -> str:
-    """Return the child name a broker uses under topic nodes: ``B-m`` or ``B-s<N>``."""
-    return f"{broker_id}-m" if slave_id < 0 else f"{broker_id}-s{slave_id}"
-
-
-def topic_payload(num_partitions: int, suffix: str) -> str:
-    """Return the topics-pub/topics-sub JSON, ``numParts`` first, no spaces (Jackson's form)."""
-    return json.dumps({"numParts": num_partitions, "broker": suffix}, separators=(",", ":"))
 
 
 class BrokerRegistry:
@@ -101,15 +77,11 @@ class BrokerRegistry:
         self._uri = broker_uri
         self._slave_id = slave_id
         self._suffix = broker_suffix(config.broker_id, slave_id)
-        self._kazoo_factory = kazoo_factory or KazooClient
         if stale_wait_s is None:
             stale_wait_s = zk.session_timeout_ms / 1000 + STALE_NODE_MARGIN_S
         self._stale_wait_s = stale_wait_s
         self._checksum = config.checksum
-        ids = f"{zk.root}/brokers/ids/{config.broker_id}"
-        self._ids_path = ids
-        self._broker_path = f"{ids}/master" if self.is_master else f"{ids}/slave{slave_id}"
-        self._checksum_path = f"{ids}/master_config_checksum"
+        self._nodes = BrokerNodes(zk, config.broker_id, broker_uri, slave_id, kazoo_factory)
         self._pool = ThreadPool(1, 1, name=f"meta-registry-{self._suffix}")
         self._shutdown_trigger: Any = None
         self._registered: dict[str, TopicConfig] = {}
@@ -123,8 +95,7 @@ class BrokerRegistry:
         self._stopped = False
         self._stop_waiters: list[defer.Deferred] = []
         self._connected = False
-        self._last_state: str | None = None
-        self._zk_client: KazooClient | None = None
+        self._last_state: str | None = None  # Written by _state_listener on kazoo's thread.
 
     # --- public API (reactor thread) -------------------------------------------------------------
 
@@ -202,7 +173,7 @@ class BrokerRegistry:
         if previous is not None and (not force or previous == topic_config):
             return defer.succeed(None)
         rewrite = previous is not None
-        registered = self._run(self._zk_write_topic, topic, topic_config, rewrite)
+        registered = self._run(self._nodes.write_topic, topic, topic_config, rewrite)
         self._in_flight[topic] = registered
         registered.addBoth(self._register_topic_done, topic, topic_config)
         return _fork(registered)
@@ -212,6 +183,7 @@ class BrokerRegistry:
 
         Call ``register_topic(topic, force=True)`` for each topic and
         ``update_config_checksum(config.checksum)`` afterwards.
+        The ``[zookeeper]`` settings (connection, root) keep their values from construction.
         """
         assert config.broker_id == self._config.broker_id, "the broker id cannot change"
         self._config = config
@@ -228,7 +200,7 @@ class BrokerRegistry:
             return defer.succeed(None)
         if self._stopping:
             return defer.succeed(None)
-        return self._run(self._zk_ensure_ephemeral, self._checksum_path, str(checksum))
+        return self._run(self._nodes.write_checksum, checksum)
 
     def stop(self) -> defer.Deferred:
         """Unregister (zk spec 1.3 step 5), close the session and stop the worker. Idempotent.
@@ -252,7 +224,7 @@ class BrokerRegistry:
             if self._started:
                 # In-flight topics too: their nodes may exist before their Deferred fires.
                 topics = sorted(set(self._registered) | set(self._in_flight))
-                unregister = self._run(self._zk_unregister_and_close, topics)
+                unregister = self._run(self._nodes.unregister_and_close, topics)
                 unregister.addErrback(self._log_failure, "ZooKeeper unregistration failed")
                 unregister.addBoth(self._stop_done)
             else:
@@ -262,7 +234,7 @@ class BrokerRegistry:
     # --- reactor-side orchestration --------------------------------------------------------------
 
     async def _start(self, topics_with_stores: list[str]) -> None:
-        session = await self._run(self._zk_connect)
+        session = await self._run(self._nodes.connect, self._state_listener)
         await self._register_broker()
         configured = sorted(topic.name for topic in self._config.topics)
         for topic in configured + sorted(set(topics_with_stores) - set(configured)):
@@ -293,14 +265,15 @@ class BrokerRegistry:
         warned = False
         while True:
             gone: defer.Deferred = defer.Deferred()
-            holder = await self._run(self._zk_claim_broker_node, gone)
+            on_change = partial(self._reactor.callFromThread, _fire, gone)
+            holder = await self._run(self._nodes.claim_broker_node, on_change)
             if holder is None:
                 break
             remaining = deadline - self._reactor.seconds()
             if remaining <= 0 or self._stopping:
                 raise RegistryError(
                     f"another broker with id {self._config.broker_id} seems to be running at "
-                    f"{holder}: {self._broker_path} is still held by another ZooKeeper "
+                    f"{holder}: {self._nodes.broker_path} is still held by another ZooKeeper "
                     f"session after {self._stale_wait_s:.0f} s"
                 )
             if not warned:
@@ -308,7 +281,7 @@ class BrokerRegistry:
                 log.warning(
                     "%s exists and belongs to another session (data %r), perhaps a crashed "
                     "earlier run; waiting up to %.0f s for ZooKeeper to expire it",
-                    self._broker_path,
+                    self._nodes.broker_path,
                     holder,
                     remaining,
                 )
@@ -318,7 +291,7 @@ class BrokerRegistry:
                 timer.cancel()
         self._broker_registered = True
         if self.is_master:
-            await self._run(self._zk_ensure_ephemeral, self._checksum_path, str(self._checksum))
+            await self._run(self._nodes.write_checksum, self._checksum)
 
     def _register_topic_done(self, result: Any, topic: str, topic_config: TopicConfig) -> Any:
         del self._in_flight[topic]
@@ -342,8 +315,13 @@ class BrokerRegistry:
                 return section
         return self._config.topic_config(topic)
 
+    def _state_listener(self, state: str) -> None:
+        # Runs on kazoo's thread, where ZooKeeper must not be called: record and hand over.
+        self._last_state = state
+        self._reactor.callFromThread(self._state_changed, state)
+
     def _state_changed(self, state: str) -> None:
-        """React on the reactor thread to a kazoo state change (see ``_zk_listener``)."""
+        """React on the reactor thread to a kazoo state change (see ``_state_listener``)."""
         if self._stopping or self._registered_session is None:
             return
         if state == KazooState.SUSPENDED:
@@ -367,7 +345,7 @@ class BrokerRegistry:
         if self._stopping or self._reregistering:
             return
         self._cancel_retry()
-        checked = self._run(self._zk_session_id)
+        checked = self._run(self._nodes.session_id)
         checked.addCallback(self._session_checked)
         checked.addErrback(self._log_failure, "cannot read the ZooKeeper session id")
 
@@ -387,7 +365,7 @@ class BrokerRegistry:
         log.info("new ZooKeeper session 0x%x: registering broker %s again", session, self._suffix)
         await self._register_broker()
         for topic, topic_config in sorted(self._registered.items()):
-            await self._run(self._zk_write_topic, topic, topic_config, False)
+            await self._run(self._nodes.write_topic, topic, topic_config, False)
         self._registered_session = session
         self._reregistering = False
         self._connected = True
@@ -433,182 +411,6 @@ class BrokerRegistry:
 
     def _log_failure(self, failure: Failure, what: str) -> None:
         log.warning("%s: %s", what, failure.getErrorMessage())
-
-    # --- worker thread only ----------------------------------------------------------------------
-
-    def _zk_connect(self) -> int:
-        """Build and start the client; return the new session id."""
-        zk = self._config.zookeeper
-        connection_timeout_s = zk.connection_timeout_ms / 1000
-        client = self._kazoo_factory(
-            hosts=zk.connect,
-            timeout=zk.session_timeout_ms / 1000,
-            connection_retry={"max_tries": -1, "max_delay": RECONNECT_DELAY_MAX_S},
-        )
-        try:
-            client.start(timeout=connection_timeout_s)
-        except KazooTimeoutError:
-            raise RegistryError(
-                f"cannot connect to ZooKeeper at {zk.connect} within {connection_timeout_s:g} s "
-                "(zk.zkConnect / zk.zkConnectionTimeoutMs)"
-            ) from None
-        client.add_listener(self._zk_listener)
-        self._zk_client = client
-        return self._zk_session_id()
-
-    def _zk_listener(self, state: str) -> None:
-        # Runs on kazoo's thread, where ZooKeeper must not be called: record and hand over.
-        self._last_state = state
-        self._reactor.callFromThread(self._state_changed, state)
-
-    def _zk_session_id(self) -> int | None:
-        client_id = self._zk().client_id
-        return client_id[0] if client_id else None
-
-    def _zk(self) -> KazooClient:
-        if self._zk_client is None:
-            raise RegistryError("not connected to ZooKeeper")
-        return self._zk_client
-
-    def _zk_wait(self, async_result: Any) -> Any:
-        # Bounded: a request queued while disconnected would otherwise wait forever.
-        return async_result.get(timeout=self._config.zookeeper.connection_timeout_ms / 1000)
-
-    def _zk_claim_broker_node(self, gone: defer.Deferred) -> str | None:
-        """Create our master/slave node. Return None on success, else the holder's data.
-
-        When another session holds the node, a watch fires ``gone`` when it changes or goes.
-        """
-        client = self._zk()
-        data = self._uri.encode()
-        for _ in range(CREATE_ATTEMPTS_MAX):
-            try:
-                self._zk_wait(
-                    client.create_async(self._broker_path, data, ephemeral=True, makepath=True)
-                )
-                break
-            except NodeExistsError:
-                pass
-            watch = self._zk_watch(gone)
-            try:
-                holder, stat = self._zk_wait(client.get_async(self._broker_path, watch=watch))
-            except NoNodeError:
-                continue
-            if stat.ephemeralOwner != self._zk_session_id():
-                return holder.decode("utf-8", "replace")
-            self._zk_wait(client.set_async(self._broker_path, data))
-            break
-        else:
-            return "(a node that keeps coming back)"
-        if self.is_master:
-            self._zk_set_persistent(self._ids_path, self._uri)
-        return None
-
-    def _zk_watch(self, gone: defer.Deferred) -> Callable[[Any], None]:
-        def watch(_event: Any) -> None:
-            self._reactor.callFromThread(_fire, gone)
-
-        return watch
-
-    def _zk_set_persistent(self, path: str, value: str) -> None:
-        client = self._zk()
-        try:
-            self._zk_wait(client.set_async(path, value.encode()))
-        except NoNodeError:
-            try:
-                self._zk_wait(client.create_async(path, value.encode(), makepath=True))
-            except NodeExistsError:
-                self._zk_wait(client.set_async(path, value.encode()))
-
-    def _zk_ensure_ephemeral(self, path: str, value: str) -> None:
-        """Make ``path`` an ephemeral node of our session holding ``value``.
-
-        Only for nodes whose name is ours alone (topic nodes, the checksum): a copy left by
-        an older session of this broker is replaced.
-        """
-        client = self._zk()
-        data = value.encode()
-        for _ in range(CREATE_ATTEMPTS_MAX):
-            try:
-                self._zk_wait(client.create_async(path, data, ephemeral=True, makepath=True))
-                return
-            except NodeExistsError:
-                pass
-            try:
-                _, stat = self._zk_wait(client.get_async(path))
-            except NoNodeError:
-                continue
-            if stat.ephemeralOwner == self._zk_session_id():
-                self._zk_wait(client.set_async(path, data))
-                return
-            log.warning("replacing %s, left by session 0x%x", path, stat.ephemeralOwner)
-            self._zk_delete_if_exists(path)
-        raise RegistryError(f"cannot create {path}: another session keeps re-creating it")
-
-    def _zk_delete_if_exists(self, path: str) -> None:
-        try:
-            self._zk_wait(self._zk().delete_async(path))
-        except NoNodeError:
-            pass
-
-    def _zk_topic_paths(self, topic: str) -> tuple[str, str, str]:
-        brokers = f"{self._config.zookeeper.root}/brokers"
-        return tuple(f"{brokers}/{kind}/{topic}/{self._suffix}" for kind in _TOPIC_KINDS)
-
-    def _zk_write_topic(self, topic: str, topic_config: TopicConfig, rewrite: bool) -> None:
-        """Write the three topic nodes; with ``rewrite`` delete them first (a child event)."""
-        paths = self._zk_topic_paths(topic)
-        if rewrite:
-            for path in paths:
-                self._zk_delete_if_exists(path)
-        count = topic_config.num_partitions
-        payload = topic_payload(count, self._suffix)
-        legacy_path, publish_path, subscribe_path = paths
-        self._zk_ensure_ephemeral(legacy_path, str(count))
-        for path, accepted in (
-            (publish_path, topic_config.accept_publish),
-            (subscribe_path, topic_config.accept_subscribe),
-        ):
-            if accepted:
-                self._zk_ensure_ephemeral(path, payload)
-            else:
-                self._zk_delete_if_exists(path)
-
-    def _zk_unregister_and_close(self, topics: list[str]) -> None:
-        try:
-            if self._zk_client is not None and self._zk_client.connected:
-                self._zk_unregister(topics)
-            elif self._zk_client is not None:
-                log.warning("not connected to ZooKeeper at stop; nodes are left to expire")
-        except (KazooException, KazooTimeoutError, RegistryError) as error:
-            log.warning(
-                "ZooKeeper unregistration incomplete (%r); ephemeral nodes go with the session",
-                error,
-            )
-        finally:
-            client, self._zk_client = self._zk_client, None
-            if client is not None:
-                client.remove_listener(self._zk_listener)
-                client.stop()
-                client.close()
-
-    def _zk_unregister(self, topics: list[str]) -> None:
-        """zk spec 1.3 step 5: broker node, checksum, ``ids/B``, then the topic nodes."""
-        if self._broker_registered:
-            self._zk_delete_if_exists(self._broker_path)
-            if self.is_master:
-                self._zk_delete_if_exists(self._checksum_path)
-                try:
-                    self._zk_delete_if_exists(self._ids_path)
-                except NotEmptyError:
-                    # Slaves are still registered below it: keep the node, clear the URI.
-                    self._zk_set_persistent(self._ids_path, "")
-        for topic in topics:
-            for path in self._zk_topic_paths(topic):
-                self._zk_delete_if_exists(path)
-
-
-_TOPIC_KINDS = ("topics", "topics-pub", "topics-sub")
 
 
 def _fire(deferred: defer.Deferred) -> None:
