@@ -26,8 +26,6 @@ from collections.abc import Callable
 
 from meta.errors import LocalProtocolError
 from meta.protocol.commands import (
-    OPAQUE_DEFAULT,
-    TRANSACTION_TYPES,
     BodyTooLarge,
     Command,
     Data,
@@ -41,7 +39,7 @@ from meta.protocol.commands import (
     Transaction,
     Version,
 )
-from meta.protocol.transaction_key import parse_transaction_key
+from meta.protocol.headers import INT_MAX, INT_MIN, parse_header, split_header
 
 
 class _NeedData:
@@ -54,211 +52,10 @@ NEED_DATA = _NeedData()
 
 HEADER_BYTES_MAX = 4096
 CRLF = b"\r\n"
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-_DIGITS = re.compile(r"[0-9]*")
-INT_MIN, INT_MAX = -(2**31), 2**31 - 1
-LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
-
-# A parsed header: the command to return (or, with a body, a factory taking the body),
-# the body length (None: no body), and the BodyTooLarge event to emit if it is too long.
-_Header = tuple[Command | Callable[[bytes], Command], int | None, BodyTooLarge | None]
-
-
-def _int(token: str, what: str, low: int = INT_MIN, high: int = INT_MAX) -> int:
-    """Parse like Java ``Integer.parseInt`` / ``Long.parseLong``: sign, ASCII digits, range."""
-    if _INTEGER.fullmatch(token) is None:
-        raise LocalProtocolError(f"{what} is not a number: {token!r}")
-    value = int(token)
-    if not low <= value <= high:
-        raise LocalProtocolError(f"{what} out of range: {token}")
-    return value
-
-
-def _long(token: str, what: str) -> int:
-    return _int(token, what, LONG_MIN, LONG_MAX)
-
-
-def _body_length(token: str) -> int:
-    length = _int(token, "body length")
-    if length < 0:
-        raise LocalProtocolError(f"negative body length {length}")
-    return length
-
-
-def _split(line: str) -> list[str]:
-    tokens = line.split(" ")
-    while tokens and tokens[-1] == "":
-        tokens.pop()
-    if not tokens or not tokens[0]:
-        raise LocalProtocolError("empty command")
-    return tokens
-
-
-def _parse_put(tokens: list[str]) -> _Header:
-    count = len(tokens)
-    if count not in (6, 7, 8):
-        raise LocalProtocolError(f"put has {count} tokens; expected 6, 7 or 8")
-    if tokens[0] != "put":
-        raise LocalProtocolError(f"unknown command {tokens[0]!r}")
-    topic = tokens[1]
-    partition = _int(tokens[2], "partition")
-    length = _body_length(tokens[3])
-    flag = _int(tokens[4], "flag")
-    checksum: int | None = None
-    tx_key: str | None = None
-    if count == 7:
-        if not tokens[5]:
-            raise LocalProtocolError("empty sixth token in put")
-        if tokens[5][0].isdigit() or tokens[5][0] == "-":
-            checksum = _int(tokens[5], "checksum")
-        else:
-            tx_key = tokens[5]
-    elif count == 8:
-        checksum = _int(tokens[5], "checksum")
-        tx_key = tokens[6]
-    if tx_key is not None:
-        parse_transaction_key(tx_key)
-    opaque = _int(tokens[-1], "opaque")
-
-    def build(body: bytes) -> Put:
-        return Put(topic, partition, body, flag, opaque, checksum, tx_key)
-
-    return build, length, BodyTooLarge("put", length, opaque, topic, partition)
-
-
-def _parse_sync(tokens: list[str]) -> _Header:
-    count = len(tokens)
-    if tokens[0] != "sync":
-        raise LocalProtocolError(f"unknown command {tokens[0]!r}")
-    if count not in (7, 8):
-        raise LocalProtocolError(f"sync has {count} tokens; expected 7 or 8")
-    topic = tokens[1]
-    partition = _int(tokens[2], "partition")
-    length = _body_length(tokens[3])
-    flag = _int(tokens[4], "flag")
-    msg_id = _long(tokens[5], "message id")
-    checksum = _int(tokens[6], "checksum") if count == 8 else None
-    opaque = _int(tokens[-1], "opaque")
-
-    def build(body: bytes) -> Sync:
-        return Sync(topic, partition, body, flag, msg_id, opaque, checksum)
-
-    return build, length, BodyTooLarge("sync", length, opaque, topic, partition)
-
-
-def _parse_get(tokens: list[str]) -> _Header:
-    if tokens[0] != "get":
-        raise LocalProtocolError(f"unknown command {tokens[0]!r}")
-    if len(tokens) < 7:
-        raise LocalProtocolError(f"get has {len(tokens)} tokens; expected 7")
-    max_wait_ms = None
-    # DECISIONS 16: one optional token after the opaque; Java ignores extra tokens, so an
-    # extra token that is not a non-negative number is ignored here too.
-    if len(tokens) > 7 and _DIGITS.fullmatch(tokens[7]) and tokens[7]:
-        max_wait_ms = min(int(tokens[7]), INT_MAX)
-    command = Get(
-        tokens[1],
-        tokens[2],
-        _int(tokens[3], "partition"),
-        _long(tokens[4], "offset"),
-        _int(tokens[5], "max size"),
-        _int(tokens[6], "opaque"),
-        max_wait_ms,
-    )
-    return command, None, None
-
-
-def _parse_offset(tokens: list[str]) -> _Header:
-    if tokens[0] != "offset":
-        raise LocalProtocolError(f"unknown command {tokens[0]!r}")
-    if len(tokens) < 6:
-        raise LocalProtocolError(f"offset has {len(tokens)} tokens; expected 6")
-    command = Offset(
-        tokens[1],
-        tokens[2],
-        _int(tokens[3], "partition"),
-        _long(tokens[4], "offset"),
-        _int(tokens[5], "opaque"),
-    )
-    return command, None, None
-
-
-def _parse_v(tokens: list[str]) -> _Header:
-    if tokens[0] == "value":
-        if len(tokens) < 3:
-            raise LocalProtocolError(f"value has {len(tokens)} tokens; expected 3")
-        length = _long(tokens[1], "value length")
-        if length < 0:
-            raise LocalProtocolError(f"negative value length {length}")
-        opaque = _int(tokens[2], "opaque")
-        return (lambda body: Data(body, opaque)), length, BodyTooLarge("value", length, opaque)
-    opaque = _int(tokens[1], "opaque") if len(tokens) > 1 else OPAQUE_DEFAULT
-    return Version(opaque), None, None
-
-
-def _parse_s(tokens: list[str]) -> _Header:
-    if tokens[0] != "stats":
-        return _parse_sync(tokens)
-    item = tokens[1] if len(tokens) > 1 else ""
-    opaque = _int(tokens[2], "opaque") if len(tokens) > 2 else OPAQUE_DEFAULT
-    return Stats(item, opaque), None, None
-
-
-def _parse_result(tokens: list[str]) -> _Header:
-    if tokens[0] != "result":
-        raise LocalProtocolError(f"unknown command {tokens[0]!r}")
-    if len(tokens) < 4:
-        raise LocalProtocolError(f"result has {len(tokens)} tokens; expected 4")
-    code = _int(tokens[1], "result code")
-    length = _body_length(tokens[2])
-    opaque = _int(tokens[3], "opaque")
-    return (lambda body: Result(code, body, opaque)), length, BodyTooLarge("result", length, opaque)
-
-
-def _parse_transaction(tokens: list[str]) -> _Header:
-    count = len(tokens)
-    if tokens[0] != "transaction":
-        raise LocalProtocolError(f"unknown command {tokens[0]!r}")
-    if count not in (5, 6, 7):
-        raise LocalProtocolError(f"transaction has {count} tokens; expected 5, 6 or 7")
-    tx_key, session_id, type_ = tokens[1], tokens[2], tokens[3]
-    parse_transaction_key(tx_key)
-    if type_ not in TRANSACTION_TYPES:
-        raise LocalProtocolError(f"unknown transaction type {type_!r}")
-    timeout = 0
-    unique_qualifier = None
-    if count == 7:
-        timeout = _int(tokens[4], "transaction timeout")
-        unique_qualifier = tokens[5]
-    elif count == 6:
-        # commons-lang isNumeric: digits only, and the empty string counts as numeric.
-        if _DIGITS.fullmatch(tokens[4]):
-            timeout = _int(tokens[4], "transaction timeout")
-        else:
-            unique_qualifier = tokens[4]
-    opaque = _int(tokens[-1], "opaque")
-    command = Transaction(tx_key, session_id, type_, opaque, timeout, unique_qualifier)
-    return command, None, None
-
-
-def _parse_quit(tokens: list[str]) -> _Header:
-    return Quit(), None, None
-
-
-def _parse_unknown(tokens: list[str]) -> _Header:
-    raise LocalProtocolError(f"unknown command {tokens[0][:64]!r}")
-
-
-_DISPATCH: dict[str, Callable[[list[str]], _Header]] = {
-    "p": _parse_put,
-    "g": _parse_get,
-    "t": _parse_transaction,
-    "r": _parse_result,
-    "v": _parse_v,
-    "s": _parse_s,
-    "o": _parse_offset,
-    "q": _parse_quit,
-}
+# put <topic> <partition> <len> <flag> [<checksum>] <opaque>, ASCII digits only (bytes \d).
+_FAST_PUT = re.compile(
+    rb"put ([^ ]+) (-?\d{1,10}) (\d{1,10}) (-?\d{1,10}) (?:(-?\d{1,10}) )?(-?\d{1,10})"
+)
 
 
 class Decoder:
@@ -330,12 +127,16 @@ class Decoder:
             return NEED_DATA
         if end - self._position > self.header_bytes_max:
             raise LocalProtocolError(f"header line longer than {self.header_bytes_max} bytes")
+        if buffer[self._position] == 0x70:  # "p": the hot path gets a lean parser
+            put = self._fast_put(end)
+            if put is not None:
+                return put
         try:
             line = buffer[self._position : end].decode("utf-8")
         except UnicodeDecodeError:
             raise LocalProtocolError("header line is not UTF-8") from None
-        tokens = _split(line)
-        command, length, too_large = _DISPATCH.get(tokens[0][0], _parse_unknown)(tokens)
+        tokens = split_header(line)
+        command, length, too_large = parse_header(tokens)
         self._position = end + 2
         if length is None:
             return command
@@ -343,6 +144,45 @@ class Decoder:
             self._skip_bytes = length
             return self._next_skip(too_large)
         return self._take_body(command, length)
+
+    def _fast_put(self, end: int) -> Command | BodyTooLarge | _NeedData | None:
+        """Decode the common put forms (6 tokens, or 7 with a checksum) with one regex.
+
+        Returns None for anything unusual (a transaction key, a ``+`` sign, an empty token,
+        an out-of-range number), which the general parser then handles or refuses.
+        """
+        match = _FAST_PUT.fullmatch(self._buffer, self._position, end)
+        if match is None:
+            return None
+        topic, partition, length, flag, checksum, opaque = match.groups()
+        partition = int(partition)
+        length = int(length)
+        flag = int(flag)
+        opaque = int(opaque)
+        checksum = int(checksum) if checksum is not None else None
+        if not (
+            INT_MIN <= partition <= INT_MAX
+            and length <= INT_MAX
+            and INT_MIN <= flag <= INT_MAX
+            and INT_MIN <= opaque <= INT_MAX
+            and (checksum is None or INT_MIN <= checksum <= INT_MAX)
+        ):
+            return None
+        try:
+            topic = topic.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        body_start = end + 2
+        if length > self.body_bytes_max:
+            self._position = body_start
+            self._skip_bytes = length
+            return self._next_skip(BodyTooLarge("put", length, opaque, topic, partition))
+        body_end = body_start + length
+        if len(self._buffer) < body_end:
+            return None  # let the general path park the header until the body is in
+        self._position = body_end
+        body = bytes(self._buffer[body_start:body_end])
+        return Put(topic, partition, body, flag, opaque, checksum, None)
 
     def _next_skip(self, event: BodyTooLarge | None) -> BodyTooLarge:
         assert event is not None
@@ -418,7 +258,7 @@ def _encode_transaction(command: Transaction) -> bytes:
     qualifier = command.unique_qualifier or None
     # A qualifier that looks numeric would be read back as a timeout, so the timeout is
     # then written even when it is 0 ("none").
-    if command.timeout or (qualifier is not None and _DIGITS.fullmatch(qualifier)):
+    if command.timeout or (qualifier is not None and qualifier.isascii() and qualifier.isdigit()):
         fields.append(str(command.timeout))
     if qualifier is not None:
         fields.append(qualifier)

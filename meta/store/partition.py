@@ -1,7 +1,8 @@
 """One partition's log (MetaQ's ``MessageStore``): its segments, append, roll, slice, flush.
 
-What lives here: ``PartitionLog``, ``SliceResult`` and the segment loading of a partition
-directory ``<dataPath>/<topic>-<partition>/`` (spec 4.1-4.5).
+What lives here: ``PartitionLog`` and ``SliceResult``, for a partition directory
+``<dataPath>/<topic>-<partition>/`` (spec 4.1-4.5); its segments are loaded by
+``segment.load_segments``.
 
 Invariants:
     * Segments are sorted by start and contiguous: ``start + written_size == next start``.
@@ -28,15 +29,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from twisted.internet.defer import Deferred, fail
+from twisted.internet.defer import Deferred
 
 from meta.errors import PartitionFailedError, StoreError
 from meta.protocol.message import HEADER_SIZE
 from meta.store.files import Files
 from meta.store.group_commit import Flusher, FlushPolicy, should_flush
-from meta.store.segment import Segment, parse_segment_name, segment_name
+from meta.store.segment import Segment, load_segments, segment_name
 
 logger = logging.getLogger("meta.store")
+
+Ack = Callable[[int | None, BaseException | None], None]
+"""``ack(offset, None)`` when an append may be acknowledged, ``ack(None, error)`` if it failed."""
 
 BEFORE = "before"
 AFTER = "after"
@@ -79,58 +83,6 @@ class _FlushTask:
             self.files.fsync_directory(directory)
         for segment in self.segments:
             segment.fsync()
-
-
-def load_segments(files: Files, directory: str) -> tuple[list[Segment], int]:
-    """Open the segments of a partition directory and recover the last one.
-
-    Args:
-        files: the file layer.
-        directory: the partition directory.
-
-    Returns:
-        The open segments sorted by start (empty when there is none) and the number of
-        records kept in the last one.
-
-    Raises:
-        StoreError: a ``.meta`` name is not numeric, two neighbours are not contiguous, or a
-            file cannot be opened, read or truncated.
-    """
-    try:
-        names = files.listdir(directory)
-    except OSError as error:
-        raise StoreError(f"cannot list partition directory {directory}: {error}") from error
-    found: list[tuple[int, str]] = []
-    for name in names:
-        path = os.path.join(directory, name)
-        if name.endswith(".meta") and files.is_file(path):
-            start = parse_segment_name(name)
-            assert start is not None
-            found.append((start, path))
-    found.sort()
-    segments: list[Segment] = []
-    try:
-        for index, (start, path) in enumerate(found):
-            last = index == len(found) - 1
-            segments.append(Segment.open(files, path, start, writable=last))
-        _check_contiguous(segments)
-        count = segments[-1].recover() if segments else 0
-    except BaseException:
-        for segment in segments:
-            segment.close()
-        raise
-    return segments, count
-
-
-def _check_contiguous(segments: list[Segment]) -> None:
-    """Raise StoreError naming the two files when a segment does not end where the next starts."""
-    for previous, following in zip(segments, segments[1:], strict=False):
-        if previous.end != following.start:
-            raise StoreError(
-                f"segments are not contiguous: {previous.path} starts at {previous.start} and "
-                f"holds {previous.written_size} bytes, but the next file {following.path} "
-                f"starts at {following.start}"
-            )
 
 
 class PartitionLog:
@@ -184,8 +136,15 @@ class PartitionLog:
         self._visible_end = end
         self._dirty_segments: list[Segment] = []
         self._pending_directories = list(new_directories)
-        # Each entry: (end offset, offset, must be durable, Deferred), in append order.
-        self._pending: deque[tuple[int, int, bool, Deferred]] = deque()
+        # Each entry: (end offset, offset, must be durable, ack), in append order; ack is
+        # called as ack(offset, None) when released or ack(None, error) when failed.
+        self._pending: deque[tuple[int, int, bool, Ack]] = deque()
+        # Records staged since the last commit (written to the file by ``commit``).
+        self._staged: list[bytes] = []
+        self._staged_end = end
+        self._sync_staged = False
+        # Called with this log when its first record is staged (the manager batches commits).
+        self.on_staged: Callable[[PartitionLog], None] | None = None
         self._unflushed_count = 0
         self._unflushed_bytes = 0
         self._flush_requested_s = clock.seconds()
@@ -248,7 +207,8 @@ class PartitionLog:
     def append(self, record: bytes) -> Deferred:
         """Append one record (or one transaction batch) and return a Deferred for its offset.
 
-        The Deferred fires with the offset where ``record`` starts once the put may be
+        The same as ``stage`` followed by ``commit``: the record is written at once. The
+        Deferred fires with the offset where ``record`` starts once the put may be
         acknowledged: after the covering fsync when the flush policy requires one, otherwise
         as soon as it is written and every earlier append was released.
 
@@ -257,24 +217,39 @@ class PartitionLog:
                 failed before.
             StoreError: the partition is closed.
         """
+        acknowledged: Deferred = Deferred()
+
+        def ack(offset: int | None, error: BaseException | None) -> None:
+            if error is None:
+                acknowledged.callback(offset)
+            else:
+                acknowledged.errback(error)
+
+        self.stage(record, ack)
+        self.commit()
+        return acknowledged
+
+    def stage(self, record: bytes, ack: Ack) -> None:
+        """Queue one record for the next ``commit`` and give it its offset now.
+
+        Records staged in one batch (one read from the network) are written with a single
+        write. ``ack(offset, None)`` is called once the put may be acknowledged (after
+        ``commit`` wrote it, and after its covering fsync when the policy requires one), in
+        append order; ``ack(None, error)`` when the partition fails or refuses appends. A
+        staged record is never visible to readers before its ack.
+        """
         if self._refusal is not None:
-            return self._refuse()
+            ack(None, self._refusal_error())
+            return
         assert len(record) >= HEADER_SIZE
-        segment = self._segment
-        try:
-            position = segment.append(record)
-        except StoreError as error:
-            self._fail(error)
-            return self._refuse()
-        offset = segment.start + position
+        offset = self._staged_end
         end = offset + len(record)
-        self._written_end = end
+        self._staged_end = end
+        staged = self._staged
+        staged.append(record)
         self.message_count += 1
         self._unflushed_count += 1
         self._unflushed_bytes += len(record)
-        dirty = self._dirty_segments
-        if not dirty or dirty[-1] is not segment:
-            dirty.append(segment)
         policy = self._policy
         elapsed_ms = (self._clock.seconds() - self._flush_requested_s) * 1000
         must_sync = should_flush(
@@ -285,20 +260,46 @@ class PartitionLog:
             policy.threshold,
             policy.interval_ms,
         )
-        waiter: Deferred = Deferred()
-        self._pending.append((end, offset, must_sync, waiter))
+        if must_sync:
+            self._sync_staged = True
+            self._unflushed_count = 0
+            self._unflushed_bytes = 0
+        self._pending.append((end, offset, must_sync, ack))
+        if end - self._segment.start >= self._segment_bytes_max:
+            self.commit()  # the segment is full: write now, then roll
+        elif len(staged) == 1 and self.on_staged is not None:
+            self.on_staged(self)
+
+    def commit(self) -> None:
+        """Write every staged record with one write, roll if full, then ack or request a flush."""
+        staged = self._staged
+        if not staged:
+            return
+        data = staged[0] if len(staged) == 1 else b"".join(staged)
+        staged.clear()
+        segment = self._segment
+        try:
+            segment.append(data)
+        except StoreError as error:
+            self._fail(error)
+            return
+        self._written_end = segment.end
+        assert self._written_end == self._staged_end
+        dirty = self._dirty_segments
+        if not dirty or dirty[-1] is not segment:
+            dirty.append(segment)
         if segment.written_size >= self._segment_bytes_max:
             self._roll()
-        if must_sync:
-            self.request_flush()
-        else:
-            self._release()
-        return waiter
+        if self._sync_staged:
+            self._sync_staged = False
+            self._flush_requested_s = self._clock.seconds()
+            self._flusher.request(self)
+        self._release()
 
-    def _refuse(self) -> Deferred:
+    def _refusal_error(self) -> StoreError:
         if self.failed is not None:
-            return fail(PartitionFailedError(str(self.failed)))
-        return fail(StoreError(f"partition {self.name} is {self._refusal}"))
+            return PartitionFailedError(str(self.failed))
+        return StoreError(f"partition {self.name} is {self._refusal}")
 
     def _roll(self) -> None:
         """Start a new last segment at the written end; its directory entry needs an fsync."""
@@ -332,7 +333,7 @@ class PartitionLog:
                 break
             pending.popleft()
             self._visible_end = end
-            waiter.callback(offset)
+            waiter(offset, None)
         if self._visible_end != visible_end and self.on_visible is not None:
             self.on_visible(self)
 
@@ -344,8 +345,9 @@ class PartitionLog:
         self._refusal = "failed"
         logger.error("%s; it refuses appends until restart", self.failed)
         pending, self._pending = self._pending, deque()
-        for _end, _offset, _must_sync, waiter in pending:
-            waiter.errback(PartitionFailedError(str(self.failed)))
+        self._staged.clear()
+        for _end, _offset, _must_sync, ack in pending:
+            ack(None, PartitionFailedError(str(self.failed)))
 
     # -- flushing (FlushClient) ------------------------------------------------------------
 
@@ -455,7 +457,8 @@ class PartitionLog:
     # -- closing ---------------------------------------------------------------------------
 
     def stop_appends(self) -> None:
-        """Refuse every later append; waiting appends still complete."""
+        """Write what is staged, then refuse every later append; waiting appends still complete."""
+        self.commit()
         if self._refusal is None:
             self._refusal = "closed"
 

@@ -1,8 +1,10 @@
 """One segment file of a partition log: ``%020d.meta``, named by its start offset.
 
-What lives here: ``Segment`` (append / read / fsync / recover / close), ``segment_name`` and
-``parse_segment_name``. A segment is a plain concatenation of Metamorphosis records (spec 3.3)
-with no header, index or trailer, so a file written by a Java broker opens here unchanged.
+What lives here: ``Segment`` (append / read / fsync / recover / close), ``segment_name``,
+``parse_segment_name``, and ``load_segments``, which opens a partition directory's segments
+(contiguity checked, the last one recovered). A segment is a plain concatenation of
+Metamorphosis records (spec 3.3) with no header, index or trailer, so a file written by a
+Java broker opens here unchanged.
 
 Invariants:
     * ``flushed_size <= written_size``; ``written_size`` is the file size as far as this process
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 
 from meta.errors import StoreError
 from meta.protocol.message import HEADER, HEADER_SIZE, scan_valid_prefix
@@ -246,3 +249,55 @@ class Segment:
             f"Segment({self.path!r}, start={self.start}, written_size={self.written_size}, "
             f"flushed_size={self.flushed_size})"
         )
+
+
+def load_segments(files: Files, directory: str) -> tuple[list[Segment], int]:
+    """Open the segments of a partition directory and recover the last one.
+
+    Args:
+        files: the file layer.
+        directory: the partition directory.
+
+    Returns:
+        The open segments sorted by start (empty when there is none) and the number of
+        records kept in the last one.
+
+    Raises:
+        StoreError: a ``.meta`` name is not numeric, two neighbours are not contiguous, or a
+            file cannot be opened, read or truncated.
+    """
+    try:
+        names = files.listdir(directory)
+    except OSError as error:
+        raise StoreError(f"cannot list partition directory {directory}: {error}") from error
+    found: list[tuple[int, str]] = []
+    for name in names:
+        path = os.path.join(directory, name)
+        if name.endswith(".meta") and files.is_file(path):
+            start = parse_segment_name(name)
+            assert start is not None
+            found.append((start, path))
+    found.sort()
+    segments: list[Segment] = []
+    try:
+        for index, (start, path) in enumerate(found):
+            last = index == len(found) - 1
+            segments.append(Segment.open(files, path, start, writable=last))
+        _check_contiguous(segments)
+        count = segments[-1].recover() if segments else 0
+    except BaseException:
+        for segment in segments:
+            segment.close()
+        raise
+    return segments, count
+
+
+def _check_contiguous(segments: list[Segment]) -> None:
+    """Raise StoreError naming the two files when a segment does not end where the next starts."""
+    for previous, following in zip(segments, segments[1:], strict=False):
+        if previous.end != following.start:
+            raise StoreError(
+                f"segments are not contiguous: {previous.path} starts at {previous.start} and "
+                f"holds {previous.written_size} bytes, but the next file {following.path} "
+                f"starts at {following.start}"
+            )
