@@ -1,0 +1,495 @@
+"""A broker launcher and single-connection load generators for ``tools/bench``.
+
+``BenchBroker`` starts a real broker process (``python -m meta.server``) on a free
+127.0.0.1 port with a given flush policy and ZooKeeper disabled, and always stops it
+(SIGTERM, then SIGKILL of its process group). The generators drive a broker over raw sockets:
+
+* ``run_sync``: one connection, one put at a time;
+* ``run_pipelined``: one connection, a sliding window of unanswered puts;
+* ``run_consume``: gets of ``max_size`` bytes from offset 0 until caught up;
+* ``run_latency``: synchronous puts paced by a fixed-rate schedule.
+
+``tools/bench`` adds the many-connection scenario (worker processes using ``PutFrames``,
+``connect``, ``take_replies`` and ``receive_into`` from here), the disk measurement and the
+report. The client side is lean: a put frame is pre-encoded once and only the opaque is
+formatted per message; replies are parsed with the shared ``Decoder``. Every loop is bounded
+in count and in time, every socket has a timeout. Single-threaded.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from meta.client.connection import BrokerConnection
+from meta.errors import MetaError
+from meta.protocol.codec import HEADER_BYTES_MAX, NEED_DATA, Decoder
+from meta.protocol.commands import Result, Version
+from meta.protocol.message import HEADER_SIZE, checksum
+
+REPO = Path(__file__).resolve().parents[1]
+HOST = "127.0.0.1"
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+REPLY_TIMEOUT_S = 30.0
+RECEIVE_BYTES = 64 * 1024
+MAX_SIZE_DEFAULT = 1024 * 1024
+OPAQUE_MAX = 2**31 - 1
+TOPICS = ("bench-sync", "bench-pipelined", "bench-concurrent", "bench-consume", "bench-latency")
+_LENGTH = struct.Struct(">i")
+
+
+class BenchError(MetaError):
+    """A reply was not 200, an opaque did not match, or the broker stopped answering."""
+
+
+# --- the broker process ----------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return probe.getsockname()[1]
+
+
+def server_ini(port: int, data_path: Path, threshold: int, interval_ms: int) -> str:
+    """A server.ini for one benchmark broker: 1 partition, zk disabled, 127.0.0.1."""
+    system = {
+        "brokerId": 0,
+        "hostName": HOST,
+        "serverPort": port,
+        "dataPath": data_path,
+        "numPartitions": 1,
+        "unflushThreshold": threshold,
+        "unflushInterval": interval_ms,
+        "maxSegmentSize": 1024 * 1024 * 1024,
+        "maxTransferSize": MAX_SIZE_DEFAULT,
+        "maxMessageSize": MAX_SIZE_DEFAULT,
+    }
+    zookeeper = {"zk.zkEnable": "false", "zk.zkConnect": "127.0.0.1:1", "zk.zkSyncTimeMs": 0}
+    lines = ["[system]", *(f"{key}={value}" for key, value in system.items()), ""]
+    lines += ["[zookeeper]", *(f"{key}={value}" for key, value in zookeeper.items())]
+    for topic in TOPICS:
+        lines += ["", f"[topic={topic}]", "numPartitions=1"]
+    return "\n".join(lines) + "\n"
+
+
+def wait_until_answering(address: tuple[str, int], timeout_s: float, alive: Callable) -> None:
+    """Poll with ``version`` requests until the broker answers (bounded by ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not alive():
+            raise BenchError("broker process exited during start-up")
+        try:
+            with BrokerConnection(*address, timeout_s=2.0) as connection:
+                connection.request(Version(1))
+                return
+        except (OSError, MetaError):
+            time.sleep(0.05)
+    raise BenchError(f"broker at {address} did not answer within {timeout_s} s")
+
+
+@dataclass
+class BenchBroker:
+    """One broker process in ``directory`` with the flush policy ``threshold``/``interval_ms``.
+
+    ``profile_path``: run the broker under cProfile and write its stats there at exit.
+    """
+
+    directory: Path
+    threshold: int
+    interval_ms: int = 10000
+    profile_path: Path | None = None
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return (HOST, self.port)
+
+    @property
+    def data_path(self) -> Path:
+        return self.directory / "data"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "broker.log"
+
+    def start(self) -> BenchBroker:
+        self.data_path.mkdir(parents=True, exist_ok=True)
+        config = self.directory / "server.ini"
+        config.write_text(server_ini(self.port, self.data_path, self.threshold, self.interval_ms))
+        command = [sys.executable]
+        if self.profile_path is not None:
+            command += ["-m", "cProfile", "-o", str(self.profile_path)]
+        command += ["-m", "meta.server", "-f", str(config)]
+        env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.directory,
+                env=env,
+                start_new_session=True,
+            )
+        try:
+            wait_until_answering(self.address, START_TIMEOUT_S, self.alive)
+        except BaseException:
+            self.stop()
+            raise BenchError(f"broker did not start; its log:\n{self.log_tail()}") from None
+        return self
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log_tail(self, characters: int = 4000) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return text[-characters:]
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the broker process so far."""
+        if not self.alive():
+            return 0.0
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> int | None:
+        """SIGTERM and wait; SIGKILL the process group if it does not exit in time."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(STOP_TIMEOUT_S)
+        return self.process.returncode
+
+    def __enter__(self) -> BenchBroker:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+# --- frames and replies ----------------------------------------------------------------------
+
+
+class PutFrames:
+    """A pre-encoded put (7-token form with checksum); only the opaque varies per message."""
+
+    def __init__(self, topic: str, message_bytes: int, partition: int = 0) -> None:
+        pattern = bytes(range(32, 127))
+        self.body = (pattern * (message_bytes // len(pattern) + 1))[:message_bytes]
+        self.prefix = b"put %s %d %d 0 %d " % (
+            topic.encode(),
+            partition,
+            message_bytes,
+            checksum(self.body),
+        )
+
+    def header(self, opaque: int) -> bytes:
+        return b"%s%d\r\n" % (self.prefix, opaque)
+
+    def frame(self, opaque: int) -> bytes:
+        return b"%s%d\r\n%s" % (self.prefix, opaque, self.body)
+
+    def batch(self, first_opaque: int, count: int) -> bytes:
+        """``count`` frames with consecutive opaques, joined into one buffer."""
+        prefix, body = self.prefix, self.body
+        return b"".join(
+            [b"%s%d\r\n%s" % (prefix, o, body) for o in range(first_opaque, first_opaque + count)]
+        )
+
+
+def connect(address: tuple[str, int], timeout_s: float = REPLY_TIMEOUT_S) -> socket.socket:
+    """A blocking TCP_NODELAY socket whose send/recv time out in the kernel.
+
+    Kernel timeouts (SO_RCVTIMEO/SO_SNDTIMEO) instead of ``settimeout`` spare a poll() per
+    call; a timed-out call raises ``BlockingIOError``.
+    """
+    sock = socket.create_connection(address, timeout=timeout_s)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    seconds = int(timeout_s)
+    timeval = struct.pack("ll", seconds, int((timeout_s - seconds) * 1e6))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+    sock.settimeout(None)
+    return sock
+
+
+def take_replies(decoder: Decoder, outstanding: set[int]) -> int:
+    """Decode every complete put reply; each must be 200 and answer an outstanding opaque."""
+    count = 0
+    while (reply := decoder.next_command()) is not NEED_DATA:
+        if not isinstance(reply, Result) or reply.code != 200:
+            raise BenchError(f"put failed: {reply!r}")
+        try:
+            outstanding.remove(reply.opaque)
+        except KeyError:
+            raise BenchError(f"reply with unexpected opaque {reply.opaque}") from None
+        count += 1
+    return count
+
+
+def receive_into(sock: socket.socket, decoder: Decoder) -> None:
+    data = sock.recv(RECEIVE_BYTES)
+    if not data:
+        raise BenchError("broker closed the connection")
+    decoder.receive_data(data)
+
+
+# --- producers -------------------------------------------------------------------------------
+
+
+def run_sync(
+    address: tuple[str, int], frames: PutFrames, duration_s: float, max_messages: int
+) -> dict:
+    """One connection: send a put, wait for its 200, repeat."""
+    sock = connect(address)
+    decoder = Decoder()
+    outstanding: set[int] = set()
+    body = frames.body
+    count = 0
+    cpu_start, start = time.process_time(), time.monotonic()
+    deadline = start + duration_s
+    try:
+        while count < max_messages and time.monotonic() < deadline:
+            opaque = count + 1
+            outstanding.add(opaque)
+            sock.sendall(frames.header(opaque) + body)
+            while not take_replies(decoder, outstanding):
+                receive_into(sock, decoder)
+            count += 1
+    finally:
+        sock.close()
+    return rate_result(count, frames, time.monotonic() - start, time.process_time() - cpu_start)
+
+
+def rate_result(count: int, frames: PutFrames, seconds: float, client_cpu_s: float) -> dict:
+    seconds = max(seconds, 1e-9)
+    return {
+        "messages": count,
+        "seconds": seconds,
+        "msg_per_s": count / seconds,
+        "mb_per_s": count * len(frames.body) / seconds / 1e6,
+        "client_cpu_s": client_cpu_s,
+    }
+
+
+def run_pipelined(
+    address: tuple[str, int],
+    frames: PutFrames,
+    duration_s: float,
+    max_messages: int,
+    window: int = 1000,
+) -> dict:
+    """One connection, at most ``window`` puts unanswered; refill as replies arrive."""
+    sock = connect(address)
+    sock.setblocking(False)
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ)
+    decoder = Decoder()
+    outstanding: set[int] = set()
+    pending = memoryview(b"")
+    sent = answered = 0
+    cpu_start, start = time.process_time(), time.monotonic()
+    deadline, last_progress = start + duration_s, start
+    try:
+        while True:
+            now = time.monotonic()
+            if not pending and sent < max_messages and now < deadline and len(outstanding) < window:
+                count = min(window - len(outstanding), max_messages - sent)
+                pending = memoryview(frames.batch(sent + 1, count))
+                outstanding.update(range(sent + 1, sent + 1 + count))
+                sent += count
+            if not outstanding:
+                break
+            if now - last_progress > REPLY_TIMEOUT_S:
+                raise BenchError(f"no reply for {REPLY_TIMEOUT_S} s ({len(outstanding)} open)")
+            pending, replies = _pump(selector, sock, pending, decoder, outstanding)
+            if replies is not None:
+                answered, last_progress = answered + replies, time.monotonic()
+    finally:
+        selector.close()
+        sock.close()
+    return rate_result(answered, frames, time.monotonic() - start, time.process_time() - cpu_start)
+
+
+def _pump(
+    selector: selectors.BaseSelector,
+    sock: socket.socket,
+    pending: memoryview,
+    decoder: Decoder,
+    outstanding: set[int],
+) -> tuple[memoryview, int | None]:
+    """One select round: write what the socket takes, read and check the replies.
+
+    Returns the bytes still to write and the replies taken (None: nothing was read).
+    """
+    events = selectors.EVENT_READ | (selectors.EVENT_WRITE if pending else 0)
+    if selector.get_key(sock).events != events:
+        selector.modify(sock, events)
+    replies = None
+    for _key, ready in selector.select(1.0):
+        if ready & selectors.EVENT_WRITE and pending:
+            pending = pending[_send_some(sock, pending) :]
+        if ready & selectors.EVENT_READ:
+            receive_into(sock, decoder)
+            replies = take_replies(decoder, outstanding)
+    return pending, replies
+
+
+def _send_some(sock: socket.socket, data: memoryview) -> int:
+    try:
+        return sock.send(data)
+    except BlockingIOError:
+        return 0
+
+
+# --- consumer --------------------------------------------------------------------------------
+
+
+def run_consume(
+    address: tuple[str, int],
+    topic: str,
+    timeout_s: float,
+    max_bytes: int,
+    max_size: int = MAX_SIZE_DEFAULT,
+) -> dict:
+    """Read from offset 0 with ``max_size`` gets until caught up (404) or ``max_bytes`` read.
+
+    One get in flight; each reply is read straight into one reused buffer (no copies).
+    """
+    offset = records = received = gets = 0
+    buffer = bytearray(max_size + HEADER_BYTES_MAX + 2)
+    cpu_start, start = time.process_time(), time.monotonic()
+    deadline = start + timeout_s
+    with connect(address) as sock:
+        while offset < max_bytes and time.monotonic() < deadline:
+            gets += 1
+            sock.sendall(b"get %s bench 0 %d %d %d\r\n" % (topic.encode(), offset, max_size, gets))
+            tokens, body = read_reply(sock, buffer)
+            if tokens[0] == b"result" and tokens[1] == b"404":
+                break
+            if tokens[0] != b"value" or int(tokens[-1]) != gets:
+                raise BenchError(f"get at {offset} failed: {tokens!r} {bytes(body[:200])!r}")
+            count, used = count_records(body)
+            if count == 0:
+                raise BenchError(f"get at {offset} returned no complete record")
+            records, offset, received = records + count, offset + used, received + len(body)
+    seconds = max(time.monotonic() - start, 1e-9)
+    return {
+        "messages": records,
+        "bytes": offset,
+        "received_bytes": received,
+        "gets": gets,
+        "seconds": seconds,
+        "msg_per_s": records / seconds,
+        "mb_per_s": offset / seconds / 1e6,
+        "client_cpu_s": time.process_time() - cpu_start,
+    }
+
+
+def read_reply(sock: socket.socket, buffer: bytearray) -> tuple[list[bytes], memoryview]:
+    """Read one ``value``/``result`` frame into ``buffer``: its header tokens and its body.
+
+    Only for one request in flight: nothing may follow the frame on the wire.
+    """
+    view, have = memoryview(buffer), 0
+    while (end := buffer.find(b"\r\n", 0, have)) < 0:
+        if have > HEADER_BYTES_MAX:
+            raise BenchError("reply header line too long")
+        have += _receive_some(sock, view[have : HEADER_BYTES_MAX + 2])
+    tokens = bytes(buffer[:end]).split(b" ")
+    if tokens[0] not in (b"value", b"result") or len(tokens) < 3:
+        raise BenchError(f"unexpected reply header {tokens!r}")
+    total = end + 2 + int(tokens[1] if tokens[0] == b"value" else tokens[2])
+    if total > len(buffer) or have > total:
+        raise BenchError(f"reply of {total} bytes does not fit, or bytes follow it")
+    while have < total:
+        have += _receive_some(sock, view[have:total])
+    return tokens, view[end + 2 : total]
+
+
+def _receive_some(sock: socket.socket, target: memoryview) -> int:
+    count = sock.recv_into(target)
+    if not count:
+        raise BenchError("broker closed the connection")
+    return count
+
+
+def count_records(data: bytes | bytearray | memoryview) -> tuple[int, int]:
+    """Return ``(records, bytes)`` of the complete records at the start of a message set.
+
+    Fast path: when every record has the size of the first, four strided slices compare
+    every length field at C speed. Otherwise the headers are walked one by one.
+    """
+    if len(data) < HEADER_SIZE:
+        return 0, 0
+    stride = HEADER_SIZE + _LENGTH.unpack_from(data)[0]
+    count = len(data) // stride
+    if stride > HEADER_SIZE and count > 0:
+        span = data[: count * stride]
+        if all(bytes(span[i::stride]) == bytes(data[i : i + 1]) * count for i in range(4)):
+            return count, count * stride
+    position = count = 0
+    while len(data) - position >= HEADER_SIZE:
+        end = position + HEADER_SIZE + _LENGTH.unpack_from(data, position)[0]
+        if end > len(data) or end <= position:
+            break
+        position, count = end, count + 1
+    return count, position
+
+
+# --- latency at a fixed rate -----------------------------------------------------------------
+
+
+def run_latency(
+    address: tuple[str, int], frames: PutFrames, rate: float, duration_s: float
+) -> dict:
+    """Synchronous puts, the i-th sent at ``start + i / rate`` (or at once when late).
+
+    ``latencies_s`` in the result holds each put's send-to-reply time, in send order.
+    """
+    total = max(1, int(rate * duration_s))
+    latencies: list[float] = []
+    sock = connect(address)
+    decoder = Decoder()
+    outstanding: set[int] = set()
+    start = time.monotonic() + 0.05
+    give_up = start + 2 * duration_s + REPLY_TIMEOUT_S
+    try:
+        for index in range(total):
+            wait = start + index / rate - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            sent = time.monotonic()
+            if sent > give_up:
+                break
+            outstanding.add(index + 1)
+            sock.sendall(frames.header(index + 1) + frames.body)
+            while not take_replies(decoder, outstanding):
+                receive_into(sock, decoder)
+            latencies.append(time.monotonic() - sent)
+    finally:
+        sock.close()
+    seconds = max(time.monotonic() - start, 1e-9)
+    return {
+        "messages": len(latencies),
+        "seconds": seconds,
+        "target_rate": rate,
+        "msg_per_s": len(latencies) / seconds,
+        "latencies_s": latencies,
+    }

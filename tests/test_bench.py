@@ -1,0 +1,60 @@
+"""Smoke test of ``tools/bench``: a ``--quick`` run against brokers it starts itself.
+
+Checks the exit status, that every scenario produced a row with positive numbers in every
+flush mode, and that the JSON carries the parameters, machine info and targets.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "tools" / "bench"
+RUN_TIMEOUT_S = 120
+
+
+def test_bench_help_runs():
+    completed = subprocess.run(
+        [sys.executable, str(BENCH), "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "--broker" in completed.stdout and "--quick" in completed.stdout
+
+
+def test_quick_run_reports_every_scenario(tmp_path: Path):
+    output = tmp_path / "bench.json"
+    completed = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--json", str(output), "--data-dir", tmp_path],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        cwd=tmp_path,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "targets" in completed.stdout
+    report = json.loads(output.read_text())
+    for key in ("timestamp", "parameters", "machine", "fsync", "results", "targets", "errors"):
+        assert key in report
+    assert report["errors"] == []
+    assert report["machine"]["cpu_count"] >= 1 and report["machine"]["python"]
+    assert report["fsync"]["per_s"] > 0
+    rows = {(row["scenario"], row["mode"]): row for row in report["results"]}
+    for mode in ("0", "1", "1000"):
+        for scenario in ("sync", "pipelined", "concurrent"):
+            row = rows[(scenario, mode)]
+            assert row["messages"] > 0 and row["msg_per_s"] > 0 and row["mb_per_s"] > 0
+    consume = rows[("consume", "1000")]
+    assert consume["messages"] == report["parameters"]["backlog_messages"]
+    assert consume["mb_per_s"] > 0
+    latency = rows[("latency", "0")]
+    assert 0 < latency["p50_ms"] <= latency["p99_ms"] <= latency["p999_ms"]
+    assert {entry["scenario"] for entry in report["targets"]} >= {"pipelined", "consume"}
+    assert all(entry["ratio"] > 0 for entry in report["targets"])
+    assert not list(tmp_path.glob("metaq-bench-*")), "temporary broker dirs were left behind"
