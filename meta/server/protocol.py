@@ -21,6 +21,7 @@ Reactor thread only.
 from __future__ import annotations
 
 import logging
+import os
 from collections import deque
 
 from twisted.internet import protocol
@@ -144,15 +145,16 @@ class BrokerProtocol(protocol.Protocol):
         if out and not self._closed:
             data = out[0] if len(out) == 1 else b"".join(out)
             out.clear()
-            self.transport.write(data)
+            self._write(data)
 
     def _write(self, reply: bytes | FileReply) -> None:
-        if isinstance(reply, bytes):
-            self.transport.write(reply)
-            return
-        self.transport.write(reply.header)
-        self._stream = [reply.segment, reply.position, reply.length]
-        self._pump()
+        data = reply if isinstance(reply, bytes) else reply.header
+        sent = _send_now(self.transport, data)
+        if sent < len(data):
+            self.transport.write(data[sent:] if sent else data)
+        if not isinstance(reply, bytes):
+            self._stream = [reply.segment, reply.position, reply.length]
+            self._pump()
 
     def _pump(self) -> None:
         """Write queued replies and stream chunks until done or the transport pauses us."""
@@ -168,15 +170,18 @@ class BrokerProtocol(protocol.Protocol):
 
     def _stream_chunk(self) -> None:
         segment, position, remaining = self._stream
-        size = min(remaining, CHUNK_BYTES)
-        chunk = segment.read(position, size)
-        if len(chunk) != size:
-            log.error("segment %s shrank while streaming; closing the connection", segment)
-            self._close()
-            return
-        remaining -= size
-        self._stream = None if remaining == 0 else [segment, position + size, remaining]
-        self.transport.write(chunk)
+        sent = _sendfile_now(self.transport, segment, position, remaining)
+        if sent == 0:
+            size = min(remaining, CHUNK_BYTES)
+            chunk = segment.read(position, size)
+            if len(chunk) != size:
+                log.error("segment %s shrank while streaming; closing the connection", segment)
+                self._close()
+                return
+            self.transport.write(chunk)
+            sent = size
+        remaining -= sent
+        self._stream = None if remaining == 0 else [segment, position + sent, remaining]
 
     # --- reading backpressure ---------------------------------------------------------------------
 
@@ -200,6 +205,41 @@ class BrokerProtocol(protocol.Protocol):
     @property
     def inflight(self) -> int:
         return self._inflight
+
+
+def _buffer_empty(transport) -> bool:
+    """Whether a Twisted TCP transport has nothing buffered (False for other transports)."""
+    try:
+        return not transport._tempDataBuffer and transport.offset >= len(transport.dataBuffer)
+    except AttributeError:
+        return False
+
+
+def _send_now(transport, data: bytes) -> int:
+    """Send ``data`` straight to the socket when nothing is buffered; return bytes sent.
+
+    Twisted buffers every write until the next reactor turn; for a request/reply client that
+    is a whole extra epoll round per request. Sending at once when the buffer is empty keeps
+    the order of bytes and saves that turn; whatever the socket does not take is buffered by
+    the caller as usual.
+    """
+    if not _buffer_empty(transport):
+        return 0
+    sent = transport.writeSomeData(data)
+    return sent if isinstance(sent, int) else 0
+
+
+def _sendfile_now(transport, segment, position: int, length: int) -> int:
+    """``os.sendfile`` from the segment to the socket when nothing is buffered; bytes sent."""
+    if not _buffer_empty(transport):
+        return 0
+    try:
+        return os.sendfile(transport.fileno(), segment.fileno(), position, length)
+    except (BlockingIOError, InterruptedError):
+        return 0
+    except OSError as error:
+        log.debug("sendfile failed (%s); falling back to reads", error)
+        return 0
 
 
 def _address(peer) -> str:

@@ -104,6 +104,10 @@ class Segment:
             raise StoreError(f"cannot read the size of segment {path}: {error}") from error
         return cls(files, path, start, fd, size)
 
+    def fileno(self) -> int:
+        """The open descriptor, for ``os.sendfile`` from this segment to a socket."""
+        return self._fd
+
     @property
     def end(self) -> int:
         """Offset just past the last written byte."""
