@@ -6,9 +6,12 @@ for its fsync, a get does not); each carries its request's opaque.
 
 Output and backpressure (STYLE 3, 13):
 
-* The protocol is the transport's streaming producer. A ``FileReply`` is streamed from the
-  segment file in chunks of ``CHUNK_BYTES`` while the transport is not paused, so a get
-  never builds its whole body in memory.
+* Replies that become ready while handling one read (or one fsync batch) are gathered and
+  written together by ``flush_output``. When the transport has nothing buffered they go
+  straight to the socket, saving Twisted's extra reactor turn per request.
+* The protocol is the transport's streaming producer. A ``FileReply`` is sent with
+  ``os.sendfile`` while the socket takes it, else read in chunks of ``CHUNK_BYTES`` while
+  the transport is not paused, so a get never builds its whole body in memory.
 * Replies that arrive while a stream is running, or while the transport is paused, wait in
   a queue. Reading from the peer stops while more than ``INFLIGHT_MAX`` requests are
   unanswered or more than ``QUEUED_BYTES_MAX`` reply bytes are queued, and resumes below half.
