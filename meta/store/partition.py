@@ -31,6 +31,7 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 
+from meta.config import FlushMode
 from meta.errors import PartitionFailedError, StoreError
 from meta.protocol.message import HEADER_SIZE
 from meta.store.files import Files
@@ -127,6 +128,8 @@ class PartitionLog:
         self._clock = clock
         self._segment_bytes_max = segment_bytes_max
         self._policy = policy
+        # Group commit syncs every append (should_flush says so); skip the call per record.
+        self._always_sync = policy.mode is FlushMode.GROUP_COMMIT
         self._segments = segments
         self._starts = [segment.start for segment in segments]
         self._segment = segments[-1]
@@ -241,22 +244,22 @@ class PartitionLog:
         if self._refusal is not None:
             ack(None, self._refusal_error())
             return
-        assert len(record) >= HEADER_SIZE
+        size = len(record)
+        assert size >= HEADER_SIZE
         offset = self._staged_end
-        end = offset + len(record)
+        end = offset + size
         self._staged_end = end
         staged = self._staged
         staged.append(record)
         self.message_count += 1
         self._unflushed_count += 1
-        self._unflushed_bytes += len(record)
+        self._unflushed_bytes += size
         policy = self._policy
-        elapsed_ms = (self._clock.seconds() - self._flush_requested_s) * 1000
-        must_sync = should_flush(
+        must_sync = self._always_sync or should_flush(
             policy.mode,
             self._unflushed_bytes,
             self._unflushed_count,
-            elapsed_ms,
+            (self._clock.seconds() - self._flush_requested_s) * 1000,
             policy.threshold,
             policy.interval_ms,
         )
