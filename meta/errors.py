@@ -103,3 +103,27 @@ class InvalidTopicError(InternalServerError):
 
 class MessageTooLargeError(InternalServerError):
     """A put body is larger than ``maxMessageSize``."""
+
+
+class ClientError(MetaError):
+    """A client-side failure (raised by ``meta.client``, never sent on the wire)."""
+
+
+class OperationTimeoutError(ClientError):
+    """A request got no reply within its timeout."""
+
+
+class NoPartitionError(ClientError):
+    """No partition is available for a topic (not published, or no broker serves it)."""
+
+
+class NoBrokerError(ClientError):
+    """The chosen partition's broker has no reachable master right now."""
+
+
+class InvalidGroupError(ClientError):
+    """A consumer group name breaks the Java rule (client spec section 3.1)."""
+
+
+class ClientClosedError(ClientError):
+    """The producer, consumer or session factory was shut down."""
