@@ -1,0 +1,31 @@
+"""The metaq-py client library: producers (and, later, consumers) for MetaQ brokers.
+
+Start with ``MetaMessageSessionFactory(MetaClientConfig(zk_connect=...))`` and
+``factory.create_producer()``. Importing this package has no side effects: no thread, no
+socket, and no kazoo import (kazoo is imported only when a factory uses ZooKeeper).
+"""
+
+from meta.client.cluster import BrokerAddress, Partition
+from meta.client.factory import MetaClientConfig, MetaMessageSessionFactory
+from meta.client.message import Message, SendResult
+from meta.client.producer import MessageProducer
+from meta.client.selectors import (
+    HashPartitionSelector,
+    PartitionSelector,
+    RandomPartitionSelector,
+    RoundRobinPartitionSelector,
+)
+
+__all__ = [
+    "BrokerAddress",
+    "HashPartitionSelector",
+    "Message",
+    "MessageProducer",
+    "MetaClientConfig",
+    "MetaMessageSessionFactory",
+    "Partition",
+    "PartitionSelector",
+    "RandomPartitionSelector",
+    "RoundRobinPartitionSelector",
+    "SendResult",
+]

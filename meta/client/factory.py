@@ -1,0 +1,344 @@
+"""``MetaClientConfig`` and ``MetaMessageSessionFactory``: the entry point of the client library.
+
+A session factory owns what its producers share (zk spec §2.1, §2.7): one ``KazooClient``
+(through ``meta.client.zk_cluster``, the only module that imports kazoo, imported here only
+when ZooKeeper is configured), one ``ZkClusterView`` and one ``ConnectionPool`` of pipelined
+broker connections (``meta.client.pipeline``). The pool maps broker URIs to connections:
+each user (a topic of the ZooKeeper view, or direct mode) declares the brokers it needs; a
+connection is opened when first needed and closed when no user references its URI any more.
+With ``server_url`` set (direct mode) no ZooKeeper is used at all: every message goes to
+that broker with partition -1.
+
+Invariants:
+
+* The config names exactly one of ``zk_connect`` and ``server_url``.
+* The pool references, per published topic, exactly the brokers of that topic's current
+  snapshot (the view's ``on_change`` keeps it so); in direct mode, the one broker.
+* After ``shutdown()`` no thread or socket of the factory is left: producers are shut down,
+  connections closed (their reader threads joined) and the kazoo client stopped and closed.
+
+Thread-safety: the factory, its ``ConnectionPool`` and its producers are thread-safe;
+``shutdown`` is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from meta.client.cluster import BrokerAddress, Partition
+from meta.client.pipeline import REPLY_BYTES_MAX, PipelinedConnection
+from meta.client.producer import MessageProducer
+from meta.client.selectors import PartitionSelector, RoundRobinPartitionSelector
+from meta.errors import ClientClosedError, ClientError, NoBrokerError
+
+if TYPE_CHECKING:
+    from meta.client.zk_cluster import TopicSnapshot, ZkClusterView
+
+log = logging.getLogger("meta.client")
+
+DIRECT_USER = "<direct>"
+"""The pool user that holds the direct-mode broker (not a valid topic name, so no clash)."""
+
+
+RECONNECT_DELAY_S = 1.0
+"""After a failed connect, sends to that broker fail at once for this long (no connect
+storm against a dead broker, whose nodes stay in ZooKeeper until its session expires)."""
+
+
+class _PoolEntry:
+    __slots__ = ("address", "users", "connection", "lock", "connect_error", "retry_at")
+
+    def __init__(self, address: BrokerAddress) -> None:
+        self.address = address
+        self.users: set[str] = set()
+        self.connection: PipelinedConnection | None = None
+        self.lock = threading.Lock()
+        self.connect_error: ClientError | None = None
+        self.retry_at = 0.0  # time.monotonic() before which no new connect is tried
+
+
+class ConnectionPool:
+    """Reference-counted connections by broker URI, shared by one session factory.
+
+    A *user* (a string such as a topic name) declares the brokers it needs with
+    ``set_brokers``; a URI's connection lives while at least one user lists it. ``get`` opens
+    (or re-opens after a failure) the connection lazily, in the calling thread, so callers on
+    kazoo's event thread never do network I/O through ``set_brokers``.
+
+    Args:
+        connect_timeout_s: passed to each ``PipelinedConnection``.
+        reply_bytes_max: passed to each ``PipelinedConnection``.
+    """
+
+    def __init__(
+        self, connect_timeout_s: float = 10.0, reply_bytes_max: int = REPLY_BYTES_MAX
+    ) -> None:
+        self._connect_timeout_s = connect_timeout_s
+        self._reply_bytes_max = reply_bytes_max
+        self._lock = threading.Lock()
+        self._entries: dict[str, _PoolEntry] = {}
+        self._closed = False
+
+    def set_brokers(self, user: str, addresses: Iterable[BrokerAddress]) -> None:
+        """Make ``user`` reference exactly ``addresses``; close connections nobody references."""
+        wanted = {address.uri: address for address in addresses}
+        unused: list[PipelinedConnection] = []
+        with self._lock:
+            if self._closed:
+                return
+            for uri, address in wanted.items():
+                self._entries.setdefault(uri, _PoolEntry(address)).users.add(user)
+            for uri, entry in list(self._entries.items()):
+                if uri not in wanted and user in entry.users:
+                    entry.users.discard(user)
+                    if not entry.users:
+                        del self._entries[uri]
+                        unused.append(entry.connection)
+        for connection in unused:
+            if connection is not None:
+                connection.close()
+
+    def get(self, address: BrokerAddress) -> PipelinedConnection:
+        """Return an open connection to ``address``, connecting now if needed.
+
+        Raises:
+            ClientClosedError: the pool was closed.
+            NoBrokerError: no user references this broker any more.
+            ClientError: the broker cannot be reached.
+        """
+        entry = self._entry(address)
+        connection = entry.connection
+        if connection is not None and not connection.closed:
+            return connection
+        with entry.lock:  # One connect at a time per broker; other brokers are not held up.
+            connection = entry.connection
+            if connection is None or connection.closed:
+                connection = self._connect(entry)
+                with self._lock:
+                    still_used = self._entries.get(address.uri) is entry and not self._closed
+                    if still_used:
+                        entry.connection = connection
+                if not still_used:
+                    connection.close()
+                    raise NoBrokerError(f"broker {address.uri} is no longer used")
+            return connection
+
+    def _connect(self, entry: _PoolEntry) -> PipelinedConnection:
+        """Connect to the entry's broker (entry lock held), or fail fast after a recent failure."""
+        if entry.connect_error is not None and time.monotonic() < entry.retry_at:
+            raise ClientError(f"{entry.connect_error} (next attempt within {RECONNECT_DELAY_S} s)")
+        address = entry.address
+        try:
+            connection = PipelinedConnection(
+                address.host, address.port, self._connect_timeout_s, self._reply_bytes_max
+            )
+        except ClientError as error:
+            entry.connect_error = error
+            entry.retry_at = time.monotonic() + RECONNECT_DELAY_S
+            raise
+        entry.connect_error = None
+        return connection
+
+    def _entry(self, address: BrokerAddress) -> _PoolEntry:
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("the session factory was shut down")
+            entry = self._entries.get(address.uri)
+        if entry is None:
+            raise NoBrokerError(f"broker {address.uri} is not in use by any topic")
+        return entry
+
+    def connect_quietly(self, address: BrokerAddress) -> None:
+        """Open the connection to ``address`` now if possible; log (not raise) a failure."""
+        try:
+            self.get(address)
+        except ClientError as error:
+            log.warning("cannot connect to %s yet: %s", address.uri, error)
+
+    def uris(self) -> list[str]:
+        """The URIs currently referenced (for tests and diagnostics)."""
+        with self._lock:
+            return sorted(self._entries)
+
+    def close(self) -> None:
+        """Close every connection and refuse further use. Idempotent."""
+        with self._lock:
+            self._closed = True
+            entries = list(self._entries.values())
+            self._entries.clear()
+        for entry in entries:
+            with entry.lock:
+                if entry.connection is not None:
+                    entry.connection.close()
+
+
+@dataclass(frozen=True)
+class MetaClientConfig:
+    """Client settings (Java's ``MetaClientConfig`` and ``ZKConfig``, spec §1.1, §2.1).
+
+    Attributes:
+        zk_connect: ZooKeeper connect string ``host:port[,host:port...]``.
+        zk_root: the MetaQ root in ZooKeeper.
+        zk_session_timeout_ms: ZooKeeper session timeout.
+        zk_connection_timeout_ms: how long the factory waits for ZooKeeper when created.
+        server_url: ``meta://host:port`` of one broker (direct mode, no ZooKeeper).
+        max_message_bytes: largest encoded payload a producer sends; the default fits a
+            default broker's ``maxTransferSize`` (1 MiB) minus the 20-byte record header, so
+            every message sent can also be consumed.
+        connect_timeout_s: bound on connecting to a broker (and on a blocked write).
+
+    Raises:
+        ClientError: both or neither of ``zk_connect`` and ``server_url``, or a bad value.
+    """
+
+    zk_connect: str | None = None
+    zk_root: str = "/meta"
+    zk_session_timeout_ms: int = 30000
+    zk_connection_timeout_ms: int = 30000
+    server_url: str | None = None
+    max_message_bytes: int = 1048576 - 20
+    connect_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if (self.zk_connect is None) == (self.server_url is None):
+            raise ClientError(
+                "MetaClientConfig needs exactly one of zk_connect (ZooKeeper discovery) and "
+                f"server_url (direct mode); got zk_connect={self.zk_connect!r}, "
+                f"server_url={self.server_url!r}"
+            )
+        if self.zk_connect is not None and not self.zk_connect.strip():
+            raise ClientError("MetaClientConfig.zk_connect must not be blank")
+        if self.server_url is not None:
+            BrokerAddress.parse_uri(self.server_url)  # raises ClientError naming the URL
+        if not isinstance(self.zk_root, str) or not self.zk_root.strip("/ "):
+            raise ClientError(f"MetaClientConfig.zk_root must name a path, got {self.zk_root!r}")
+        for name in ("zk_session_timeout_ms", "zk_connection_timeout_ms", "max_message_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ClientError(f"MetaClientConfig.{name} must be a positive int, got {value!r}")
+        if not self.connect_timeout_s > 0:
+            raise ClientError(
+                f"MetaClientConfig.connect_timeout_s must be positive, got {self.connect_timeout_s}"
+            )
+
+
+class MetaMessageSessionFactory:
+    """Creates producers that share one ZooKeeper client and one pool of broker connections.
+
+    Args:
+        config: the client settings.
+
+    Raises:
+        ClientError: ZooKeeper is unreachable within ``zk_connection_timeout_ms`` (the text
+            names the connect string).
+    """
+
+    def __init__(self, config: MetaClientConfig) -> None:
+        self.config = config
+        self._lock = threading.Lock()
+        self._producers: list[MessageProducer] = []
+        self._closed = False
+        self._pool = ConnectionPool(config.connect_timeout_s)
+        self._zk_client: Any = None
+        self._view: ZkClusterView | None = None
+        self._direct_broker: BrokerAddress | None = None
+        if config.server_url is not None:
+            self._direct_broker = BrokerAddress.parse_uri(config.server_url)
+            self._pool.set_brokers(DIRECT_USER, [self._direct_broker])
+        else:
+            self._start_zookeeper(config)
+
+    def _start_zookeeper(self, config: MetaClientConfig) -> None:
+        # Imported here so that direct-mode users never import kazoo.
+        from meta.client import zk_cluster
+
+        self._zk_client = zk_cluster.connect_zookeeper(
+            config.zk_connect, config.zk_session_timeout_ms, config.zk_connection_timeout_ms
+        )
+        self._view = zk_cluster.ZkClusterView(
+            self._zk_client,
+            config.zk_root,
+            on_change=self._snapshot_changed,
+            operation_timeout_s=config.zk_connection_timeout_ms / 1000,
+        )
+
+    def _snapshot_changed(self, topic: str, snapshot: TopicSnapshot) -> None:
+        """``ZkClusterView.on_change``: bookkeeping only (kazoo's thread must not connect)."""
+        self._pool.set_brokers(topic, snapshot.brokers.values())
+
+    def create_producer(
+        self, partition_selector: PartitionSelector | None = None
+    ) -> MessageProducer:
+        """Return a new producer; its selector defaults to a fresh round robin (spec §2.2).
+
+        Raises:
+            ClientClosedError: the factory was shut down.
+        """
+        producer = MessageProducer(
+            self._pool,
+            partition_selector if partition_selector is not None else RoundRobinPartitionSelector(),
+            self.config.max_message_bytes,
+            view=self._view,
+            direct_broker=self._direct_broker,
+            on_shutdown=self._producer_shut_down,
+        )
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("the session factory was shut down")
+            self._producers.append(producer)
+        return producer
+
+    def _producer_shut_down(self, producer: MessageProducer) -> None:
+        with self._lock:
+            if producer in self._producers:
+                self._producers.remove(producer)
+
+    def get_partitions_for_topic(self, topic: str) -> list[Partition]:
+        """Read the producer partitions of ``topic`` from ZooKeeper once (spec §3.9).
+
+        Returns:
+            The partitions in numeric order; ``[]`` when no broker publishes the topic.
+
+        Raises:
+            ClientError: direct mode (no ZooKeeper), a closed factory, or ZooKeeper unreadable.
+        """
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("the session factory was shut down")
+        if self._view is None:
+            raise ClientError(
+                "get_partitions_for_topic needs ZooKeeper; this factory is in direct mode "
+                f"({self.config.server_url})"
+            )
+        return self._view.read_partitions(topic)
+
+    def shutdown(self) -> None:
+        """Shut down every producer, close every connection and the ZooKeeper client.
+
+        Idempotent; leaves no thread or socket of this factory behind.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            producers = list(self._producers)
+        for producer in producers:
+            producer.shutdown()
+        if self._view is not None:
+            self._view.close()
+        self._pool.close()
+        if self._zk_client is not None:
+            from meta.client import zk_cluster
+
+            zk_cluster.close_zookeeper(self._zk_client)
+
+    def __enter__(self) -> MetaMessageSessionFactory:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
