@@ -44,7 +44,8 @@ REPLY_TIMEOUT_S = 30.0
 RECEIVE_BYTES = 64 * 1024
 MAX_SIZE_DEFAULT = 1024 * 1024
 OPAQUE_MAX = 2**31 - 1
-TOPICS = ("bench-sync", "bench-pipelined", "bench-concurrent", "bench-consume", "bench-latency")
+SCENARIO_NAMES = ("sync", "pipelined", "concurrent", "client", "consume", "latency")
+TOPICS = tuple(f"bench-{name}" for name in SCENARIO_NAMES)
 _LENGTH = struct.Struct(">i")
 
 
@@ -190,6 +191,7 @@ class PutFrames:
     """A pre-encoded put (7-token form with checksum); only the opaque varies per message."""
 
     def __init__(self, topic: str, message_bytes: int, partition: int = 0) -> None:
+        self.topic = topic
         pattern = bytes(range(32, 127))
         self.body = (pattern * (message_bytes // len(pattern) + 1))[:message_bytes]
         self.prefix = b"put %s %d %d 0 %d " % (
