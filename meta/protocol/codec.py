@@ -56,6 +56,7 @@ CRLF = b"\r\n"
 _FAST_PUT = re.compile(
     rb"put ([^ ]+) (-?\d{1,10}) (\d{1,10}) (-?\d{1,10}) (?:(-?\d{1,10}) )?(-?\d{1,10})"
 )
+_FAST_RESULT = re.compile(rb"result (\d{1,9}) (\d{1,9}) (-?\d{1,10})")
 
 
 class Decoder:
@@ -127,10 +128,15 @@ class Decoder:
             return NEED_DATA
         if end - self._position > self.header_bytes_max:
             raise LocalProtocolError(f"header line longer than {self.header_bytes_max} bytes")
-        if buffer[self._position] == 0x70:  # "p": the hot path gets a lean parser
+        first = buffer[self._position]
+        if first == 0x70:  # "p": the broker's hot path gets a lean parser
             put = self._fast_put(end)
             if put is not None:
                 return put
+        elif first == 0x72:  # "r": the client's hot path, likewise
+            result = self._fast_result(end)
+            if result is not None:
+                return result
         try:
             line = buffer[self._position : end].decode("utf-8")
         except UnicodeDecodeError:
@@ -183,6 +189,26 @@ class Decoder:
         self._position = body_end
         body = bytes(self._buffer[body_start:body_end])
         return Put(topic, partition, body, flag, opaque, checksum, None)
+
+    def _fast_result(self, end: int) -> Result | None:
+        """Decode ``result <code> <len> <opaque>`` + body when it is whole and within limits.
+
+        Returns None otherwise; the general parser then handles it (or waits, or refuses).
+        """
+        match = _FAST_RESULT.fullmatch(self._buffer, self._position, end)
+        if match is None:
+            return None
+        code, length, opaque = match.groups()
+        length = int(length)
+        opaque = int(opaque)
+        body_start = end + 2
+        body_end = body_start + length
+        if not INT_MIN <= opaque <= INT_MAX or length > self.body_bytes_max:
+            return None
+        if len(self._buffer) < body_end:
+            return None
+        self._position = body_end
+        return Result(int(code), bytes(self._buffer[body_start:body_end]), opaque)
 
     def _next_skip(self, event: BodyTooLarge | None) -> BodyTooLarge:
         assert event is not None
