@@ -1,11 +1,14 @@
-"""The metaq-py client library: producers (and, later, consumers) for MetaQ brokers.
+"""The metaq-py client library: producers and consumers for MetaQ brokers.
 
 Start with ``MetaMessageSessionFactory(MetaClientConfig(zk_connect=...))`` and
-``factory.create_producer()``. Importing this package has no side effects: no thread, no
-socket, and no kazoo import (kazoo is imported only when a factory uses ZooKeeper).
+``factory.create_producer()`` or
+``factory.create_consumer(ConsumerConfig(group))``. Importing this package has no side
+effects: no thread, no socket, and no kazoo import (kazoo is imported only when a factory
+uses ZooKeeper).
 """
 
 from meta.client.cluster import BrokerAddress, Partition
+from meta.client.consumer import ConsumerConfig, MessageConsumer
 from meta.client.factory import MetaClientConfig, MetaMessageSessionFactory
 from meta.client.message import Message, SendResult
 from meta.client.producer import MessageProducer
@@ -18,8 +21,10 @@ from meta.client.selectors import (
 
 __all__ = [
     "BrokerAddress",
+    "ConsumerConfig",
     "HashPartitionSelector",
     "Message",
+    "MessageConsumer",
     "MessageProducer",
     "MetaClientConfig",
     "MetaMessageSessionFactory",

@@ -37,6 +37,7 @@ from meta.client.selectors import PartitionSelector, RoundRobinPartitionSelector
 from meta.errors import ClientClosedError, ClientError, NoBrokerError
 
 if TYPE_CHECKING:
+    from meta.client.consumer import ConsumerConfig, MessageConsumer
     from meta.client.zk_cluster import TopicSnapshot, ZkClusterView
 
 log = logging.getLogger("meta.client")
@@ -228,7 +229,7 @@ class MetaClientConfig:
 
 
 class MetaMessageSessionFactory:
-    """Creates producers that share one ZooKeeper client and one pool of broker connections.
+    """Creates producers and consumers sharing one ZooKeeper client and one connection pool.
 
     Args:
         config: the client settings.
@@ -242,6 +243,7 @@ class MetaMessageSessionFactory:
         self.config = config
         self._lock = threading.Lock()
         self._producers: list[MessageProducer] = []
+        self._consumers: list[MessageConsumer] = []
         self._closed = False
         self._pool = ConnectionPool(config.connect_timeout_s)
         self._zk_client: Any = None
@@ -298,6 +300,31 @@ class MetaMessageSessionFactory:
             if producer in self._producers:
                 self._producers.remove(producer)
 
+    def create_consumer(self, config: ConsumerConfig) -> MessageConsumer:
+        """Return a new consumer of ``config.group`` (spec §3); it joins at ``complete_subscribe``.
+
+        Raises:
+            ClientClosedError: the factory was shut down.
+            ClientError: direct mode (consumers need ZooKeeper here).
+        """
+        from meta.client.consumer import MessageConsumer
+
+        if self._zk_client is None:
+            raise ClientError("create_consumer needs ZooKeeper; direct mode is not supported")
+        consumer = MessageConsumer(
+            config, self._pool, self._zk_client, self.config.zk_root, self._consumer_shut_down
+        )
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("the session factory was shut down")
+            self._consumers.append(consumer)
+        return consumer
+
+    def _consumer_shut_down(self, consumer: MessageConsumer) -> None:
+        with self._lock:
+            if consumer in self._consumers:
+                self._consumers.remove(consumer)
+
     def get_partitions_for_topic(self, topic: str) -> list[Partition]:
         """Read the producer partitions of ``topic`` from ZooKeeper once (spec §3.9).
 
@@ -327,6 +354,9 @@ class MetaMessageSessionFactory:
                 return
             self._closed = True
             producers = list(self._producers)
+            consumers = list(self._consumers)
+        for consumer in consumers:
+            consumer.shutdown()
         for producer in producers:
             producer.shutdown()
         if self._view is not None:

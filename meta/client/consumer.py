@@ -1,0 +1,232 @@
+"""``ConsumerConfig`` and ``MessageConsumer``: a member of a consumer group (zk spec §3).
+
+A consumer records subscriptions (``subscribe``), then ``complete_subscribe`` joins the
+group in ZooKeeper (``meta.client.zk_group``), which assigns it partitions and runs the fetch
+loop (``meta.client.fetch``) on them. Offsets are committed to ZooKeeper every
+``commit_offset_period_ms``, on every rebalance and at shutdown, in the Java format, so
+Python and Java consumers can share a group.
+
+Invariants:
+
+* ``complete_subscribe`` runs at most once; no subscription is accepted after it.
+* After ``shutdown()`` no thread of the consumer runs, its offsets are committed and its
+  owner and ids nodes are deleted. ``shutdown`` is idempotent.
+
+Thread-safety: every public method is thread-safe. Listeners run on the fetch threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from meta.client.balance import STRATEGIES
+from meta.client.cluster import consumer_id_string, validate_group, validate_topic
+from meta.client.fetch import FetchManager, FetchSettings
+from meta.errors import ClientClosedError, ClientError
+
+if TYPE_CHECKING:
+    from meta.client.factory import ConnectionPool
+    from meta.client.zk_group import ZkConsumerGroup
+
+log = logging.getLogger("meta.client")
+
+OFFSET_RESETS = ("follow-broker", "error")
+"""Implemented ``offset_reset`` policies (DECISIONS 15; ``earliest``/``latest`` are not yet)."""
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    """Consumer settings (Java's ``ConsumerConfig``, spec §3.1).
+
+    Attributes:
+        group: the consumer group (checked as Java's ``checkConsumerConfig`` does).
+        consumer_id: the id in ``<group>_<id>``; None: ``<localHost>-<pid>-<uuid>``.
+        fetch_timeout_s: bound on a get or offset request (plus ``long_poll_ms``).
+        max_delay_fetch_ms: the largest backoff between fetches of one partition.
+        commit_offset_period_ms: period of the offset commit.
+        offset: the start offset of partitions without a committed offset.
+        consume_from_max_offset: start those partitions at the newest message instead
+            (DECISIONS 14: a get at ``Long.MAX_VALUE``, whose 301 answer is adopted).
+        load_balance_strategy: ``"DEFAULT"`` or ``"CONSIST"``.
+        offset_reset: what a 301 (offset out of range) does: ``"follow-broker"`` adopts the
+            broker's offset (Java); ``"error"`` logs and stops that partition until the next
+            rebalance.
+        long_poll_ms: the get's ``maxWaitMs`` (DECISIONS 16); 0 disables long polling.
+        fetch_threads: number of fetch threads.
+        zk_sync_s: pause between failed rebalance attempts (Java's ``zkSyncTimeMs``).
+
+    Raises:
+        InvalidGroupError: the group is blank or has a character Java refuses.
+        ClientError: another field is out of range.
+    """
+
+    group: str
+    consumer_id: str | None = None
+    fetch_timeout_s: float = 10.0
+    max_delay_fetch_ms: int = 5000
+    commit_offset_period_ms: int = 5000
+    offset: int = 0
+    consume_from_max_offset: bool = False
+    load_balance_strategy: str = "DEFAULT"
+    offset_reset: str = "follow-broker"
+    long_poll_ms: int = 1000
+    fetch_threads: int = 1
+    zk_sync_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        validate_group(self.group)
+        if self.load_balance_strategy not in STRATEGIES:
+            raise ClientError(f"unknown load_balance_strategy {self.load_balance_strategy!r}")
+        if self.offset_reset not in OFFSET_RESETS:
+            raise ClientError(
+                f"offset_reset {self.offset_reset!r} is not one of {', '.join(OFFSET_RESETS)}"
+            )
+        positive = ("fetch_timeout_s", "max_delay_fetch_ms", "commit_offset_period_ms")
+        for name in (*positive, "fetch_threads", "zk_sync_s"):
+            if not getattr(self, name) > 0:
+                raise ClientError(f"ConsumerConfig.{name} must be positive")
+        if self.long_poll_ms < 0 or self.offset < 0:
+            raise ClientError("ConsumerConfig.long_poll_ms and offset must not be negative")
+
+
+class MessageConsumer:
+    """A consumer in a group: subscribe, ``complete_subscribe``, then ``shutdown``.
+
+    Created by ``MetaMessageSessionFactory.create_consumer``.
+
+    Args:
+        config: the consumer settings.
+        pool: the factory's connection pool.
+        zk_client: the factory's started ``KazooClient``.
+        zk_root: the MetaQ root in ZooKeeper.
+        on_shutdown: called with this consumer once it has shut down.
+    """
+
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        pool: ConnectionPool,
+        zk_client: Any,
+        zk_root: str,
+        on_shutdown: Callable[[MessageConsumer], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.consumer_id = consumer_id_string(config.group, config.consumer_id)
+        self._pool = pool
+        self._zk_client = zk_client
+        self._zk_root = zk_root
+        self._on_shutdown = on_shutdown
+        self._lock = threading.Lock()
+        self._subscriptions: dict[str, tuple[int, Any]] = {}
+        self._group: ZkConsumerGroup | None = None
+        self._completed = False
+        self._closed = False
+        self._stop_commits = threading.Event()
+        self._committer: threading.Thread | None = None
+
+    def subscribe(self, topic: str, max_size: int, listener: Any) -> MessageConsumer:
+        """Record a subscription (spec §3.2); fetching starts with ``complete_subscribe``.
+
+        Args:
+            topic: the topic.
+            max_size: bytes asked for per fetch (> 0).
+            listener: ``listener(message)``, or an object with ``receive_messages(message)``.
+
+        Raises:
+            ClientError: after ``complete_subscribe``, a topic subscribed twice, or a bad
+                ``max_size``; ``InvalidTopicError`` for a bad topic name.
+        """
+        validate_topic(topic)
+        if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size <= 0:
+            raise ClientError(f"max_size must be a positive int, got {max_size!r}")
+        with self._lock:
+            self._check_open()
+            if self._completed:
+                raise ClientError("subscribe after complete_subscribe")
+            if topic in self._subscriptions:
+                raise ClientError(f"topic {topic} is already subscribed by this consumer")
+            self._subscriptions[topic] = (max_size, listener)
+        return self
+
+    def complete_subscribe(self) -> None:
+        """Join the group, take partitions and start fetching (once).
+
+        Raises:
+            ClientError: called twice, nothing subscribed, or the group could not be joined.
+        """
+        from meta.client.zk_group import ZkConsumerGroup
+
+        with self._lock:
+            self._check_open()
+            if self._completed:
+                raise ClientError("complete_subscribe may be called only once")
+            if not self._subscriptions:
+                raise ClientError("complete_subscribe without any subscription")
+            self._completed = True
+            fetcher = FetchManager(
+                self._pool, f"<consumer {self.consumer_id}>", self._fetch_settings(),
+                {topic: listener for topic, (_size, listener) in self._subscriptions.items()},
+            )  # fmt: skip
+            self._group = ZkConsumerGroup(
+                self._zk_client, self._zk_root, self.config.group, self.consumer_id,
+                {topic: size for topic, (size, _listener) in self._subscriptions.items()},
+                self.config.load_balance_strategy, fetcher, self.config.offset,
+                self.config.consume_from_max_offset, self.config.zk_sync_s,
+            )  # fmt: skip
+        try:
+            self._group.start()
+        except ClientError:
+            self.shutdown()
+            raise
+        self._committer = threading.Thread(
+            target=self._commit_loop, name="meta-offset-commit", daemon=True
+        )
+        self._committer.start()
+
+    def owned_partitions(self) -> set[tuple[str, str]]:
+        """The ``(topic, "B-P")`` pairs this consumer owns now (empty before joining)."""
+        group = self._group
+        return group.owned() if group is not None else set()
+
+    def shutdown(self) -> None:
+        """Stop fetching, commit offsets, leave the group. Idempotent; no thread remains."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            group = self._group
+        self._stop_commits.set()
+        if self._committer is not None and self._committer is not threading.current_thread():
+            self._committer.join()
+        if group is not None:
+            group.close()
+        self._pool.set_brokers(f"<consumer {self.consumer_id}>", [])
+        if self._on_shutdown is not None:
+            self._on_shutdown(self)
+
+    def _commit_loop(self) -> None:
+        period_s = self.config.commit_offset_period_ms / 1000
+        while not self._stop_commits.wait(period_s):
+            try:
+                self._group.commit()
+            except Exception:  # The next period tries again; the thread must not die.
+                log.exception("periodic offset commit of %s failed", self.consumer_id)
+
+    def _fetch_settings(self) -> FetchSettings:
+        config = self.config
+        return FetchSettings(
+            config.group,
+            config.fetch_timeout_s,
+            config.max_delay_fetch_ms,
+            config.long_poll_ms,
+            config.offset_reset,
+            config.fetch_threads,
+        )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError(f"consumer {self.consumer_id} was shut down")

@@ -1,0 +1,297 @@
+"""The consumer's fetch loop (zk spec §3.6): one request per owned partition, run by threads.
+
+``FetchManager`` holds one ``FetchRequest`` per owned partition in a delay queue ordered by
+due time (ties keep insertion order). ``fetch_threads`` threads take due requests, send
+``get T G P offset maxSize opaque [maxWaitMs]`` (DECISIONS 16 long polling) to the
+partition's broker, give every complete message to the topic's listener in order, and put
+the request back only after its batch, so each partition is processed strictly in order.
+
+Invariants:
+
+* A request's ``offset`` is the byte offset of the next message to read; it moves only by
+  the bytes of messages the listener accepted, by a 301 answer (per ``offset_reset``) or by
+  the ``offset`` answer after a bad checksum (the segment start, which can re-deliver).
+* A listener exception stops the batch; the same offset is fetched again later.
+* After ``stop()`` returns no fetch thread runs and no listener call is in progress.
+
+Thread-safety: public methods are thread-safe. Listeners run on the fetch threads.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from meta.client.cluster import BrokerAddress, Partition
+from meta.client.message import Message
+from meta.errors import ClientError, InvalidRecordError
+from meta.protocol.commands import Data, Get, Offset, Result
+from meta.protocol.message import iter_messages
+
+if TYPE_CHECKING:
+    from meta.client.factory import ConnectionPool
+
+log = logging.getLogger("meta.client")
+
+LONG_MAX = 2**63 - 1
+"""Java's ``Long.MAX_VALUE``: a get at this offset is answered 301 with the max offset."""
+
+Listener = Callable[[Message], Any]
+
+
+@dataclass(frozen=True)
+class FetchSettings:
+    """What the fetch loop needs from ``ConsumerConfig`` (see there for the meanings)."""
+
+    group: str
+    fetch_timeout_s: float
+    max_delay_fetch_ms: int
+    long_poll_ms: int
+    offset_reset: str
+    fetch_threads: int
+
+
+@dataclass
+class FetchRequest:
+    """One owned partition's fetch state (mutated only by the thread that holds it)."""
+
+    topic: str
+    partition: Partition
+    address: BrokerAddress | None
+    offset: int
+    msg_id: int = -1
+    modified: bool = False
+    max_size: int = 1024 * 1024
+    delay_ms: int = 0
+    retries: int = 0
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.topic, str(self.partition)
+
+
+def call_listener(listener: Any, message: Message) -> None:
+    """Call a listener: a callable, or an object with ``receive_messages(message)``."""
+    receive = getattr(listener, "receive_messages", None)
+    (receive if receive is not None else listener)(message)
+
+
+class FetchManager:
+    """Runs the fetch requests of one consumer on ``settings.fetch_threads`` threads.
+
+    Args:
+        pool: the factory's connection pool.
+        pool_user: the name this consumer references brokers under in ``pool``.
+        settings: the fetch settings.
+        listeners: topic -> listener.
+    """
+
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        pool_user: str,
+        settings: FetchSettings,
+        listeners: Mapping[str, Any],
+    ) -> None:
+        self._pool = pool
+        self._user = pool_user
+        self._settings = settings
+        self._listeners = dict(listeners)
+        self._cond = threading.Condition()
+        self._queue: list[tuple[float, int, FetchRequest]] = []
+        self._requests: dict[tuple[str, str], FetchRequest] = {}
+        self._sequence = itertools.count()
+        self._threads: list[threading.Thread] = []
+        self._running = False
+
+    def start(self, requests: list[FetchRequest]) -> None:
+        """Start fetching ``requests`` (the manager must be stopped)."""
+        addresses = {r.address.uri: r.address for r in requests if r.address is not None}
+        self._pool.set_brokers(self._user, addresses.values())
+        with self._cond:
+            assert not self._running, "start() on a running FetchManager"
+            self._running = True
+            self._requests = {request.key: request for request in requests}
+            self._queue = []
+            for request in requests:
+                self._push(request, 0)
+            self._threads = [
+                threading.Thread(target=self._run, name=f"meta-fetch-{n}", daemon=True)
+                for n in range(self._settings.fetch_threads)
+            ]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> dict[tuple[str, str], FetchRequest]:
+        """Stop the threads (waiting for batches in progress) and return the requests by key."""
+        with self._cond:
+            self._running = False
+            self._cond.notify_all()
+            threads, self._threads = self._threads, []
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join()
+        with self._cond:
+            return dict(self._requests)
+
+    def take_modified(self) -> list[tuple[str, str, int, int]]:
+        """Return ``(topic, B-P, msg_id, offset)`` of every modified request and clear the flags."""
+        with self._cond:
+            modified = [r for r in self._requests.values() if r.modified]
+            for request in modified:
+                request.modified = False
+            return [(*r.key, r.msg_id, r.offset) for r in modified]
+
+    def mark_modified(self, keys: list[tuple[str, str]]) -> None:
+        """Flag ``keys`` modified again (their commit failed)."""
+        with self._cond:
+            for key in keys:
+                if key in self._requests:
+                    self._requests[key].modified = True
+
+    def _push(self, request: FetchRequest, delay_ms: int) -> None:
+        due = time.monotonic() + delay_ms / 1000
+        heapq.heappush(self._queue, (due, next(self._sequence), request))
+        self._cond.notify()
+
+    def _take(self) -> FetchRequest | None:
+        """Wait for the next due request; None once stopped."""
+        with self._cond:
+            while self._running:
+                now = time.monotonic()
+                if self._queue and self._queue[0][0] <= now:
+                    return heapq.heappop(self._queue)[2]
+                timeout = self._queue[0][0] - now if self._queue else None
+                self._cond.wait(timeout)
+            return None
+
+    def _run(self) -> None:
+        while (request := self._take()) is not None:
+            try:
+                requeue = self._fetch_once(request)
+            except Exception:  # A bug must not kill the thread and silently stop a partition.
+                log.exception("fetch of %s/%s failed", request.topic, request.partition)
+                requeue = True
+                request.delay_ms = self._settings.max_delay_fetch_ms
+            if requeue:
+                with self._cond:
+                    if self._requests.get(request.key) is request:
+                        self._push(request, request.delay_ms)
+
+    def _fetch_once(self, request: FetchRequest) -> bool:
+        """Fetch and process one batch; return whether to re-queue the request."""
+        if request.address is None:
+            self._backoff(request)  # No master or slave serves this broker id right now.
+            return True
+        started = time.monotonic()
+        try:
+            reply = self._request(request, self._get_command(request))
+        except ClientError as error:
+            log.warning("get %s/%s from %s failed: %s", *request.key, request.address.uri, error)
+            self._backoff(request)
+            return True
+        if isinstance(reply, Data):
+            self._process(request, reply.data)
+            return True
+        if reply.code == 301:
+            return self._moved(request, int(reply.body))
+        if reply.code not in (403, 404):
+            log.warning("get %s/%s: %d %r", *request.key, reply.code, reply.body[:200])
+        waited_ms = (time.monotonic() - started) * 1000
+        if self._settings.long_poll_ms and waited_ms >= self._settings.long_poll_ms / 2:
+            request.delay_ms = 0  # The broker held the get: long polling paces this partition.
+        else:
+            self._backoff(request)
+        return True
+
+    def _get_command(self, request: FetchRequest) -> Get:
+        long_poll = self._settings.long_poll_ms or None
+        return Get(
+            request.topic,
+            self._settings.group,
+            request.partition.partition,
+            request.offset,
+            request.max_size,
+            0,
+            long_poll,
+        )
+
+    def _request(self, request: FetchRequest, command: Get | Offset) -> Result | Data:
+        connection = self._pool.get(request.address)
+        timeout_s = self._settings.fetch_timeout_s + self._settings.long_poll_ms / 1000
+        return connection.request(command, timeout_s).result()
+
+    def _backoff(self, request: FetchRequest) -> None:
+        """Empty fetch or error: the delay grows by a tenth of the maximum (spec §3.6)."""
+        maximum = self._settings.max_delay_fetch_ms
+        request.delay_ms = min(request.delay_ms + maximum // 10, maximum)
+
+    def _moved(self, request: FetchRequest, offset: int) -> bool:
+        """A 301: adopt ``offset`` unless the reset policy is ``error`` (DECISIONS 14, 15)."""
+        if self._settings.offset_reset == "error" and request.offset != LONG_MAX:
+            log.error(
+                "offset %d of %s/%s is out of range (broker suggests %d); offset_reset=error "
+                "stops this partition until the next rebalance",
+                request.offset,
+                *request.key,
+                offset,
+            )
+            return False
+        log.info("offset of %s/%s moves from %d to %d", *request.key, request.offset, offset)
+        request.offset = offset
+        request.modified = True
+        request.retries = 0
+        request.delay_ms = 0
+        return True
+
+    def _process(self, request: FetchRequest, data: bytes) -> None:
+        """Give the batch's messages to the listener in order; advance past those accepted."""
+        listener = self._listeners[request.topic]
+        consumed = 0
+        last_id = None
+        try:
+            for record in iter_messages(data, request.offset):
+                message = Message.from_record(request.topic, record, request.partition)
+                try:
+                    call_listener(listener, message)
+                except Exception:
+                    log.exception("listener failed on %s/%s@%d", *request.key, record.offset)
+                    break
+                consumed += record.size
+                last_id = record.msg_id
+        except InvalidRecordError as error:
+            self._advance(request, consumed, last_id)
+            self._jump_to_segment_start(request, error)
+            return
+        self._advance(request, consumed, last_id)
+
+    def _advance(self, request: FetchRequest, consumed: int, last_id: int | None) -> None:
+        if consumed:
+            request.offset += consumed
+            request.msg_id = last_id
+            request.modified = True
+            request.retries = 0
+            request.delay_ms = 0
+        else:
+            request.retries += 1
+            self._backoff(request)
+
+    def _jump_to_segment_start(self, request: FetchRequest, error: InvalidRecordError) -> None:
+        """A bad record: ask the broker for its segment's start and go there (spec §3.6)."""
+        command = Offset(request.topic, self._settings.group, request.partition.partition,
+                         request.offset, 0)  # fmt: skip
+        try:
+            reply = self._request(request, command)
+        except ClientError as failure:
+            log.warning("offset request for %s/%s failed: %s", *request.key, failure)
+            return
+        if isinstance(reply, Result) and reply.code == 200:
+            log.warning("%s in %s/%s: jumping to %s", error, *request.key, reply.body)
+            request.offset = int(reply.body)
+            request.modified = True

@@ -1,0 +1,193 @@
+"""The consumer against a real ZooKeeper and real broker processes.
+
+One module cluster: brokers 1 and 2 with 4 partitions each under a ZooKeeper root of their
+own. Every test uses its own topic and group, so tests do not see each other's offsets or
+owners. Every wait polls a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from kazoo.client import KazooClient
+
+from meta.client import ConsumerConfig, Message, MetaMessageSessionFactory
+from meta.client.balance import assign
+from meta.client.cluster import java_string_key, parse_offset
+from meta.errors import InvalidGroupError
+from tests.integration.broker_process import BrokerProcess
+from tests.integration.test_client_producer import make_root, wait_for, zk_config
+
+TOPICS = {name: {"numPartitions": 4} for name in ("all", "resume", "group", "poll")}
+PARTITIONS = sorted((f"{b}-{p}" for b in (1, 2) for p in range(4)), key=java_string_key)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, zookeeper):
+    root = make_root(zookeeper)
+    brokers = []
+    try:
+        for broker_id in (1, 2):
+            brokers.append(
+                BrokerProcess(
+                    tmp_path_factory.mktemp(f"cbroker{broker_id}"),
+                    system={"brokerId": broker_id, "numPartitions": 4},
+                    topics=TOPICS,
+                    zk_connect=zookeeper.connect_string,
+                    zk={"zk.zkRoot": root, "zk.zkSessionTimeoutMs": 4000},
+                ).start()
+            )
+        yield root
+    finally:
+        for broker in brokers:
+            broker.stop()
+
+
+@pytest.fixture
+def admin(zookeeper):
+    client = KazooClient(hosts=zookeeper.connect_string, timeout=10)
+    client.start(timeout=10)
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.fixture
+def factories(zookeeper, cluster):
+    opened = []
+
+    def make():
+        factory = MetaMessageSessionFactory(zk_config(zookeeper, cluster))
+        opened.append(factory)
+        return factory
+
+    yield make
+    for factory in opened:
+        factory.shutdown()
+
+
+class Collector:
+    """A listener that records every message it gets."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.messages: list[Message] = []
+        self.times: list[float] = []
+
+    def receive_messages(self, message: Message) -> None:
+        with self.lock:
+            self.messages.append(message)
+            self.times.append(time.monotonic())
+
+    def ids(self) -> set[int]:
+        with self.lock:
+            return {message.id for message in self.messages}
+
+
+def produce(factory, topic: str, count: int, prefix: str = "m") -> set[int]:
+    producer = factory.create_producer()
+    producer.publish(topic)
+    results = [producer.send_message(Message(topic, f"{prefix}{n}".encode())) for n in range(count)]
+    assert all(result.success for result in results)
+    return {result.msg_id for result in results}
+
+
+def consumer_of(factory, topic: str, group: str, listener, **fields):
+    fields.setdefault("zk_sync_s", 0.5)
+    consumer = factory.create_consumer(ConsumerConfig(group, **fields))
+    consumer.subscribe(topic, 64 * 1024, listener)
+    consumer.complete_subscribe()
+    return consumer
+
+
+def test_an_invalid_group_is_refused_by_the_config():
+    with pytest.raises(InvalidGroupError):
+        ConsumerConfig("bad group")
+    with pytest.raises(InvalidGroupError):
+        ConsumerConfig("a.b")
+
+
+def test_one_consumer_receives_every_message_in_partition_order(factories):
+    factory = factories()
+    sent = produce(factory, "all", 40)
+    collector = Collector()
+    consumer_of(factory, "all", "g-all", collector)
+    wait_for(lambda: collector.ids() == sent, what="all 40 messages")
+    by_partition: dict[str, list[int]] = {}
+    for message in collector.messages:
+        by_partition.setdefault(str(message.partition), []).append(message.offset)
+    assert sorted(by_partition) == sorted(PARTITIONS)
+    assert all(offsets == sorted(set(offsets)) for offsets in by_partition.values())
+
+
+def test_offsets_are_committed_in_java_format_and_a_restart_resumes(factories, admin, cluster):
+    """Consume, shut down, compare the offset nodes with the last records, then resume."""
+    factory = factories()
+    first = produce(factory, "resume", 20)
+    collector = Collector()
+    consumer = consumer_of(factory, "resume", "g-resume", collector, commit_offset_period_ms=200)
+    wait_for(lambda: collector.ids() == first, what="the first 20 messages")
+    consumer.shutdown()
+    last = {}
+    for message in collector.messages:
+        last[str(message.partition)] = message
+    path = f"{cluster}/consumers/g-resume/offsets/resume"
+    assert sorted(admin.get_children(path)) == sorted(last)
+    for partition, message in last.items():
+        text = admin.get(f"{path}/{partition}")[0].decode()
+        assert text == f"{message.id}-{message.offset + 20 + len(message.data)}"
+        assert parse_offset(text) == (message.id, message.offset + 20 + len(message.data))
+    assert admin.get_children(f"{cluster}/consumers/g-resume/ids") == []
+    second = produce(factory, "resume", 10, prefix="again")
+    again = Collector()
+    consumer_of(factories(), "resume", "g-resume", again)
+    wait_for(lambda: again.ids() == second, what="the 10 new messages")
+    time.sleep(0.3)  # Nothing old may trickle in after the new ones.
+    assert again.ids() == second
+
+
+def owners(admin, root: str, group: str, topic: str) -> dict[str, str]:
+    path = f"{root}/consumers/{group}/owners/{topic}"
+    children = admin.get_children(path) if admin.exists(path) else []
+    return {name: admin.get(f"{path}/{name}")[0].decode() for name in children}
+
+
+def test_a_group_of_three_splits_partitions_and_takes_over_from_a_leaver(factories, admin, cluster):
+    """Three consumers get the DEFAULT assignment; one leaves; the rest consume everything."""
+    collectors = [Collector() for _ in range(3)]
+    consumers = [
+        consumer_of(factories(), "group", "g3", collectors[n], consumer_id=f"c{n}")
+        for n in range(3)
+    ]
+    ids = sorted((c.consumer_id for c in consumers), key=java_string_key)
+    expected = {p: c for c in ids for p in assign("DEFAULT", c, ids, PARTITIONS)}
+    wait_for(lambda: owners(admin, cluster, "g3", "group") == expected, what="DEFAULT owners")
+    for consumer in consumers:
+        mine = {p for p, owner in expected.items() if owner == consumer.consumer_id}
+        assert consumer.owned_partitions() == {("group", p) for p in mine}
+    producer_factory = factories()
+    sent = produce(producer_factory, "group", 30)
+    union = lambda: set().union(*(c.ids() for c in collectors))  # noqa: E731
+    wait_for(lambda: union() >= sent, what="the first 30 messages")
+    consumers[1].shutdown()
+    remaining = sorted((consumers[0].consumer_id, consumers[2].consumer_id), key=java_string_key)
+    expected = {p: c for c in remaining for p in assign("DEFAULT", c, remaining, PARTITIONS)}
+    wait_for(lambda: owners(admin, cluster, "g3", "group") == expected, what="new owners")
+    sent |= produce(producer_factory, "group", 30, prefix="after")
+    wait_for(lambda: union() >= sent, what="every message after the leave")
+
+
+def test_long_polling_delivers_a_new_message_before_the_backoff_would(factories):
+    """Park a consumer on empty partitions well past several backoff steps, then send."""
+    factory = factories()
+    collector = Collector()
+    consumer_of(factory, "poll", "g-poll", collector, max_delay_fetch_ms=5000, long_poll_ms=1000)
+    time.sleep(2.5)  # Without long polling the backoff would now be near its 5 s maximum.
+    producer = factory.create_producer()
+    producer.publish("poll")
+    sent_at = time.monotonic()
+    assert producer.send_message(Message("poll", b"wake up")).success
+    wait_for(lambda: collector.messages, timeout_s=5.0, what="the message")
+    assert collector.times[0] - sent_at < 3.0
