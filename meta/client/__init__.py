@@ -10,8 +10,10 @@ uses ZooKeeper).
 from meta.client.cluster import BrokerAddress, Partition
 from meta.client.consumer import ConsumerConfig, MessageConsumer
 from meta.client.factory import MetaClientConfig, MetaMessageSessionFactory
+from meta.client.fetch import PartitionControl, ReceivedMessage
 from meta.client.message import Message, SendResult
 from meta.client.producer import MessageProducer
+from meta.client.recover import RecoverStore
 from meta.client.selectors import (
     HashPartitionSelector,
     PartitionSelector,
@@ -29,8 +31,11 @@ __all__ = [
     "MetaClientConfig",
     "MetaMessageSessionFactory",
     "Partition",
+    "PartitionControl",
     "PartitionSelector",
     "RandomPartitionSelector",
+    "ReceivedMessage",
+    "RecoverStore",
     "RoundRobinPartitionSelector",
     "SendResult",
 ]

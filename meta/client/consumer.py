@@ -2,17 +2,21 @@
 
 A consumer records subscriptions (``subscribe``), then ``complete_subscribe`` joins the
 group in ZooKeeper (``meta.client.zk_group``), which assigns it partitions and runs the fetch
-loop (``meta.client.fetch``) on them. Offsets are committed to ZooKeeper every
-``commit_offset_period_ms``, on every rebalance and at shutdown, in the Java format, so
-Python and Java consumers can share a group.
+loop (``meta.client.fetch``) on them. A message whose listener fails more than
+``max_fetch_retries`` times in a row is handed to the reject policy: the local recover store
+(``meta.client.recover``, redelivered every ``recover_interval_ms``) or a logged drop.
+Offsets are committed to ZooKeeper every ``commit_offset_period_ms``, on every rebalance and
+at shutdown, in the Java format, so Python and Java consumers can share a group.
 
 Invariants:
 
 * ``complete_subscribe`` runs at most once; no subscription is accepted after it.
-* After ``shutdown()`` no thread of the consumer runs, its offsets are committed and its
-  owner and ids nodes are deleted. ``shutdown`` is idempotent.
+* After ``shutdown()`` no thread of the consumer runs, its offsets are committed, its
+  recover files are closed and its owner and ids nodes are deleted. ``shutdown`` is
+  idempotent.
 
-Thread-safety: every public method is thread-safe. Listeners run on the fetch threads.
+Thread-safety: every public method is thread-safe. Listeners run on the fetch threads and,
+for recovered messages, on the ``meta-recover`` thread.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from meta.client.balance import STRATEGIES
 from meta.client.cluster import consumer_id_string, validate_group, validate_topic
-from meta.client.fetch import FetchManager, FetchSettings
+from meta.client.fetch import FetchManager, FetchSettings, RejectHandler
+from meta.client.message import Message
+from meta.client.recover import DEFAULT_DIRECTORY, RecoverManager, RecoverStore
 from meta.errors import ClientClosedError, ClientError
 
 if TYPE_CHECKING:
@@ -36,6 +42,9 @@ log = logging.getLogger("meta.client")
 
 OFFSET_RESETS = ("follow-broker", "error")
 """Implemented ``offset_reset`` policies (DECISIONS 15; ``earliest``/``latest`` are not yet)."""
+
+REJECT_POLICIES = ("recover", "drop")
+"""What happens to a message that failed too often (Java's ``RejectConsumptionHandler``)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,13 @@ class ConsumerConfig:
         long_poll_ms: the get's ``maxWaitMs`` (DECISIONS 16); 0 disables long polling.
         fetch_threads: number of fetch threads.
         zk_sync_s: pause between failed rebalance attempts (Java's ``zkSyncTimeMs``).
+        max_fetch_retries: listener failures of one head message beyond which it is
+            rejected (so the listener sees it at most ``max_fetch_retries + 1`` times).
+        reject_policy: ``"recover"`` (the local recover store) or ``"drop"`` (ERROR log).
+        recover_path: the recover store's directory (``~`` expanded).
+        recover_interval_ms: the pause between redelivery rounds of the recover store.
+        recover_messages_max: the most messages one ``<topic>@<group>`` file holds; later
+            rejects are dropped with an ERROR log.
 
     Raises:
         InvalidGroupError: the group is blank or has a character Java refuses.
@@ -76,6 +92,11 @@ class ConsumerConfig:
     long_poll_ms: int = 1000
     fetch_threads: int = 1
     zk_sync_s: float = 2.0
+    max_fetch_retries: int = 5
+    reject_policy: str = "recover"
+    recover_path: str = DEFAULT_DIRECTORY
+    recover_interval_ms: int = 300_000
+    recover_messages_max: int = 500_000
 
     def __post_init__(self) -> None:
         validate_group(self.group)
@@ -85,12 +106,17 @@ class ConsumerConfig:
             raise ClientError(
                 f"offset_reset {self.offset_reset!r} is not one of {', '.join(OFFSET_RESETS)}"
             )
+        if self.reject_policy not in REJECT_POLICIES:
+            raise ClientError(f"reject_policy {self.reject_policy!r} is not recover or drop")
         positive = ("fetch_timeout_s", "max_delay_fetch_ms", "commit_offset_period_ms")
-        for name in (*positive, "fetch_threads", "zk_sync_s"):
+        recover = ("recover_interval_ms", "recover_messages_max")
+        for name in (*positive, "fetch_threads", "zk_sync_s", *recover):
             if not getattr(self, name) > 0:
                 raise ClientError(f"ConsumerConfig.{name} must be positive")
-        if self.long_poll_ms < 0 or self.offset < 0:
-            raise ClientError("ConsumerConfig.long_poll_ms and offset must not be negative")
+        if self.long_poll_ms < 0 or self.offset < 0 or self.max_fetch_retries < 0:
+            raise ClientError(
+                "ConsumerConfig.long_poll_ms, offset and max_fetch_retries must not be negative"
+            )
 
 
 class MessageConsumer:
@@ -127,6 +153,8 @@ class MessageConsumer:
         self._closed = False
         self._stop_commits = threading.Event()
         self._committer: threading.Thread | None = None
+        self._recover_store: RecoverStore | None = None
+        self._recover_manager: RecoverManager | None = None
 
     def subscribe(self, topic: str, max_size: int, listener: Any) -> MessageConsumer:
         """Record a subscription (spec §3.2); fetching starts with ``complete_subscribe``.
@@ -167,9 +195,10 @@ class MessageConsumer:
             if not self._subscriptions:
                 raise ClientError("complete_subscribe without any subscription")
             self._completed = True
+            listeners = {topic: listener for topic, (_s, listener) in self._subscriptions.items()}
             fetcher = FetchManager(
                 self._pool, f"<consumer {self.consumer_id}>", self._fetch_settings(),
-                {topic: listener for topic, (_size, listener) in self._subscriptions.items()},
+                listeners, self._reject_handler(listeners),
             )  # fmt: skip
             self._group = ZkConsumerGroup(
                 self._zk_client, self._zk_root, self.config.group, self.consumer_id,
@@ -182,6 +211,8 @@ class MessageConsumer:
         except ClientError:
             self.shutdown()
             raise
+        if self._recover_manager is not None:
+            self._recover_manager.start()
         self._committer = threading.Thread(
             target=self._commit_loop, name="meta-offset-commit", daemon=True
         )
@@ -204,9 +235,31 @@ class MessageConsumer:
             self._committer.join()
         if group is not None:
             group.close()
+        if self._recover_manager is not None:
+            self._recover_manager.stop()
+        if self._recover_store is not None:
+            self._recover_store.close()
         self._pool.set_brokers(f"<consumer {self.consumer_id}>", [])
         if self._on_shutdown is not None:
             self._on_shutdown(self)
+
+    @property
+    def recover_store(self) -> RecoverStore | None:
+        """The local recover store (None under ``reject_policy="drop"`` or before joining)."""
+        return self._recover_store
+
+    def _reject_handler(self, listeners: dict[str, Any]) -> RejectHandler:
+        """Open the recover store and its manager (policy ``recover``) or return a drop."""
+        config = self.config
+        if config.reject_policy == "drop":
+            return _drop
+        self._recover_store = RecoverStore(
+            config.recover_path, config.group, config.recover_messages_max
+        )
+        self._recover_manager = RecoverManager(
+            self._recover_store, listeners, config.recover_interval_ms
+        )
+        return self._recover_store.append
 
     def _commit_loop(self) -> None:
         period_s = self.config.commit_offset_period_ms / 1000
@@ -225,8 +278,14 @@ class MessageConsumer:
             config.long_poll_ms,
             config.offset_reset,
             config.fetch_threads,
+            config.max_fetch_retries,
         )
 
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosedError(f"consumer {self.consumer_id} was shut down")
+
+
+def _drop(message: Message) -> None:
+    """The ``drop`` reject policy (Java's ``DropPolicy``), loud rather than silent."""
+    log.error("rejected message %s of %s dropped (reject_policy=drop)", message.id, message.topic)

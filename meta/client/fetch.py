@@ -1,4 +1,4 @@
-"""The consumer's fetch loop (zk spec §3.6): one request per owned partition, run by threads.
+"""The consumer's fetch loop (zk spec §3.6-3.8): one request per owned partition, run by threads.
 
 ``FetchManager`` holds one ``FetchRequest`` per owned partition in a delay queue ordered by
 due time (ties keep insertion order). ``fetch_threads`` threads take due requests, send
@@ -6,15 +6,27 @@ due time (ties keep insertion order). ``fetch_threads`` threads take due request
 partition's broker, give every complete message to the topic's listener in order, and put
 the request back only after its batch, so each partition is processed strictly in order.
 
+Listeners receive a ``ReceivedMessage`` (a ``Message``). Its ``partition_control`` is the
+``PartitionControl`` the fetch request owns (Java's ``message.getPartition()``): in manual
+mode (``set_auto_ack(False)``) the stored offset moves only on ``ack()``; ``rollback()``
+re-delivers everything since the last ack; ``set_rollback_only()`` on the message fails it.
+
 Invariants:
 
-* A request's ``offset`` is the byte offset of the next message to read; it moves only by
-  the bytes of messages the listener accepted, by a 301 answer (per ``offset_reset``) or by
+* A request's ``offset`` (the stored offset, the one committed) is the byte offset of the
+  next unacknowledged message; ``tmp_offset`` (manual mode, -1 when unset) is where the
+  next fetch reads. Offsets move only by the bytes of messages the listener accepted (and
+  acknowledged), by a rejected head message, by a 301 answer (per ``offset_reset``) or by
   the ``offset`` answer after a bad checksum (the segment start, which can re-deliver).
-* A listener exception stops the batch; the same offset is fetched again later.
+* A listener failure stops the batch; ``retries`` counts how often the head message failed
+  in a row. Once it exceeds ``max_fetch_retries`` that message goes to the reject handler
+  instead of the listener and the offset moves past it (spec §3.7): listener calls for one
+  message are at most ``max_fetch_retries + 1``.
 * After ``stop()`` returns no fetch thread runs and no listener call is in progress.
 
-Thread-safety: public methods are thread-safe. Listeners run on the fetch threads.
+Thread-safety: public ``FetchManager`` methods are thread-safe. Listeners and the reject
+handler run on the fetch threads. A ``PartitionControl`` belongs to the thread holding its
+request: call it only from inside the listener call.
 """
 
 from __future__ import annotations
@@ -25,7 +37,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from meta.client.cluster import BrokerAddress, Partition
@@ -43,6 +55,81 @@ LONG_MAX = 2**63 - 1
 """Java's ``Long.MAX_VALUE``: a get at this offset is answered 301 with the max offset."""
 
 Listener = Callable[[Message], Any]
+RejectHandler = Callable[[Message], Any]
+
+
+class PartitionControl:
+    """Manual acknowledgement of one partition (Java's ``commons.cluster.Partition`` flags).
+
+    Owned by a ``FetchRequest``, so ``auto_ack`` persists across batches (until the next
+    rebalance builds new requests); ``acked`` and ``rolled_back`` last one batch.
+    """
+
+    def __init__(self) -> None:
+        self.auto_ack = True
+        self.acked = False
+        self.rolled_back = False
+
+    def set_auto_ack(self, auto_ack: bool) -> None:
+        """Switch between auto mode (default) and manual mode (``False``)."""
+        self.auto_ack = bool(auto_ack)
+
+    def ack(self) -> None:
+        """Commit this message and every one since the last ack; ends the batch.
+
+        Raises:
+            ClientError: in auto mode, or after ``rollback()`` in the same batch.
+        """
+        self._check_manual("ack", "rollback" if self.rolled_back else None)
+        self.acked = True
+
+    def rollback(self) -> None:
+        """Forget every message since the last ack (they are delivered again); ends the batch.
+
+        Raises:
+            ClientError: in auto mode, or after ``ack()`` in the same batch.
+        """
+        self._check_manual("rollback", "ack" if self.acked else None)
+        self.rolled_back = True
+
+    def reset(self) -> None:
+        """Clear the per-batch flags (the fetch loop calls this at the end of a batch)."""
+        self.acked = False
+        self.rolled_back = False
+
+    def _check_manual(self, call: str, earlier: str | None) -> None:
+        if self.auto_ack:
+            raise ClientError(f"{call}() is invalid in auto-ack mode: call set_auto_ack(False)")
+        if earlier is not None:
+            raise ClientError(f"{call}() after {earlier}() in the same batch")
+
+
+@dataclass(slots=True)
+class ReceivedMessage(Message):
+    """A message given to a listener: a ``Message`` plus its partition's ack handle.
+
+    Attributes:
+        partition_control: the partition's ``PartitionControl`` (a detached one in auto
+            mode for messages redelivered from the recover store).
+        rollback_only: set by ``set_rollback_only()``: the message counts as failed.
+    """
+
+    partition_control: PartitionControl | None = field(default=None, repr=False, compare=False)
+    rollback_only: bool = field(default=False, repr=False, compare=False)
+
+    def set_rollback_only(self) -> None:
+        """Fail this message without raising: the batch stops and it is fetched again."""
+        self.rollback_only = True
+
+
+@dataclass
+class _Batch:
+    """What one batch did (local to ``_process``)."""
+
+    consumed: int = 0
+    last_id: int | None = None
+    failed: bool = False
+    invalid: InvalidRecordError | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +142,7 @@ class FetchSettings:
     long_poll_ms: int
     offset_reset: str
     fetch_threads: int
+    max_fetch_retries: int = 5
 
 
 @dataclass
@@ -70,10 +158,17 @@ class FetchRequest:
     max_size: int = 1024 * 1024
     delay_ms: int = 0
     retries: int = 0
+    tmp_offset: int = -1
+    control: PartitionControl = field(default_factory=PartitionControl, repr=False)
 
     @property
     def key(self) -> tuple[str, str]:
         return self.topic, str(self.partition)
+
+    @property
+    def next_offset(self) -> int:
+        """Where the next fetch reads: ``tmp_offset`` in manual mode, else ``offset``."""
+        return self.tmp_offset if self.tmp_offset >= 0 else self.offset
 
 
 def call_listener(listener: Any, message: Message) -> None:
@@ -90,6 +185,8 @@ class FetchManager:
         pool_user: the name this consumer references brokers under in ``pool``.
         settings: the fetch settings.
         listeners: topic -> listener.
+        reject: gets each message that failed more than ``max_fetch_retries`` times;
+            None drops it with an ERROR log.
     """
 
     def __init__(
@@ -98,11 +195,13 @@ class FetchManager:
         pool_user: str,
         settings: FetchSettings,
         listeners: Mapping[str, Any],
+        reject: RejectHandler | None = None,
     ) -> None:
         self._pool = pool
         self._user = pool_user
         self._settings = settings
         self._listeners = dict(listeners)
+        self._reject = reject
         self._cond = threading.Condition()
         self._queue: list[tuple[float, int, FetchRequest]] = []
         self._requests: dict[tuple[str, str], FetchRequest] = {}
@@ -216,7 +315,7 @@ class FetchManager:
             request.topic,
             self._settings.group,
             request.partition.partition,
-            request.offset,
+            request.next_offset,
             request.max_size,
             0,
             long_poll,
@@ -245,47 +344,111 @@ class FetchManager:
             return False
         log.info("offset of %s/%s moves from %d to %d", *request.key, request.offset, offset)
         request.offset = offset
+        request.tmp_offset = -1
         request.modified = True
         request.retries = 0
         request.delay_ms = 0
         return True
 
     def _process(self, request: FetchRequest, data: bytes) -> None:
-        """Give the batch's messages to the listener in order; advance past those accepted."""
+        """Process one batch: reject a head that failed too often, else give it to the listener."""
+        base = request.next_offset
+        if request.retries > self._settings.max_fetch_retries and self._reject_head(request, data):
+            return
+        batch = self._deliver(request, data, base)
+        self._finish(request, base, batch)
+        if batch.invalid is not None:
+            self._jump_to_segment_start(request, batch.invalid)
+
+    def _deliver(self, request: FetchRequest, data: bytes, base: int) -> _Batch:
+        """Call the listener on each complete message until one fails or the batch ends."""
         listener = self._listeners[request.topic]
-        consumed = 0
-        last_id = None
+        control = request.control
+        batch = _Batch()
         try:
-            for record in iter_messages(data, request.offset):
-                message = Message.from_record(request.topic, record, request.partition)
+            for record in iter_messages(data, base):
+                message = ReceivedMessage.from_record(request.topic, record, request.partition)
+                message.partition_control = control
                 try:
                     call_listener(listener, message)
                 except Exception:
                     log.exception("listener failed on %s/%s@%d", *request.key, record.offset)
+                    message.rollback_only = True
+                if message.rollback_only:
+                    batch.failed = True
                     break
-                consumed += record.size
-                last_id = record.msg_id
+                if control.rolled_back:
+                    break
+                batch.consumed += record.size
+                batch.last_id = record.msg_id
+                if control.acked:
+                    break
         except InvalidRecordError as error:
-            self._advance(request, consumed, last_id)
-            self._jump_to_segment_start(request, error)
-            return
-        self._advance(request, consumed, last_id)
+            batch.invalid = error
+        return batch
 
-    def _advance(self, request: FetchRequest, consumed: int, last_id: int | None) -> None:
-        if consumed:
-            request.offset += consumed
+    def _finish(self, request: FetchRequest, base: int, batch: _Batch) -> None:
+        """Move the offsets, the retry count and the delay after a batch (spec §3.6, §3.8)."""
+        control = request.control
+        if batch.failed:
+            request.retries = request.retries + 1 if batch.consumed == 0 else 1
+        elif batch.consumed:
+            request.retries = 0
+        rolled_back = control.rolled_back
+        if rolled_back:
+            request.tmp_offset = -1  # The next fetch re-reads from the last acked offset.
+        elif batch.consumed:
+            self._advance(request, base + batch.consumed, batch.last_id)
+        control.reset()
+        if batch.consumed and not rolled_back:
+            request.delay_ms = 0  # Progress: fetch again at once (a new failed head included).
+        else:
+            self._backoff(request)
+
+    def _advance(self, request: FetchRequest, offset: int, last_id: int | None) -> None:
+        """Commit ``offset`` (auto mode or acked) or only read on from it (manual mode)."""
+        control = request.control
+        if control.auto_ack or control.acked:
+            request.offset = offset
+            request.tmp_offset = -1
             request.msg_id = last_id
             request.modified = True
-            request.retries = 0
-            request.delay_ms = 0
         else:
-            request.retries += 1
-            self._backoff(request)
+            request.tmp_offset = offset
+
+    def _reject_head(self, request: FetchRequest, data: bytes) -> bool:
+        """Hand the head message to the reject handler and skip it (spec §3.7).
+
+        Returns:
+            False if ``data`` holds no complete valid message (the batch proceeds normally).
+        """
+        base = request.next_offset
+        try:
+            record = next(iter_messages(data, base), None)
+            if record is None:
+                return False
+            message = ReceivedMessage.from_record(request.topic, record, request.partition)
+        except InvalidRecordError:
+            return False  # The normal path asks the broker where the next segment starts.
+        log.warning("message %d at %s/%s@%d failed %d times: rejected", record.msg_id,
+                    *request.key, record.offset, request.retries)  # fmt: skip
+        try:
+            if self._reject is None:
+                log.error("dropping rejected message %d of %s", record.msg_id, request.topic)
+            else:
+                self._reject(message)
+        except Exception:  # Logged loudly; blocking the partition forever would be worse.
+            log.exception("reject handler failed: message %d of %s lost", record.msg_id,
+                          request.topic)  # fmt: skip
+        self._advance(request, base + record.size, record.msg_id)
+        request.retries = 0
+        request.delay_ms = 0
+        return True
 
     def _jump_to_segment_start(self, request: FetchRequest, error: InvalidRecordError) -> None:
         """A bad record: ask the broker for its segment's start and go there (spec §3.6)."""
         command = Offset(request.topic, self._settings.group, request.partition.partition,
-                         request.offset, 0)  # fmt: skip
+                         request.next_offset, 0)  # fmt: skip
         try:
             reply = self._request(request, command)
         except ClientError as failure:
@@ -294,4 +457,5 @@ class FetchManager:
         if isinstance(reply, Result) and reply.code == 200:
             log.warning("%s in %s/%s: jumping to %s", error, *request.key, reply.body)
             request.offset = int(reply.body)
+            request.tmp_offset = -1
             request.modified = True

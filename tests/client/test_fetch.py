@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import pytest
+
 from meta.client.cluster import Partition
-from meta.client.fetch import FetchManager, FetchRequest, FetchSettings, call_listener
+from meta.client.fetch import (
+    FetchManager,
+    FetchRequest,
+    FetchSettings,
+    PartitionControl,
+    call_listener,
+)
+from meta.errors import ClientError
 from meta.protocol.message import pack_message
 
+ONE, TWO, THREE = (pack_message(n, 0, f"m{n}".encode()) for n in (1, 2, 3))
 
-def manager(listener, offset_reset: str = "follow-broker") -> FetchManager:
-    settings = FetchSettings("g", 1.0, 5000, 0, offset_reset, 1)
-    return FetchManager(pool=None, pool_user="<test>", settings=settings, listeners={"t": listener})
+
+def manager(listener, offset_reset: str = "follow-broker", reject=None) -> FetchManager:
+    settings = FetchSettings("g", 1.0, 5000, 0, offset_reset, 1, max_fetch_retries=2)
+    return FetchManager(
+        pool=None, pool_user="<test>", settings=settings, listeners={"t": listener}, reject=reject
+    )
 
 
 def request(offset: int = 100) -> FetchRequest:
@@ -66,3 +79,107 @@ def test_a_301_is_adopted_by_follow_broker_and_stops_the_partition_under_error()
     stuck = request()
     assert manager(print, "error")._moved(stuck, 4096) is False
     assert stuck.offset == 100
+
+
+def test_a_head_that_fails_more_than_max_fetch_retries_times_goes_to_the_reject_handler():
+    """max_fetch_retries=2: m2 is tried 3 times, then rejected; m3 then flows normally."""
+    calls, rejected = [], []
+
+    def listener(message):
+        calls.append(message.id)
+        if message.id == 2:
+            raise RuntimeError("poison")
+
+    fetches, fetch = manager(listener, reject=rejected.append), request()
+    fetches._process(fetch, ONE + TWO + THREE)
+    assert (fetch.offset, fetch.retries, fetch.delay_ms) == (100 + len(ONE), 1, 0)
+    for _ in range(2):
+        fetches._process(fetch, TWO + THREE)
+    assert calls == [1, 2, 2, 2] and fetch.retries == 3 and rejected == []
+    fetches._process(fetch, TWO + THREE)
+    assert [m.id for m in rejected] == [2] and calls == [1, 2, 2, 2]
+    assert (fetch.offset, fetch.msg_id, fetch.retries, fetch.delay_ms) == (
+        100 + len(ONE) + len(TWO), 2, 0, 0)  # fmt: skip
+    fetches._process(fetch, THREE)
+    assert calls[-1] == 3 and fetch.offset == 100 + len(ONE + TWO + THREE)
+
+
+def test_a_failing_reject_handler_is_logged_and_the_partition_still_moves_on():
+    def reject(message):
+        raise OSError("disk full")
+
+    fetch = request()
+    fetch.retries = 3
+    manager(print, reject=reject)._process(fetch, ONE)
+    assert fetch.offset == 100 + len(ONE) and fetch.retries == 0
+
+
+def test_empty_or_incomplete_data_does_not_count_as_a_failure():
+    fetch, fetches = request(), manager(lambda message: None)
+    fetches._process(fetch, b"")
+    fetches._process(fetch, ONE[:10])
+    assert fetch.retries == 0 and fetch.offset == 100
+
+
+def test_set_rollback_only_fails_the_message_without_raising():
+    fetch = request()
+    manager(lambda m: m.id == 2 and m.set_rollback_only())._process(fetch, ONE + TWO)
+    assert (fetch.offset, fetch.retries) == (100 + len(ONE), 1)
+
+
+def manual(decide):
+    """A listener in manual mode that calls ``decide(message, control)``."""
+
+    def listener(message):
+        message.partition_control.set_auto_ack(False)
+        decide(message, message.partition_control)
+
+    return listener
+
+
+def test_manual_mode_reads_on_without_moving_the_stored_offset_until_ack():
+    fetch = request()
+    fetches = manager(manual(lambda m, c: m.id == 3 and c.ack()))
+    fetches._process(fetch, ONE + TWO)
+    assert (fetch.offset, fetch.tmp_offset, fetch.modified) == (100, 100 + len(ONE + TWO), False)
+    assert fetch.next_offset == 100 + len(ONE + TWO)
+    fetches._process(fetch, THREE)
+    assert (fetch.offset, fetch.tmp_offset, fetch.msg_id) == (100 + len(ONE + TWO + THREE), -1, 3)
+    assert fetch.modified and not fetch.control.acked
+
+
+def test_ack_ends_the_batch_after_the_acked_message():
+    seen, fetch = [], request()
+    manager(manual(lambda m, c: (seen.append(m.id), c.ack())))._process(fetch, ONE + TWO)
+    assert seen == [1] and fetch.offset == 100 + len(ONE)
+
+
+def test_rollback_re_delivers_everything_since_the_last_ack():
+    fetch = request()
+    fetches = manager(manual(lambda m, c: m.id == 2 and c.rollback()))
+    fetches._process(fetch, ONE)
+    fetches._process(fetch, TWO)
+    assert (fetch.offset, fetch.tmp_offset, fetch.next_offset) == (100, -1, 100)
+    assert not fetch.control.rolled_back and fetch.control.auto_ack is False
+
+
+def test_ack_in_auto_mode_and_ack_after_rollback_raise_client_error():
+    control = PartitionControl()
+    with pytest.raises(ClientError):
+        control.ack()
+    with pytest.raises(ClientError):
+        control.rollback()
+    control.set_auto_ack(False)
+    control.rollback()
+    with pytest.raises(ClientError):
+        control.ack()
+    control.reset()
+    control.ack()
+    with pytest.raises(ClientError):
+        control.rollback()
+
+
+def test_listeners_get_a_message_with_the_requests_partition_control():
+    seen, fetch = [], request()
+    manager(seen.append)._process(fetch, ONE)
+    assert seen[0].partition_control is fetch.control and seen[0].data == b"m1"
