@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from meta.client.cluster import Partition
+from meta.client.durable import fsync_directory
 from meta.errors import ClientError
 
 DEFAULT_FILE_NAME = ".meta_offsets"
@@ -147,22 +148,13 @@ class LocalOffsetStorage:
                 file.flush()
                 os.fsync(file.fileno())
             os.replace(temporary, self.path)
-            _fsync_directory(os.path.dirname(os.path.abspath(self.path)))
+            fsync_directory(os.path.dirname(os.path.abspath(self.path)))
         except OSError as error:
             try:
                 os.unlink(temporary)
             except OSError:
                 pass
             raise ClientError(f"cannot write local offsets file {self.path}: {error}") from None
-
-
-def _fsync_directory(directory: str) -> None:
-    """Make the rename durable: fsync the directory entry that now names the new file."""
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def _is_int(value: Any) -> bool:

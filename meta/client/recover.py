@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from meta.client.cluster import Partition
+from meta.client.durable import fsync_directory
 from meta.client.fetch import PartitionControl, ReceivedMessage, call_listener
 from meta.client.message import Message
 from meta.errors import ClientError, InvalidRecordError
@@ -236,15 +237,6 @@ class RecoverFile:
                 handle.truncate(end)
                 os.fsync(handle.fileno())
         return count, end
-
-
-def fsync_directory(directory: Path) -> None:
-    """fsync ``directory`` so a rename in it is durable."""
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 class RecoverStore:
