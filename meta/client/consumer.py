@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from meta.client.balance import STRATEGIES
 from meta.client.cluster import consumer_id_string, validate_group, validate_topic
-from meta.client.fetch import FetchManager, FetchSettings, RejectHandler
+from meta.client.fetch import LONG_MAX, FetchManager, FetchSettings, RejectHandler
 from meta.client.message import Message
 from meta.client.recover import DEFAULT_DIRECTORY, RecoverManager, RecoverStore
 from meta.errors import ClientClosedError, ClientError
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("meta.client")
 
-OFFSET_RESETS = ("follow-broker", "error")
-"""Implemented ``offset_reset`` policies (DECISIONS 15; ``earliest``/``latest`` are not yet)."""
+OFFSET_RESETS = ("follow-broker", "earliest", "latest", "error")
+"""The ``offset_reset`` policies (DECISIONS 15)."""
 
 REJECT_POLICIES = ("recover", "drop")
 """What happens to a message that failed too often (Java's ``RejectConsumptionHandler``)."""
@@ -59,11 +59,15 @@ class ConsumerConfig:
         commit_offset_period_ms: period of the offset commit.
         offset: the start offset of partitions without a committed offset.
         consume_from_max_offset: start those partitions at the newest message instead
-            (DECISIONS 14: a get at ``Long.MAX_VALUE``, whose 301 answer is adopted).
+            (DECISIONS 14: a get at ``Long.MAX_VALUE``, whose 301 answer is adopted);
+            ``"always"`` is the same as ``always_consume_from_max_offset=True``.
+        always_consume_from_max_offset: start every newly owned partition at the newest
+            message, even one with a committed offset (Java's ``alwaysConsumeFromMaxOffset``).
         load_balance_strategy: ``"DEFAULT"`` or ``"CONSIST"``.
         offset_reset: what a 301 (offset out of range) does: ``"follow-broker"`` adopts the
-            broker's offset (Java); ``"error"`` logs and stops that partition until the next
-            rebalance.
+            broker's offset (Java); ``"earliest"`` goes to the partition's first offset,
+            ``"latest"`` to its end (both asked with an ``offset`` command); ``"error"`` logs
+            and stops that partition until the next rebalance.
         long_poll_ms: the get's ``maxWaitMs`` (DECISIONS 16); 0 disables long polling.
         fetch_threads: number of fetch threads.
         zk_sync_s: pause between failed rebalance attempts (Java's ``zkSyncTimeMs``).
@@ -86,7 +90,8 @@ class ConsumerConfig:
     max_delay_fetch_ms: int = 5000
     commit_offset_period_ms: int = 5000
     offset: int = 0
-    consume_from_max_offset: bool = False
+    consume_from_max_offset: bool | str = False
+    always_consume_from_max_offset: bool = False
     load_balance_strategy: str = "DEFAULT"
     offset_reset: str = "follow-broker"
     long_poll_ms: int = 1000
@@ -98,6 +103,11 @@ class ConsumerConfig:
     recover_interval_ms: int = 300_000
     recover_messages_max: int = 500_000
 
+    @property
+    def always_from_max(self) -> bool:
+        """True when every newly owned partition starts at the tail (DECISIONS 14)."""
+        return self.always_consume_from_max_offset or self.consume_from_max_offset == "always"
+
     def __post_init__(self) -> None:
         validate_group(self.group)
         if self.load_balance_strategy not in STRATEGIES:
@@ -106,6 +116,8 @@ class ConsumerConfig:
             raise ClientError(
                 f"offset_reset {self.offset_reset!r} is not one of {', '.join(OFFSET_RESETS)}"
             )
+        if self.consume_from_max_offset not in (False, True, "always"):
+            raise ClientError("consume_from_max_offset must be a bool or 'always'")
         if self.reject_policy not in REJECT_POLICIES:
             raise ClientError(f"reject_policy {self.reject_policy!r} is not recover or drop")
         positive = ("fetch_timeout_s", "max_delay_fetch_ms", "commit_offset_period_ms")
@@ -149,6 +161,8 @@ class MessageConsumer:
         self._lock = threading.Lock()
         self._subscriptions: dict[str, tuple[int, Any]] = {}
         self._group: ZkConsumerGroup | None = None
+        # The seam of offset storage: a ZkConsumerGroup subclass (None: ZooKeeper offsets).
+        self._group_class: type[ZkConsumerGroup] | None = None
         self._completed = False
         self._closed = False
         self._stop_commits = threading.Event()
@@ -194,18 +208,23 @@ class MessageConsumer:
                 raise ClientError("complete_subscribe may be called only once")
             if not self._subscriptions:
                 raise ClientError("complete_subscribe without any subscription")
+            if self._group_class is None:
+                self._group_class = ZkConsumerGroup
             self._completed = True
             listeners = {topic: listener for topic, (_s, listener) in self._subscriptions.items()}
             fetcher = FetchManager(
                 self._pool, f"<consumer {self.consumer_id}>", self._fetch_settings(),
                 listeners, self._reject_handler(listeners),
             )  # fmt: skip
-            self._group = ZkConsumerGroup(
+            self._group = self._group_class(
                 self._zk_client, self._zk_root, self.config.group, self.consumer_id,
                 {topic: size for topic, (size, _listener) in self._subscriptions.items()},
                 self.config.load_balance_strategy, fetcher, self.config.offset,
-                self.config.consume_from_max_offset, self.config.zk_sync_s,
+                bool(self.config.consume_from_max_offset), self.config.zk_sync_s,
             )  # fmt: skip
+            if self.config.always_from_max:
+                # Every newly owned partition starts at the tail, committed offset or not.
+                self._group._load_offset = _from_max_offset  # noqa: SLF001
         try:
             self._group.start()
         except ClientError:
@@ -284,6 +303,11 @@ class MessageConsumer:
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosedError(f"consumer {self.consumer_id} was shut down")
+
+
+def _from_max_offset(_topic: str, _partition: str) -> tuple[int, int]:
+    """The offset loader of ``always_from_max``: no message id, ``Long.MAX_VALUE``."""
+    return -1, LONG_MAX
 
 
 def _drop(message: Message) -> None:

@@ -332,8 +332,15 @@ class FetchManager:
         request.delay_ms = min(request.delay_ms + maximum // 10, maximum)
 
     def _moved(self, request: FetchRequest, offset: int) -> bool:
-        """A 301: adopt ``offset`` unless the reset policy is ``error`` (DECISIONS 14, 15)."""
-        if self._settings.offset_reset == "error" and request.offset != LONG_MAX:
+        """A 301: move per the reset policy (DECISIONS 14, 15); False stops the partition.
+
+        ``follow-broker`` adopts ``offset``; ``earliest`` asks the broker for the first offset
+        (an ``offset`` command at 0), ``latest`` for the end (at ``Long.MAX_VALUE``);
+        ``error`` logs and stops. The 301 answering a start at ``Long.MAX_VALUE``
+        (``consume_from_max_offset``) is always adopted.
+        """
+        policy = self._settings.offset_reset
+        if request.offset != LONG_MAX and policy == "error":
             log.error(
                 "offset %d of %s/%s is out of range (broker suggests %d); offset_reset=error "
                 "stops this partition until the next rebalance",
@@ -342,6 +349,12 @@ class FetchManager:
                 offset,
             )
             return False
+        if request.offset != LONG_MAX and policy in ("earliest", "latest"):
+            asked = self._ask_offset(request, 0 if policy == "earliest" else LONG_MAX)
+            if asked is None:
+                self._backoff(request)
+                return True  # The next fetch gets the 301 again and retries.
+            offset = asked
         log.info("offset of %s/%s moves from %d to %d", *request.key, request.offset, offset)
         request.offset = offset
         request.tmp_offset = -1
@@ -349,6 +362,20 @@ class FetchManager:
         request.retries = 0
         request.delay_ms = 0
         return True
+
+    def _ask_offset(self, request: FetchRequest, offset: int) -> int | None:
+        """The broker's ``offset`` answer for ``offset`` (None, logged, if it failed)."""
+        command = Offset(request.topic, self._settings.group, request.partition.partition,
+                         offset, 0)  # fmt: skip
+        try:
+            reply = self._request(request, command)
+        except ClientError as failure:
+            log.warning("offset request for %s/%s failed: %s", *request.key, failure)
+            return None
+        if isinstance(reply, Result) and reply.code == 200:
+            return int(reply.body)
+        log.warning("offset request for %s/%s answered %s", *request.key, reply)
+        return None
 
     def _process(self, request: FetchRequest, data: bytes) -> None:
         """Process one batch: reject a head that failed too often, else give it to the listener."""
@@ -447,15 +474,9 @@ class FetchManager:
 
     def _jump_to_segment_start(self, request: FetchRequest, error: InvalidRecordError) -> None:
         """A bad record: ask the broker for its segment's start and go there (spec §3.6)."""
-        command = Offset(request.topic, self._settings.group, request.partition.partition,
-                         request.next_offset, 0)  # fmt: skip
-        try:
-            reply = self._request(request, command)
-        except ClientError as failure:
-            log.warning("offset request for %s/%s failed: %s", *request.key, failure)
-            return
-        if isinstance(reply, Result) and reply.code == 200:
-            log.warning("%s in %s/%s: jumping to %s", error, *request.key, reply.body)
-            request.offset = int(reply.body)
+        offset = self._ask_offset(request, request.next_offset)
+        if offset is not None:
+            log.warning("%s in %s/%s: jumping to %d", error, *request.key, offset)
+            request.offset = offset
             request.tmp_offset = -1
             request.modified = True
