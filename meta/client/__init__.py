@@ -7,12 +7,15 @@ effects: no thread, no socket, and no kazoo import (kazoo is imported only when 
 uses ZooKeeper).
 """
 
+from meta.client.async_producer import AsyncMessageProducer
 from meta.client.cluster import BrokerAddress, Partition
 from meta.client.consumer import ConsumerConfig, MessageConsumer
 from meta.client.factory import MetaClientConfig, MetaMessageSessionFactory
 from meta.client.fetch import PartitionControl, ReceivedMessage
 from meta.client.message import Message, SendResult
+from meta.client.ordered import OrderedMessageProducer, parse_partitions_info
 from meta.client.producer import MessageProducer
+from meta.client.pull import FetchResult, MessageIterator, TopicBrowser
 from meta.client.recover import RecoverStore
 from meta.client.selectors import (
     HashPartitionSelector,
@@ -22,14 +25,18 @@ from meta.client.selectors import (
 )
 
 __all__ = [
+    "AsyncMessageProducer",
     "BrokerAddress",
     "ConsumerConfig",
     "HashPartitionSelector",
+    "FetchResult",
     "Message",
+    "MessageIterator",
     "MessageConsumer",
     "MessageProducer",
     "MetaClientConfig",
     "MetaMessageSessionFactory",
+    "OrderedMessageProducer",
     "Partition",
     "PartitionControl",
     "PartitionSelector",
@@ -38,4 +45,6 @@ __all__ = [
     "RecoverStore",
     "RoundRobinPartitionSelector",
     "SendResult",
+    "TopicBrowser",
+    "parse_partitions_info",
 ]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,10 @@ from meta.client.selectors import PartitionSelector, RoundRobinPartitionSelector
 from meta.errors import ClientClosedError, ClientError, NoBrokerError
 
 if TYPE_CHECKING:
+    from meta.client.async_producer import AsyncMessageProducer
     from meta.client.consumer import ConsumerConfig, MessageConsumer
+    from meta.client.ordered import OrderedMessageProducer
+    from meta.client.pull import MessageIterator, TopicBrowser
     from meta.client.zk_cluster import TopicSnapshot, ZkClusterView
 
 log = logging.getLogger("meta.client")
@@ -244,6 +247,7 @@ class MetaMessageSessionFactory:
         self._lock = threading.Lock()
         self._producers: list[MessageProducer] = []
         self._consumers: list[MessageConsumer] = []
+        self._extras: list[OrderedMessageProducer | AsyncMessageProducer] = []
         self._closed = False
         self._pool = ConnectionPool(config.connect_timeout_s)
         self._zk_client: Any = None
@@ -295,6 +299,85 @@ class MetaMessageSessionFactory:
             self._producers.append(producer)
         return producer
 
+    def create_ordered_producer(
+        self,
+        partitions_info: Mapping[str, str],
+        partition_selector: PartitionSelector | None = None,
+        local_path: str = "~/.meta_localmessage",
+        recover_interval_ms: int = 300_000,
+    ) -> OrderedMessageProducer:
+        """Return a producer that keeps each key's order, storing locally while it cannot send.
+
+        Args:
+            partitions_info: Java's ``topic.num.<topic>`` -> ``"<brokerId>:<count>;..."``;
+                partitions are chosen over this configured list (spec §2.6).
+            partition_selector: chooses among the configured partitions; a
+                ``HashPartitionSelector`` (by ``Message.key``) when None.
+            local_path: the backlog directory (``<local_path>/<topic>@<B-P>``).
+            recover_interval_ms: the pause between re-send attempts of a live partition.
+
+        Raises:
+            ClientError: direct mode, a closed factory or a malformed ``partitions_info``.
+        """
+        from meta.client import ordered
+        from meta.client.selectors import HashPartitionSelector
+
+        if self._view is None:
+            raise ClientError("create_ordered_producer needs ZooKeeper (live partitions)")
+        configured = ordered.parse_partitions_info(partitions_info)
+        steering = ordered.SteeringSelector(RoundRobinPartitionSelector())
+        view = self._view
+        producer = ordered.OrderedMessageProducer(
+            self.create_producer(steering),
+            steering,
+            partition_selector if partition_selector is not None else HashPartitionSelector(),
+            configured,
+            lambda topic: view.snapshot(topic).partitions,
+            ordered.LocalMessageStorage(local_path, ordered.BACKLOG_MESSAGES_MAX),
+            self.config.max_message_bytes,
+            recover_interval_ms,
+        )
+        return self._track(producer)
+
+    def create_async_producer(
+        self,
+        window: int = 20000,
+        partition_selector: PartitionSelector | None = None,
+        local_path: str = "~/.meta_async_storage",
+        recover_interval_ms: int = 300_000,
+    ) -> AsyncMessageProducer:
+        """Return a one-way producer with a window of ``window`` permits (spec §2.5).
+
+        Args:
+            window: permits; a message costs ``max(1, len(data) // 4096)``.
+            partition_selector: as ``create_producer``.
+            local_path: where refused or failed messages wait (``<local_path>/<topic>@-1--1``).
+            recover_interval_ms: the pause between re-send rounds.
+
+        Raises:
+            ClientError: a closed factory or a bad window.
+        """
+        from meta.client import async_producer, ordered
+
+        producer = async_producer.AsyncMessageProducer(
+            self.create_producer(partition_selector),
+            ordered.LocalMessageStorage(local_path, ordered.BACKLOG_MESSAGES_MAX),
+            window,
+            self.config.max_message_bytes,
+            recover_interval_ms,
+        )
+        return self._track(producer)
+
+    def _track(self, producer: Any) -> Any:
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._extras.append(producer)
+        if closed:
+            producer.shutdown()
+            raise ClientClosedError("the session factory was shut down")
+        return producer
+
     def _producer_shut_down(self, producer: MessageProducer) -> None:
         with self._lock:
             if producer in self._producers:
@@ -325,6 +408,30 @@ class MetaMessageSessionFactory:
             if consumer in self._consumers:
                 self._consumers.remove(consumer)
 
+    def create_broadcast_consumer(
+        self, config: ConsumerConfig, offsets_path: str | None = None
+    ) -> MessageConsumer:
+        """A consumer that gets every message: a per-host group (§3.3), offsets in a local file."""
+        from meta.client.broadcast import create_broadcast_consumer
+
+        return create_broadcast_consumer(self, config, offsets_path)
+
+    def create_topic_browser(
+        self, topic: str, max_size: int = 1 << 20, timeout_s: float = 5.0
+    ) -> TopicBrowser:
+        """Iterate every message of every partition of ``topic`` from offset 0 (§3.9)."""
+        from meta.client.pull import TopicBrowser
+
+        return TopicBrowser(self, topic, max_size, timeout_s)
+
+    def get(
+        self, topic: str, partition: Partition, offset: int, max_size: int = 1 << 20
+    ) -> MessageIterator | None:
+        """Pull one batch from ``partition`` at ``offset``; None on 404/403/301 (§3.9)."""
+        from meta.client.pull import get
+
+        return get(self, topic, partition, offset, max_size)
+
     def get_partitions_for_topic(self, topic: str) -> list[Partition]:
         """Read the producer partitions of ``topic`` from ZooKeeper once (spec §3.9).
 
@@ -353,6 +460,10 @@ class MetaMessageSessionFactory:
             if self._closed:
                 return
             self._closed = True
+            extras, self._extras = self._extras, []
+        for extra in extras:  # Before the pool closes: they flush or store in-flight sends.
+            extra.shutdown()
+        with self._lock:
             producers = list(self._producers)
             consumers = list(self._consumers)
         for consumer in consumers:
