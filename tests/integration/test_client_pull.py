@@ -23,7 +23,7 @@ from tests.integration.broker_process import BrokerProcess
 from tests.integration.test_client_consumer import Collector, consumer_of
 from tests.integration.test_client_producer import make_root, wait_for, zk_config
 
-NAMES = ("pull", "browse", "earliest", "latest", "always", "bcast")
+NAMES = ("pull", "factory-api", "browse", "earliest", "latest", "always", "bcast")
 TOPICS = {name: {"numPartitions": 2} for name in NAMES}
 PARTITIONS = [f"{b}-{p}" for b in (1, 2) for p in range(2)]
 
@@ -167,3 +167,12 @@ def test_a_broadcast_consumer_keeps_its_offsets_in_a_local_file(factory, admin, 
     new = {r.msg_id for r in produce(factory, "bcast", 4, prefix="new")}
     wait_for(lambda: more.ids() == new, what="only the new messages")
     again.shutdown()
+
+
+def test_the_factory_offers_the_browser_and_the_pull_api(factory):
+    sent = produce(factory, "factory-api", 6)
+    browsed = list(factory.create_topic_browser("factory-api"))
+    assert sorted(m.id for m in browsed) == sorted(r.msg_id for r in sent)
+    first = sent[0]
+    pulled = factory.get("factory-api", first.partition, first.offset)
+    assert next(iter(pulled)).id == first.msg_id
