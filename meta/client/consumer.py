@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from meta.client.balance import STRATEGIES
-from meta.client.cluster import consumer_id_string, validate_group, validate_topic
+from meta.client.cluster import Partition, consumer_id_string, validate_group, validate_topic
 from meta.client.fetch import LONG_MAX, FetchManager, FetchSettings, RejectHandler
 from meta.client.message import Message
 from meta.client.recover import DEFAULT_DIRECTORY, RecoverManager, RecoverStore
@@ -151,8 +151,10 @@ class MessageConsumer:
         zk_client: Any,
         zk_root: str,
         on_shutdown: Callable[[MessageConsumer], None] | None = None,
+        pull: Callable[..., Any] | None = None,
     ) -> None:
         self.config = config
+        self._pull = pull
         self.consumer_id = consumer_id_string(config.group, config.consumer_id)
         self._pool = pool
         self._zk_client = zk_client
@@ -193,6 +195,13 @@ class MessageConsumer:
                 raise ClientError(f"topic {topic} is already subscribed by this consumer")
             self._subscriptions[topic] = (max_size, listener)
         return self
+
+    def get(self, topic: str, partition: Partition, offset: int, max_size: int = 1 << 20) -> Any:
+        """Pull one batch outside the group (§3.9): a ``MessageIterator``, or None on
+        404/403/301 as in Java (``meta.client.pull.fetch`` also reports a 301's offset)."""
+        if self._pull is None:
+            raise ClientError("this consumer was not created by a session factory")
+        return self._pull(topic, partition, offset, max_size)
 
     def complete_subscribe(self) -> None:
         """Join the group, take partitions and start fetching (once).

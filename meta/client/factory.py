@@ -395,7 +395,12 @@ class MetaMessageSessionFactory:
         if self._zk_client is None:
             raise ClientError("create_consumer needs ZooKeeper; direct mode is not supported")
         consumer = MessageConsumer(
-            config, self._pool, self._zk_client, self.config.zk_root, self._consumer_shut_down
+            config,
+            self._pool,
+            self._zk_client,
+            self.config.zk_root,
+            self._consumer_shut_down,
+            pull=self.get,
         )
         with self._lock:
             if self._closed:

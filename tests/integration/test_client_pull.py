@@ -9,6 +9,7 @@ polls a condition with a deadline.
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -176,3 +177,33 @@ def test_the_factory_offers_the_browser_and_the_pull_api(factory):
     first = sent[0]
     pulled = factory.get("factory-api", first.partition, first.offset)
     assert next(iter(pulled)).id == first.msg_id
+
+
+def test_a_consumer_offers_the_pull_api_too(factory):
+    sent = produce(factory, "factory-api", 3)
+    consumer = factory.create_consumer(ConsumerConfig(group="g-pull-api"))
+    try:
+        first = sent[0]
+        pulled = consumer.get("factory-api", first.partition, first.offset)
+        assert next(iter(pulled)).id == first.msg_id
+    finally:
+        consumer.shutdown()
+
+
+def test_shutting_down_a_factory_with_a_consumer_leaves_no_thread_behind(zookeeper, cluster):
+    """Goal: a clean shutdown joins every client thread (fetch, commit, rebalance, recover,
+    connection readers and writers, kazoo). Method: note the threads before, consume, shut
+    down, and wait (bounded) until only the threads from before remain."""
+    before = set(threading.enumerate())
+    factory = MetaMessageSessionFactory(zk_config(zookeeper, cluster))
+    received = threading.Event()
+    consumer = factory.create_consumer(ConsumerConfig(group="g-threads"))
+    consumer.subscribe("factory-api", 1 << 20, lambda message: received.set())
+    consumer.complete_subscribe()
+    produce(factory, "factory-api", 2)
+    assert received.wait(30)
+    factory.shutdown()
+    deadline = time.monotonic() + 15
+    while set(threading.enumerate()) - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sorted(t.name for t in set(threading.enumerate()) - before) == []
