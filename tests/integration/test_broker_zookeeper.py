@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
 import zlib
 
 import pytest
 
 from meta.protocol.commands import Put
 from tests.integration.broker_process import BrokerProcess
-
-WAIT_S = 30.0
-
-
-def wait_for(condition, timeout_s: float = WAIT_S, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
+from tests.integration.client_helpers import wait_for
 
 
 @pytest.fixture

@@ -7,19 +7,24 @@ owners. Every wait polls a condition with a deadline.
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
 from meta.client import ConsumerConfig, Message, MetaMessageSessionFactory
 from meta.client.balance import assign
 from meta.client.cluster import java_string_key, parse_offset
 from meta.errors import InvalidGroupError
 from tests.integration.broker_process import BrokerProcess
-from tests.integration.test_client_producer import make_root, wait_for, zk_config
+from tests.integration.client_helpers import (
+    Collector,
+    consumer_of,
+    make_root,
+    owners,
+    produce,
+    wait_for,
+    zk_config,
+)
 
 TOPICS = {name: {"numPartitions": 4} for name in ("all", "resume", "group", "poll")}
 PARTITIONS = sorted((f"{b}-{p}" for b in (1, 2) for p in range(4)), key=java_string_key)
@@ -47,15 +52,6 @@ def cluster(tmp_path_factory, zookeeper):
 
 
 @pytest.fixture
-def admin(zookeeper):
-    client = KazooClient(hosts=zookeeper.connect_string, timeout=10)
-    client.start(timeout=10)
-    yield client
-    client.stop()
-    client.close()
-
-
-@pytest.fixture
 def factories(zookeeper, cluster):
     opened = []
 
@@ -67,40 +63,6 @@ def factories(zookeeper, cluster):
     yield make
     for factory in opened:
         factory.shutdown()
-
-
-class Collector:
-    """A listener that records every message it gets."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.messages: list[Message] = []
-        self.times: list[float] = []
-
-    def receive_messages(self, message: Message) -> None:
-        with self.lock:
-            self.messages.append(message)
-            self.times.append(time.monotonic())
-
-    def ids(self) -> set[int]:
-        with self.lock:
-            return {message.id for message in self.messages}
-
-
-def produce(factory, topic: str, count: int, prefix: str = "m") -> set[int]:
-    producer = factory.create_producer()
-    producer.publish(topic)
-    results = [producer.send_message(Message(topic, f"{prefix}{n}".encode())) for n in range(count)]
-    assert all(result.success for result in results)
-    return {result.msg_id for result in results}
-
-
-def consumer_of(factory, topic: str, group: str, listener, **fields):
-    fields.setdefault("zk_sync_s", 0.5)
-    consumer = factory.create_consumer(ConsumerConfig(group, **fields))
-    consumer.subscribe(topic, 64 * 1024, listener)
-    consumer.complete_subscribe()
-    return consumer
 
 
 def test_an_invalid_group_is_refused_by_the_config():
@@ -147,18 +109,6 @@ def test_offsets_are_committed_in_java_format_and_a_restart_resumes(factories, a
     wait_for(lambda: again.ids() == second, what="the 10 new messages")
     time.sleep(0.3)  # Nothing old may trickle in after the new ones.
     assert again.ids() == second
-
-
-def owners(admin, root: str, group: str, topic: str) -> dict[str, str]:
-    """Partition -> owner; an owner node deleted while being read (a rebalance) is skipped."""
-    path = f"{root}/consumers/{group}/owners/{topic}"
-    found = {}
-    for name in admin.get_children(path) if admin.exists(path) else []:
-        try:
-            found[name] = admin.get(f"{path}/{name}")[0].decode()
-        except NoNodeError:
-            pass
-    return found
 
 
 def test_a_group_of_three_splits_partitions_and_takes_over_from_a_leaver(factories, admin, cluster):

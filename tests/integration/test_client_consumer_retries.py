@@ -14,7 +14,7 @@ from kazoo.client import KazooClient
 
 from meta.client import ConsumerConfig, Message, MetaMessageSessionFactory
 from tests.integration.broker_process import BrokerProcess
-from tests.integration.test_client_producer import make_root, wait_for, zk_config
+from tests.integration.client_helpers import make_root, wait_for, zk_config
 
 TOPICS = {name: {"numPartitions": 1} for name in ("retry", "manual")}
 

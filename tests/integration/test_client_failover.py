@@ -18,8 +18,6 @@ import time
 from collections import Counter
 
 import pytest
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
 from meta.client import (
     ConsumerConfig,
@@ -32,8 +30,15 @@ from meta.client.balance import assign
 from meta.client.cluster import java_string_key
 from meta.errors import ClientError, InvalidGroupError, MessageTooLargeError
 from tests.integration.broker_process import REPO, BrokerProcess, free_port
-from tests.integration.test_client_consumer import Collector, consumer_of, produce
-from tests.integration.test_client_producer import make_root, wait_for, zk_config
+from tests.integration.client_helpers import (
+    Collector,
+    consumer_of,
+    make_root,
+    owners,
+    produce,
+    wait_for,
+    zk_config,
+)
 from tests.integration.zookeeper import expire_session
 
 TOPICS = {name: {"numPartitions": 4} for name in ("loss", "hash", "expiry", "big")}
@@ -62,15 +67,6 @@ def cluster(tmp_path_factory, zookeeper):
     finally:
         for broker in brokers:
             broker.stop()
-
-
-@pytest.fixture
-def admin(zookeeper):
-    client = KazooClient(hosts=zookeeper.connect_string, timeout=10)
-    client.start(timeout=10)
-    yield client
-    client.stop()
-    client.close()
 
 
 @pytest.fixture
@@ -129,18 +125,6 @@ class Sender(threading.Thread):
         self.stopped.set()
         self.join(10)
         assert not self.is_alive(), "the sender thread did not stop"
-
-
-def owners(admin, root: str, group: str, topic: str) -> dict[str, str]:
-    """Partition -> owner; an owner node deleted while being read (a rebalance) is skipped."""
-    path = f"{root}/consumers/{group}/owners/{topic}"
-    found = {}
-    for name in admin.get_children(path) if admin.exists(path) else []:
-        try:
-            found[name] = admin.get(f"{path}/{name}")[0].decode()
-        except NoNodeError:
-            pass
-    return found
 
 
 def child_ids(path) -> list[int]:

@@ -12,7 +12,8 @@ from meta.client.connection import BrokerConnection
 from meta.client.ordered import SENT_TO_LOCAL
 from meta.protocol.commands import Data, Get
 from meta.protocol.message import iter_messages
-from tests.integration.test_client_producer import make_root, start_broker, wait_for, zk_config
+from tests.integration.client_helpers import make_root, wait_for, zk_config
+from tests.integration.test_client_producer import start_broker
 
 TOPICS = {"ord": {"numPartitions": 2}, "oneway": {"numPartitions": 2}}
 PARTITIONS_INFO = {"topic.num.ord": "2:2;10:2"}

@@ -10,10 +10,9 @@ from __future__ import annotations
 import os
 import threading
 import time
-import uuid
 
 import pytest
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooState
 
 from meta.client import (
     HashPartitionSelector,
@@ -27,20 +26,10 @@ from meta.errors import ClientError, MessageTooLargeError, NoPartitionError
 from meta.protocol.commands import Data, Get
 from meta.protocol.message import pack_message
 from tests.integration.broker_process import BrokerProcess, free_port
+from tests.integration.client_helpers import WAIT_S, make_root, wait_for, zk_config
 from tests.integration.zookeeper import expire_session, lose_connection
 
-WAIT_S = 20.0
 TOPICS = {name: {"numPartitions": 2} for name in ("rr", "bytes", "hash", "async", "spread")}
-
-
-def wait_for(condition, timeout_s: float = WAIT_S, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def start_broker(directory, zookeeper, root: str, broker_id: int, topics=None) -> BrokerProcess:
@@ -51,18 +40,6 @@ def start_broker(directory, zookeeper, root: str, broker_id: int, topics=None) -
         zk_connect=zookeeper.connect_string,
         zk={"zk.zkRoot": root, "zk.zkSessionTimeoutMs": 4000},
     ).start()
-
-
-def make_root(zookeeper) -> str:
-    root = f"/t-{uuid.uuid4().hex}"
-    admin = KazooClient(hosts=zookeeper.connect_string, timeout=10)
-    admin.start(timeout=10)
-    try:
-        admin.create(root)
-    finally:
-        admin.stop()
-        admin.close()
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +54,6 @@ def cluster(tmp_path_factory, zookeeper):
     finally:
         for broker in brokers.values():
             broker.stop()
-
-
-def zk_config(zookeeper, root: str, **fields) -> MetaClientConfig:
-    return MetaClientConfig(zk_connect=zookeeper.connect_string, zk_root=root, **fields)
 
 
 @pytest.fixture

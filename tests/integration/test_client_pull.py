@@ -13,7 +13,6 @@ import threading
 import time
 
 import pytest
-from kazoo.client import KazooClient
 
 from meta.client import Message, MetaMessageSessionFactory
 from meta.client.broadcast import create_broadcast_consumer
@@ -21,8 +20,7 @@ from meta.client.cluster import Partition, broadcast_group
 from meta.client.consumer import ConsumerConfig
 from meta.client.pull import LONG_MAX, TopicBrowser, fetch, get, offset_of
 from tests.integration.broker_process import BrokerProcess
-from tests.integration.test_client_consumer import Collector, consumer_of
-from tests.integration.test_client_producer import make_root, wait_for, zk_config
+from tests.integration.client_helpers import Collector, consumer_of, make_root, wait_for, zk_config
 
 NAMES = ("pull", "factory-api", "browse", "earliest", "latest", "always", "bcast")
 TOPICS = {name: {"numPartitions": 2} for name in NAMES}
@@ -49,15 +47,6 @@ def cluster(tmp_path_factory, zookeeper):
     finally:
         for broker in brokers:
             broker.stop()
-
-
-@pytest.fixture
-def admin(zookeeper):
-    client = KazooClient(hosts=zookeeper.connect_string, timeout=10)
-    client.start(timeout=10)
-    yield client
-    client.stop()
-    client.close()
 
 
 @pytest.fixture
