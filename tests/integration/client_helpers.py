@@ -5,14 +5,17 @@ Every wait polls a condition with a deadline (``wait_for``); nothing sleeps and 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from meta.client import ConsumerConfig, Message, MetaClientConfig
+from tests.integration.broker_process import BrokerProcess
 
 WAIT_S = 20.0
 
@@ -37,6 +40,30 @@ def make_root(zookeeper) -> str:
         admin.stop()
         admin.close()
     return root
+
+
+@contextlib.contextmanager
+def broker_cluster(
+    tmp_path_factory, zookeeper, topics: dict, broker_ids=(1, 2), **system: object
+) -> Iterator[tuple[str, list[BrokerProcess]]]:
+    """Brokers registered under a fresh ZooKeeper root; yields (root, brokers), stops them."""
+    root = make_root(zookeeper)
+    brokers: list[BrokerProcess] = []
+    try:
+        for broker_id in broker_ids:
+            brokers.append(
+                BrokerProcess(
+                    tmp_path_factory.mktemp(f"broker{broker_id}-"),
+                    system={"brokerId": broker_id, **system},
+                    topics=topics,
+                    zk_connect=zookeeper.connect_string,
+                    zk={"zk.zkRoot": root, "zk.zkSessionTimeoutMs": 4000},
+                ).start()
+            )
+        yield root, brokers
+    finally:
+        for broker in brokers:
+            broker.stop()
 
 
 def zk_config(zookeeper, root: str, **fields) -> MetaClientConfig:

@@ -15,11 +15,10 @@ from meta.client import ConsumerConfig, Message, MetaMessageSessionFactory
 from meta.client.balance import assign
 from meta.client.cluster import java_string_key, parse_offset
 from meta.errors import InvalidGroupError
-from tests.integration.broker_process import BrokerProcess
 from tests.integration.client_helpers import (
     Collector,
+    broker_cluster,
     consumer_of,
-    make_root,
     owners,
     produce,
     wait_for,
@@ -32,23 +31,8 @@ PARTITIONS = sorted((f"{b}-{p}" for b in (1, 2) for p in range(4)), key=java_str
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, zookeeper):
-    root = make_root(zookeeper)
-    brokers = []
-    try:
-        for broker_id in (1, 2):
-            brokers.append(
-                BrokerProcess(
-                    tmp_path_factory.mktemp(f"cbroker{broker_id}"),
-                    system={"brokerId": broker_id, "numPartitions": 4},
-                    topics=TOPICS,
-                    zk_connect=zookeeper.connect_string,
-                    zk={"zk.zkRoot": root, "zk.zkSessionTimeoutMs": 4000},
-                ).start()
-            )
+    with broker_cluster(tmp_path_factory, zookeeper, TOPICS, numPartitions=4) as (root, _brokers):
         yield root
-    finally:
-        for broker in brokers:
-            broker.stop()
 
 
 @pytest.fixture

@@ -19,8 +19,13 @@ from meta.client.broadcast import create_broadcast_consumer
 from meta.client.cluster import Partition, broadcast_group
 from meta.client.consumer import ConsumerConfig
 from meta.client.pull import LONG_MAX, TopicBrowser, fetch, get, offset_of
-from tests.integration.broker_process import BrokerProcess
-from tests.integration.client_helpers import Collector, consumer_of, make_root, wait_for, zk_config
+from tests.integration.client_helpers import (
+    Collector,
+    broker_cluster,
+    consumer_of,
+    wait_for,
+    zk_config,
+)
 
 NAMES = ("pull", "factory-api", "browse", "earliest", "latest", "always", "bcast")
 TOPICS = {name: {"numPartitions": 2} for name in NAMES}
@@ -29,24 +34,9 @@ PARTITIONS = [f"{b}-{p}" for b in (1, 2) for p in range(2)]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, zookeeper):
-    root = make_root(zookeeper)
-    brokers = []
-    try:
-        for broker_id in (1, 2):
-            system = {"brokerId": broker_id, "numPartitions": 2, "updateConsumerOffsets": True}
-            brokers.append(
-                BrokerProcess(
-                    tmp_path_factory.mktemp(f"pbroker{broker_id}"),
-                    system=system,
-                    topics=TOPICS,
-                    zk_connect=zookeeper.connect_string,
-                    zk={"zk.zkRoot": root, "zk.zkSessionTimeoutMs": 4000},
-                ).start()
-            )
+    system = {"numPartitions": 2, "updateConsumerOffsets": True}
+    with broker_cluster(tmp_path_factory, zookeeper, TOPICS, **system) as (root, _brokers):
         yield root
-    finally:
-        for broker in brokers:
-            broker.stop()
 
 
 @pytest.fixture
