@@ -127,6 +127,7 @@ class BrokerConfig:
     tx_timeout_timer_capacity: int = 30000  # maxTxTimeoutTimerCapacity
     flush_tx_log_at_commit: int = 1  # 0, 1 or 2
     tx_timeout_max_s: int = 60  # maxTxTimeoutInSeconds
+    tx_journal_file_bytes: int = 64 * 1024 * 1024  # txJournalFileSize (ours)
     accept_publish: bool = True
     accept_subscribe: bool = True
     stat: bool = False
@@ -234,6 +235,7 @@ SYSTEM_KEYS: tuple[_Key, ...] = (
     _Key("maxTxTimeoutTimerCapacity", "tx_timeout_timer_capacity", "int", 30000, low=1),
     _Key("flushTxLogAtCommit", "flush_tx_log_at_commit", "int", 1, low=0, high=2),
     _Key("maxTxTimeoutInSeconds", "tx_timeout_max_s", "int", 60, low=1),
+    _Key("txJournalFileSize", "tx_journal_file_bytes", "int", 64 * 1024 * 1024, low=4096),
     _Key("acceptPublish", "accept_publish", "bool", True),
     _Key("acceptSubscribe", "accept_subscribe", "bool", True),
     _Key("stat", "stat", "bool", False),

@@ -127,3 +127,20 @@ class InvalidGroupError(ClientError):
 
 class ClientClosedError(ClientError):
     """The producer, consumer or session factory was shut down."""
+
+
+class XAError(MetaError):
+    """An XA failure with its standard JTA error code (``meta.protocol.xa``).
+
+    The broker sends it as ``result 500`` with the body ``XAException:code=N,msg=...``; the
+    client raises it again with the same ``error_code``.
+    """
+
+    def __init__(self, error_code: int, message: str | None = None) -> None:
+        super().__init__(f"XA error {error_code}: {message}")
+        self.error_code = error_code
+        self.message = message
+
+
+class TransactionError(MetaError):
+    """A transaction failed for a reason that is not an XA error code (local transactions)."""

@@ -27,6 +27,10 @@ TRANSACTION_TYPES = frozenset(
         "ROLLBACK",
         "RECOVER",
         "FORGET",
+        # metaq-py extensions for the operator tool (Java's JMX heuristic operations); only
+        # our brokers accept them, and only from the broker's own host.
+        "HEURISTIC_COMMIT",
+        "HEURISTIC_ROLLBACK",
     }
 )
 

@@ -1,9 +1,12 @@
-"""``Broker``: owns the config, the store, the id worker, counters and the ZooKeeper registry.
+"""``Broker``: owns the config, the store, the transactions, the id worker, counters and the
+ZooKeeper registry.
 
 Lifecycle: ``start()`` loads and recovers every partition on disk, starts the flush timers,
-listens, then registers in ZooKeeper (zk spec §1.3 step 1). ``stop()`` stops accepting
-connections, deregisters, waits ``zkSyncTimeMs`` on the reactor so clients can move away,
-flushes and closes the store (which answers every waiting put), then closes connections.
+recovers the transactions (``meta.tx.manager``), listens, then registers in ZooKeeper (zk
+spec §1.3 step 1). ``stop()`` stops accepting connections, deregisters, waits
+``zkSyncTimeMs`` on the reactor so clients can move away, writes a last transaction
+checkpoint, flushes and closes the store (which answers every waiting put), then closes
+connections.
 
 The reactor is injected (STYLE 11); everything here runs on the reactor thread. Kazoo lives
 only in ``registry.py`` and never runs on this thread.
@@ -34,6 +37,7 @@ from meta.server.stats import (
     stat_enabled,
 )
 from meta.store.manager import StoreManager
+from meta.tx.manager import TransactionManager
 
 log = logging.getLogger("meta.server")
 
@@ -88,6 +92,8 @@ class Broker:
         self._reactor = reactor
         self.store = store if store is not None else StoreManager(config, reactor)
         self.ids = IdWorker(config.broker_id)
+        self.tx = TransactionManager(config, reactor, self.store)
+        self.transactions = self.tx.transactions
         self.counters = BrokerCounters()
         self.realtime = RealtimeStats(reactor.seconds)
         self.version = WIRE_VERSION
@@ -112,6 +118,7 @@ class Broker:
         """Recover the store, listen, and register in ZooKeeper."""
         self.store.load()
         self.store.start()
+        yield self.tx.open()
         if listen:
             interface = self.config.host_name or ""
             self._port = self._reactor.listenTCP(
@@ -158,7 +165,9 @@ class Broker:
             if delay_s > 0 and self.connections:
                 await task.deferLater(self._reactor, delay_s, lambda: None)
         self._release_data_waiters()
+        self.tx.close()
         await self.store.close()
+        self.tx.close_files()
         for connection in list(self.connections):
             connection.transport.loseConnection()
         log.info("broker %d stopped", self.config.broker_id)
@@ -244,6 +253,9 @@ class Broker:
 
     def connection_lost(self, connection) -> None:
         self.connections.discard(connection)
+        rolled_back = self.transactions.session_closed(connection)
+        if rolled_back:
+            log.info("rolled back %d open local transactions of a closed connection", rolled_back)
 
     def _stat(self, topic: str) -> bool:
         enabled = self._stat_topics.get(topic)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import random
 import zlib
-from dataclasses import dataclass
 
 from meta.errors import MetaError, PartitionFailedError
 from meta.protocol.codec import encode_result, encode_value_header
@@ -34,32 +33,12 @@ from meta.protocol.commands import (
     Version,
 )
 from meta.protocol.message import CHECKSUM_MASK, HEADER
+from meta.server.replies import CHECKSUM_FAILURE, PENDING, FileReply, Reply
+from meta.server.tx_handlers import handle_transaction, handle_transactional_put
 
 log = logging.getLogger("meta.server")
 
-CHECKSUM_FAILURE = "Checksum failure,message may be corrupted when transfering on networking."
 NO_PROCESSOR = "未注册请求处理器，请求处理器类为com.taobao.metamorphosis.network."
-
-
-@dataclass(frozen=True, slots=True)
-class FileReply:
-    """A value frame whose body is ``length`` bytes of ``segment`` from ``position``."""
-
-    header: bytes
-    segment: object
-    position: int
-    length: int
-
-
-class _Pending:
-    def __repr__(self) -> str:
-        return "PENDING"
-
-
-PENDING = _Pending()
-"""A handler's answer when it will call ``connection.respond`` later."""
-
-Reply = bytes | FileReply | None | _Pending
 
 
 def put_failure_text(broker, topic: str, partition: int, detail: str | None) -> bytes:
@@ -79,12 +58,7 @@ def handle_put(broker, command: Put, connection) -> Reply:
     broker.counters.cmd_put += 1
     topic = command.topic
     if command.tx_key is not None:
-        # Transactions arrive with a later issue; until then no BEGIN can succeed, so every
-        # transactional put is answered as Java answers one for an unknown transaction.
-        broker.counters.put_failed += 1
-        kind = "Local" if command.tx_key.startswith("TX:") else "XA"
-        text = f"{kind} transaction '{command.tx_key}' has not been started."
-        return encode_result(500, text.encode(), command.opaque)
+        return handle_transactional_put(broker, command, connection)
     partition = command.partition
     data = command.data
     try:
@@ -212,13 +186,6 @@ def handle_stats(broker, command: Stats, connection) -> Reply:
 
 def _no_processor(class_name: str, opaque: int) -> bytes:
     return encode_result(503, (NO_PROCESSOR + class_name).encode(), opaque)
-
-
-def handle_transaction(broker, command: Transaction, connection) -> Reply:
-    """No transaction processor yet: answer as Java answers an unregistered command (503)."""
-    if command.type == "END":
-        return None
-    return _no_processor("TransactionCommand", command.opaque)
 
 
 def handle_sync(broker, command: Sync, connection) -> Reply:

@@ -33,7 +33,8 @@ from twisted.python.failure import Failure
 from meta.errors import LocalProtocolError
 from meta.protocol.codec import HEADER_BYTES_MAX, NEED_DATA, Decoder
 from meta.protocol.commands import Quit
-from meta.server.handlers import HANDLERS, PENDING, FileReply
+from meta.server.handlers import HANDLERS
+from meta.server.replies import PENDING, FileReply
 
 log = logging.getLogger("meta.server")
 

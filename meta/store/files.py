@@ -89,6 +89,14 @@ class Files:
         """Create one directory level; the parent must exist (as Java's ``File.mkdir``)."""
         os.mkdir(path, 0o755)
 
+    def rename(self, source: str, target: str) -> None:
+        """Atomically replace ``target`` with ``source`` (``rename``)."""
+        os.replace(source, target)
+
+    def remove(self, path: str) -> None:
+        """Delete the file ``path``."""
+        os.remove(path)
+
     def fsync_directory(self, path: str) -> None:
         """Make the directory's entries (new files, new sub-directories) durable."""
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))

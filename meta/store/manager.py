@@ -73,6 +73,11 @@ class StoreManager:
         self._started = False
         self._closed = False
 
+    @property
+    def files(self) -> Files:
+        """The file layer every partition (and the transaction journal) uses."""
+        return self._files
+
     # -- loading -------------------------------------------------------------------------
 
     def load(self) -> None:

@@ -1,8 +1,7 @@
 """One partition's log (MetaQ's ``MessageStore``): its segments, append, roll, slice, flush.
 
-What lives here: ``PartitionLog`` and ``SliceResult``, for a partition directory
-``<dataPath>/<topic>-<partition>/`` (spec 4.1-4.5); its segments are loaded by
-``segment.load_segments``.
+What lives here: ``PartitionLog``, for a partition directory ``<dataPath>/<topic>-<partition>/``
+(spec 4.1-4.5); its segments are loaded by ``segment.load_segments``.
 
 Invariants:
     * Segments are sorted by start and contiguous: ``start + written_size == next start``.
@@ -15,8 +14,10 @@ Invariants:
       covers it. A record is never released after its partition failed.
     * After a failed write or fsync the partition is failed for good (DECISIONS 3): every
       waiting append errbacks with ``PartitionFailedError`` and every later append is refused.
+    * Records are written in offset order: nothing staged after an unfilled ``Reservation``
+      is written (or acknowledged) before the reservation is filled.
 
-Thread affinity: reactor thread only. The flusher's worker thread only runs ``_FlushTask.run``.
+Thread affinity: reactor thread only; the flusher thread only runs ``PartitionFlushTask.run``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import os
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -36,54 +36,20 @@ from meta.errors import PartitionFailedError, StoreError
 from meta.protocol.message import HEADER_SIZE
 from meta.store.files import Files
 from meta.store.group_commit import Flusher, FlushPolicy, should_flush
+from meta.store.partition_parts import (
+    AFTER,
+    BEFORE,
+    DATA,
+    PartitionFlushTask,
+    Reservation,
+    SliceResult,
+)
 from meta.store.segment import Segment, load_segments, segment_name
 
 logger = logging.getLogger("meta.store")
 
 Ack = Callable[[int | None, BaseException | None], None]
 """``ack(offset, None)`` when an append may be acknowledged, ``ack(None, error)`` if it failed."""
-
-BEFORE = "before"
-AFTER = "after"
-DATA = "data"
-
-
-@dataclass(frozen=True, slots=True)
-class SliceResult:
-    """Where a read at ``offset`` lands (spec 2.2 step 6-7).
-
-    ``kind`` is ``"before"`` (``offset`` is then the first offset of the log), ``"after"``
-    (``offset`` is then ``max_offset``) or ``"data"``: ``length`` bytes of ``segment`` from
-    ``position``, never crossing into the next segment nor past the visible end.
-    """
-
-    kind: str
-    offset: int
-    segment: Segment | None = None
-    position: int = 0
-    length: int = 0
-
-
-class _FlushTask:
-    """One partition's share of a flush batch: what to fsync and what that makes durable."""
-
-    __slots__ = ("directories", "end_offset", "files", "segments", "sizes")
-
-    def __init__(
-        self, files: Files, segments: tuple[Segment, ...], directories: list[str], end_offset: int
-    ) -> None:
-        self.files = files
-        self.segments = segments
-        self.sizes = tuple(segment.written_size for segment in segments)
-        self.directories = directories
-        self.end_offset = end_offset
-
-    def run(self) -> None:
-        """Worker thread: fsync new directory entries, then each dirty segment once."""
-        for directory in self.directories:
-            self.files.fsync_directory(directory)
-        for segment in self.segments:
-            segment.fsync()
 
 
 class PartitionLog:
@@ -142,8 +108,9 @@ class PartitionLog:
         # Each entry: (end offset, offset, must be durable, ack), in append order; ack is
         # called as ack(offset, None) when released or ack(None, error) when failed.
         self._pending: deque[tuple[int, int, bool, Ack]] = deque()
-        # Records staged since the last commit (written to the file by ``commit``).
-        self._staged: list[bytes] = []
+        # Records (and reservations) staged since the last commit, written by ``commit``.
+        self._staged: list[bytes | Reservation] = []
+        self._reservations = 0  # reservations in ``_staged``
         self._staged_end = end
         self._sync_staged = False
         # Called with this log when its first record is staged (the manager batches commits).
@@ -169,17 +136,8 @@ class PartitionLog:
     ) -> PartitionLog:
         """Load (and recover) the partition in ``directory``; create its first segment if none.
 
-        Args:
-            topic: the topic name.
-            partition: the partition number.
-            directory: the existing partition directory.
-            files: the file layer.
-            flusher: the store's single flusher.
-            clock: provides ``seconds()`` (the reactor, or ``task.Clock`` in tests).
-            segment_bytes_max: roll once the last segment holds at least this many bytes.
-            policy: the flush settings of the topic.
-            new_directories: directories created for this partition whose entries must be
-                fsynced before the first durable acknowledgement.
+        ``clock`` provides ``seconds()``; ``segment_bytes_max`` is the roll size; directories
+        in ``new_directories`` are fsynced before the first durable acknowledgement.
 
         Raises:
             StoreError: see ``load_segments``; or the first segment cannot be created.
@@ -210,15 +168,8 @@ class PartitionLog:
     def append(self, record: bytes) -> Deferred:
         """Append one record (or one transaction batch) and return a Deferred for its offset.
 
-        The same as ``stage`` followed by ``commit``: the record is written at once. The
-        Deferred fires with the offset where ``record`` starts once the put may be
-        acknowledged: after the covering fsync when the flush policy requires one, otherwise
-        as soon as it is written and every earlier append was released.
-
-        Raises (through the Deferred):
-            PartitionFailedError: the write or the covering fsync failed, or the partition had
-                failed before.
-            StoreError: the partition is closed.
+        ``stage`` then ``commit``; the Deferred fires with the record's offset when ``stage``
+        would ack it, or fails with ``PartitionFailedError`` / ``StoreError`` (closed).
         """
         acknowledged: Deferred = Deferred()
 
@@ -246,11 +197,44 @@ class PartitionLog:
             return
         size = len(record)
         assert size >= HEADER_SIZE
+        self._enqueue(record, size, ack)
+
+    def reserve(self, length: int, ack: Ack) -> Reservation | None:
+        """Reserve the next ``length`` bytes of the log for a batch given later by ``fill``.
+
+        A transaction commit uses this: its journal record names the batch's offset before
+        the batch is written. Records staged after the reservation keep their offsets but are
+        written, and acknowledged, only after the reservation is filled (or fail with the
+        partition when it is cancelled). Returns None when the partition refuses appends
+        (``ack`` was then called with the error).
+        """
+        if self._refusal is not None:
+            ack(None, self._refusal_error())
+            return None
+        assert length >= HEADER_SIZE
+        reservation = Reservation(self._staged_end, length)
+        self._reservations += 1
+        self._enqueue(reservation, length, ack)
+        return reservation
+
+    def fill(self, reservation: Reservation, batch: bytes) -> None:
+        """Give a reservation its bytes and write everything staged up to the next gap."""
+        assert len(batch) == reservation.length
+        assert reservation.data is None
+        reservation.data = batch
+        self.commit()
+
+    def cancel(self, reservation: Reservation, error: BaseException) -> None:
+        """The reserved batch will never come: fail the partition (its offsets are taken)."""
+        if reservation.data is None:
+            self._fail(error)
+
+    def _enqueue(self, entry: bytes | Reservation, size: int, ack: Ack) -> None:
         offset = self._staged_end
         end = offset + size
         self._staged_end = end
         staged = self._staged
-        staged.append(record)
+        staged.append(entry)
         self.message_count += 1
         self._unflushed_count += 1
         self._unflushed_bytes += size
@@ -278,8 +262,13 @@ class PartitionLog:
         staged = self._staged
         if not staged:
             return
-        data = staged[0] if len(staged) == 1 else b"".join(staged)
-        staged.clear()
+        if self._reservations:
+            data = self._take_filled()
+            if not data:
+                return
+        else:
+            data = staged[0] if len(staged) == 1 else b"".join(staged)
+            staged.clear()
         segment = self._segment
         try:
             segment.append(data)
@@ -287,17 +276,33 @@ class PartitionLog:
             self._fail(error)
             return
         self._written_end = segment.end
-        assert self._written_end == self._staged_end
+        assert staged or self._written_end == self._staged_end
         dirty = self._dirty_segments
         if not dirty or dirty[-1] is not segment:
             dirty.append(segment)
         if segment.written_size >= self._segment_bytes_max:
             self._roll()
         if self._sync_staged:
-            self._sync_staged = False
+            # Records still staged behind a reservation may need a flush once written.
+            self._sync_staged = bool(staged)
             self._flush_requested_s = self._clock.seconds()
             self._flusher.request(self)
         self._release()
+
+    def _take_filled(self) -> bytes:
+        """Remove and join the staged entries before the first unfilled reservation."""
+        staged = self._staged
+        parts: list[bytes] = []
+        for entry in staged:
+            if entry.__class__ is Reservation:
+                if entry.data is None:
+                    break
+                self._reservations -= 1
+                parts.append(entry.data)
+            else:
+                parts.append(entry)
+        del staged[: len(parts)]
+        return b"".join(parts)
 
     def _refusal_error(self) -> StoreError:
         if self.failed is not None:
@@ -349,6 +354,7 @@ class PartitionLog:
         logger.error("%s; it refuses appends until restart", self.failed)
         pending, self._pending = self._pending, deque()
         self._staged.clear()
+        self._reservations = 0
         for _end, _offset, _must_sync, ack in pending:
             ack(None, PartitionFailedError(str(self.failed)))
 
@@ -366,14 +372,15 @@ class PartitionLog:
         self._flush_requested_s = self._clock.seconds()
         self._flusher.request(self)
 
-    def flush_snapshot(self) -> _FlushTask | None:
+    def flush_snapshot(self) -> PartitionFlushTask | None:
         """Reactor thread: what a flush started now must cover; None when nothing is dirty."""
         if self.failed is not None or not self.is_dirty:
             return None
         directories, self._pending_directories = self._pending_directories, []
-        return _FlushTask(self._files, tuple(self._dirty_segments), directories, self._written_end)
+        segments = tuple(self._dirty_segments)
+        return PartitionFlushTask(self._files, segments, directories, self._written_end)
 
-    def flush_done(self, task: _FlushTask) -> None:
+    def flush_done(self, task: PartitionFlushTask) -> None:
         """Reactor thread: ``task`` is on disk; advance the durable end and release acks."""
         if self.failed is not None:
             return
@@ -384,7 +391,7 @@ class PartitionLog:
             self._durable_end = task.end_offset
         self._release()
 
-    def flush_failed(self, task: _FlushTask, error: BaseException) -> None:
+    def flush_failed(self, task: PartitionFlushTask, error: BaseException) -> None:
         """Reactor thread: the fsync failed; fail the partition (DECISIONS 3)."""
         self._fail(StoreError(f"fsync failed: {error}"))
 
@@ -394,6 +401,16 @@ class PartitionLog:
     def policy(self) -> FlushPolicy:
         """The flush settings this partition was opened with."""
         return self._policy
+
+    @property
+    def accepts_appends(self) -> bool:
+        """Whether ``stage`` and ``reserve`` would take a record now."""
+        return self._refusal is None
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next staged record or reservation gets."""
+        return self._staged_end
 
     @property
     def min_offset(self) -> int:
@@ -472,9 +489,9 @@ class PartitionLog:
         """
         self.stop_appends()
         pending, self._pending = self._pending, deque()
-        for _end, _offset, _must_sync, waiter in pending:
-            waiter.errback(
-                StoreError(f"partition {self.name} closed before the append was acknowledged")
+        for _end, _offset, _must_sync, ack in pending:
+            ack(
+                None, StoreError(f"partition {self.name} closed before the append was acknowledged")
             )
         for segment in self._segments:
             segment.close()

@@ -1,0 +1,154 @@
+"""Handlers of the ``transaction`` command and of puts inside a transaction (wire spec §2.7).
+
+``handle_transaction(broker, command, connection)`` and ``handle_transactional_put`` follow
+the contract of ``meta.server.handlers``: they return reply bytes, None (END gets no reply at
+all), or ``PENDING`` when the reply waits for the journal's sync or the commit's appends.
+Replies and error bodies are Java's: 200 with an empty body, ``0``/``3`` for PREPARE, the
+RECOVER keys joined by CRLF; XA failures as ``500 XAException:code=N,msg=...``, other failures
+as 500 with the plain text. Counters go up before the operation runs, so failures count too.
+
+``HEURISTIC_COMMIT`` / ``HEURISTIC_ROLLBACK`` are this project's stand-in for Java's JMX
+operations (used by ``meta-admin tx``); they are accepted only from the broker's own host.
+
+Reactor thread only.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import zlib
+from collections.abc import Callable
+
+from meta.errors import MetaError, TransactionError, XAError
+from meta.protocol.codec import encode_result
+from meta.protocol.commands import Put, Transaction
+from meta.protocol.message import CHECKSUM_MASK, HEADER
+from meta.protocol.xa import XAER_NOTA, format_xa_error
+from meta.server.replies import CHECKSUM_FAILURE, PENDING, Reply
+
+log = logging.getLogger("meta.server")
+
+OK = b""
+
+
+def handle_transactional_put(broker, command: Put, connection) -> Reply:
+    """Journal one message of a transaction; 200 ``<msgId> <partition> -1`` (§2.7.5)."""
+    key = command.tx_key
+    partition = command.partition
+    transactions = broker.transactions
+    try:
+        transactions.check_put(key, connection)
+        if partition == -1:
+            raise TransactionError("Invalid partition for transaction command:-1")
+        broker.partition_for_put(command.topic, partition)
+        data = command.data
+        crc = zlib.crc32(data) & CHECKSUM_MASK
+        if command.checksum is not None and command.checksum != -1 and command.checksum != crc:
+            raise TransactionError(CHECKSUM_FAILURE)
+        msg_id = broker.ids.next_id()
+        record = HEADER.pack(len(data), crc, msg_id, command.flag) + data
+        transactions.put(key, connection, command.topic, partition, record)
+    except MetaError as error:
+        broker.counters.put_failed += 1
+        text = error.message if isinstance(error, XAError) else str(error)
+        return encode_result(500, (text or "").encode(), command.opaque)
+    broker.record_put(command.topic, partition, len(data))
+    return encode_result(200, b"%d %d -1" % (msg_id, partition), command.opaque)
+
+
+def handle_transaction(broker, command: Transaction, connection) -> Reply:
+    """BEGIN, PREPARE, COMMIT_*, ROLLBACK, RECOVER, FORGET and END (§2.7.2)."""
+    type_ = command.type
+    if type_ == "END":
+        return None
+    key = command.tx_key
+    counters = broker.counters
+    transactions = broker.transactions
+    opaque = command.opaque
+    try:
+        if type_ == "BEGIN":
+            counters.tx_begin += 1
+            if key.startswith("XID:"):
+                counters.tx_xa_begin += 1
+            transactions.begin(key, connection, command.timeout)
+            return encode_result(200, OK, opaque)
+        if type_ == "RECOVER":
+            keys = transactions.recover_keys(command.unique_qualifier)
+            return encode_result(200, "\r\n".join(keys).encode(), opaque)
+        if type_ == "PREPARE":
+            return _later(connection, opaque, lambda done: transactions.prepare(key, done))
+        if type_ in ("COMMIT_ONE_PHASE", "COMMIT_TWO_PHASE"):
+            counters.tx_commit += 1
+            one_phase = type_ == "COMMIT_ONE_PHASE"
+            return _later(
+                connection,
+                opaque,
+                lambda done: transactions.commit(key, connection, one_phase, done),
+            )
+        if type_ == "ROLLBACK":
+            counters.tx_rollback += 1
+            return _later(
+                connection, opaque, lambda done: transactions.rollback(key, connection, done)
+            )
+        if type_ == "FORGET":
+            if not key.startswith("XID:"):
+                raise XAError(XAER_NOTA, f"Transaction '{key}' is not an XA transaction.")
+            return _later(connection, opaque, lambda done: transactions.forget(key, done))
+        return _heuristic(broker, command, connection)
+    except MetaError as error:
+        return _error_reply(error, opaque)
+
+
+def _heuristic(broker, command: Transaction, connection) -> Reply:
+    peer = connection.transport.getPeer()
+    if not _same_host(peer, connection.transport.getHost()):
+        log.warning("refused %s of %s from %s", command.type, command.tx_key, peer)
+        raise TransactionError(f"{command.type} is accepted only from the broker's own host.")
+    commit = command.type == "HEURISTIC_COMMIT"
+    log.warning("operator at %s: %s %s", getattr(peer, "host", peer), command.type, command.tx_key)
+    transactions = broker.transactions
+    return _later(
+        connection,
+        command.opaque,
+        lambda done: transactions.heuristic(command.tx_key, commit, done),
+    )
+
+
+def _same_host(peer, host) -> bool:
+    try:
+        address = ipaddress.ip_address(peer.host)
+    except (AttributeError, ValueError):
+        return False
+    return address.is_loopback or peer.host == getattr(host, "host", None)
+
+
+def _later(connection, opaque: int, start: Callable) -> Reply:
+    """Run ``start(done)``; its reply is returned when ``done`` came at once, else PENDING."""
+    ready: list[bytes] = []
+    waiting = [False]
+
+    def done(result, error: BaseException | None) -> None:
+        reply = _error_reply(error, opaque) if error is not None else _success(result, opaque)
+        if waiting[0]:
+            connection.respond(reply)
+        else:
+            ready.append(reply)
+
+    start(done)
+    if ready:
+        return ready[0]
+    waiting[0] = True
+    return PENDING
+
+
+def _success(result, opaque: int) -> bytes:
+    return encode_result(200, OK if result is None else b"%d" % result, opaque)
+
+
+def _error_reply(error: BaseException, opaque: int) -> bytes:
+    if isinstance(error, XAError):
+        return encode_result(500, format_xa_error(error.error_code, error.message), opaque)
+    if not isinstance(error, MetaError):
+        log.error("transaction command failed: %r", error)
+    return encode_result(500, str(error).encode(), opaque)

@@ -1,0 +1,432 @@
+"""The transaction journal: append-only ``redo.<N>`` files under ``<dataLogPath>/transactions``.
+
+What lives here: ``Journal``, which replays the files at start-up (truncating a damaged or torn
+tail and logging the bytes cut), appends records (``meta.tx.records``), counts the open
+transactions of each file, deletes a file once no open transaction is left in it, and makes
+records durable as ``flushTxLogAtCommit`` says (zk spec §4.5):
+
+* 0: never fsync explicitly;
+* 1: ``sync`` answers after an fsync covering every record written before it (commits,
+  rollbacks and prepares call it); concurrent callers share one fsync (group commit);
+* 2: ``sync`` answers at once; a timer fsyncs the written files once a second.
+
+Placement (zk spec §4.4): a transaction's first record goes to the current file, which then
+counts one more open transaction (``retain``); its later records go to that same file, even
+after newer files exist; finishing it ``release``s the file. The current file rolls over once
+it holds ``file_bytes_max`` bytes, when the next transaction starts.
+
+Invariants:
+    * Records are only appended; a file's bytes up to ``size`` are whole records behind the
+      magic. After a failed write or fsync the journal is failed for good (``failed``): every
+      waiting and later ``sync`` and every ``append`` fails, as a partition does (DECISIONS 3).
+    * A file is deleted only when it is not the current one, no open transaction counts on it,
+      and no fsync of it is running.
+    * fsync runs on the store's flusher thread (the journal is a ``FlushClient``), never on the
+      reactor thread.
+
+Thread affinity: reactor thread only; ``_SyncTask.run`` runs on the flusher thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from twisted.internet.task import LoopingCall
+
+from meta.errors import InvalidRecordError, StoreError
+from meta.store.files import Files
+from meta.store.group_commit import Flusher
+from meta.tx.journal_location import JournalLocation
+from meta.tx.records import FILE_MAGIC, Record, encode, read_record
+
+logger = logging.getLogger("meta.tx")
+
+PREFIX = "redo."
+READ_CHUNK_BYTES = 1 << 20
+FLUSH_EVERY_S = 1.0
+
+SyncDone = Callable[[BaseException | None], None]
+
+
+class JournalError(StoreError):
+    """The journal cannot take or keep records (I/O failure, or it is closed)."""
+
+
+class _RedoFile:
+    __slots__ = ("fd", "flushed_size", "number", "path", "references", "size")
+
+    def __init__(self, number: int, path: str, fd: int, size: int) -> None:
+        self.number = number
+        self.path = path
+        self.fd = fd
+        self.size = size
+        self.flushed_size = size
+        self.references = 0
+
+
+class _SyncTask:
+    """One flush batch's share: the directory entry and the files to fsync."""
+
+    __slots__ = ("directory", "files", "redo_files", "sizes", "waiters")
+
+    def __init__(self, files: Files, directory: str | None, redo_files, waiters) -> None:
+        self.files = files
+        self.directory = directory
+        self.redo_files = redo_files
+        self.sizes = tuple(redo.size for redo in redo_files)
+        self.waiters = waiters
+
+    def run(self) -> None:
+        """Flusher thread: fsync the directory entry, then each written file once."""
+        if self.directory is not None:
+            self.files.fsync_directory(self.directory)
+        for redo in self.redo_files:
+            self.files.fsync(redo.fd)
+
+
+class Journal:
+    """The redo files of one broker.
+
+    Args:
+        directory: ``<dataLogPath>/transactions`` (created if missing).
+        files: the file layer.
+        flusher: the store's flusher (its thread runs the fsyncs).
+        reactor: provides ``callLater`` for the once-a-second flush of mode 2.
+        file_bytes_max: roll the current file once it holds this many bytes.
+        flush_mode: ``flushTxLogAtCommit``, 0, 1 or 2.
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        *,
+        files: Files,
+        flusher: Flusher,
+        reactor: Any,
+        file_bytes_max: int,
+        flush_mode: int,
+    ) -> None:
+        assert flush_mode in (0, 1, 2)
+        assert file_bytes_max > len(FILE_MAGIC)
+        self.directory = directory
+        self.failed: JournalError | None = None
+        self._files = files
+        self._flusher = flusher
+        self._reactor = reactor
+        self._file_bytes_max = file_bytes_max
+        self._flush_mode = flush_mode
+        self._redo: dict[int, _RedoFile] = {}
+        self._current: _RedoFile | None = None
+        self._directory_dirty = False
+        self._waiters: list[SyncDone] = []
+        self._flushing: set[int] = set()
+        self._doomed: set[int] = set()
+        self._timer: LoopingCall | None = None
+        self.bytes_cut = 0
+
+    # -- start-up ----------------------------------------------------------------------------
+
+    def replay(self, start: JournalLocation | None) -> Iterator[tuple[JournalLocation, Record]]:
+        """Open the files and yield every record from ``start`` (the checkpoint) on.
+
+        Files numbered below ``start.number`` hold no open transaction and are deleted. A
+        damaged record or torn tail ends its file: the file is truncated there and the bytes
+        cut are logged (STYLE 8). Consume the iterator fully, then call ``start``.
+
+        Raises:
+            StoreError: the directory cannot be created or read, or a file is not a journal of
+                this format (a Java ``redo`` file, for example).
+        """
+        self.make_directory()
+        numbers = self._redo_numbers()
+        for number in numbers:
+            path = os.path.join(self.directory, f"{PREFIX}{number}")
+            if start is not None and number < start.number:
+                logger.info("deleting %s: it is older than the checkpoint", path)
+                self._files.remove(path)
+                continue
+            redo = self._open_file(number, path)
+            self._redo[number] = redo
+            position = len(FILE_MAGIC)
+            if start is not None and number == start.number:
+                position = max(position, start.position)
+            yield from self._replay_file(redo, position)
+
+    def make_directory(self) -> None:
+        """Create the journal directory (and its parent) when missing."""
+        parent = os.path.dirname(self.directory)
+        try:
+            for path in (parent, self.directory):
+                if not self._files.is_directory(path):
+                    self._files.mkdir(path)
+                    self._directory_dirty = True
+        except OSError as error:
+            raise StoreError(f"cannot create journal directory {self.directory}: {error}") from None
+
+    def _redo_numbers(self) -> list[int]:
+        numbers = []
+        for name in self._files.listdir(self.directory):
+            suffix = name[len(PREFIX) :]
+            if name.startswith(PREFIX) and suffix.isdigit() and int(suffix) > 0:
+                numbers.append(int(suffix))
+        return sorted(numbers)
+
+    def _open_file(self, number: int, path: str) -> _RedoFile:
+        try:
+            fd = self._files.open(path)
+            size = self._files.size(fd)
+            head = self._files.read(fd, 0, len(FILE_MAGIC))
+        except OSError as error:
+            raise StoreError(f"cannot open journal file {path}: {error}") from None
+        if head != FILE_MAGIC:
+            if size < len(FILE_MAGIC) and FILE_MAGIC.startswith(head):
+                # Torn while being created: nothing was ever recorded in it.
+                self._write_all(fd, FILE_MAGIC, 0, path)
+                size = len(FILE_MAGIC)
+            else:
+                self._files.close(fd)
+                raise StoreError(
+                    f"{path} is not a metaq-py transaction journal (a Java journal?); "
+                    "move it away to start"
+                )
+        return _RedoFile(number, path, fd, size)
+
+    def _replay_file(self, redo: _RedoFile, position: int) -> Iterator:
+        data = bytearray()
+        data_start = cursor = position
+        while True:
+            try:
+                found = read_record(data, cursor - data_start)
+            except InvalidRecordError as error:
+                self._truncate(redo, cursor, str(error))
+                return
+            if found is None:
+                more = self._files.read(redo.fd, data_start + len(data), READ_CHUNK_BYTES)
+                if more:
+                    del data[: cursor - data_start]
+                    data_start = cursor
+                    data += more
+                    continue
+                if cursor < data_start + len(data):
+                    self._truncate(redo, cursor, "torn record at the end")
+                return
+            record, size = found
+            yield JournalLocation(redo.number, cursor), record
+            cursor += size
+
+    def _truncate(self, redo: _RedoFile, position: int, why: str) -> None:
+        cut = redo.size - position
+        logger.error(
+            "journal %s: %s at position %d; cutting %d bytes", redo.path, why, position, cut
+        )
+        self._files.truncate(redo.fd, position)
+        redo.size = redo.flushed_size = position
+        self.bytes_cut += cut
+
+    def start(self) -> None:
+        """After ``replay``: make the last file current (or create ``redo.1``), start timers."""
+        if self._redo:
+            self._current = self._redo[max(self._redo)]
+        else:
+            self._current = self._create(1)
+        if self._flush_mode == 2:
+            self._timer = LoopingCall(self._flush_written)
+            self._timer.clock = self._reactor
+            self._timer.start(FLUSH_EVERY_S, now=False)
+
+    def sweep(self) -> None:
+        """Delete every file that no open transaction counts on (after recovery retained)."""
+        for redo in list(self._redo.values()):
+            self._delete_if_unused(redo)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    @property
+    def end(self) -> JournalLocation:
+        """Where the next record of a new transaction would go."""
+        assert self._current is not None
+        return JournalLocation(self._current.number, self._current.size)
+
+    def append(self, record: Record, number: int | None = None) -> JournalLocation:
+        """Write ``record`` to file ``number`` (a transaction's file), or to the current file.
+
+        Appending to the current file (``number`` None) starts a transaction there: the
+        current file rolls over first when full, and the caller must ``retain`` the file.
+
+        Raises:
+            JournalError: the journal failed before, or this write failed (it then fails).
+        """
+        if self.failed is not None:
+            raise JournalError(str(self.failed))
+        if number is None:
+            assert self._current is not None
+            if self._current.size >= self._file_bytes_max:
+                self._roll()
+            redo = self._current
+        else:
+            redo = self._redo[number]
+        data = encode(record)
+        position = redo.size
+        try:
+            self._write_all(redo.fd, data, position, redo.path)
+        except StoreError as error:
+            self._fail(error)
+            raise JournalError(str(self.failed)) from None
+        redo.size = position + len(data)
+        return JournalLocation(redo.number, position)
+
+    def _write_all(self, fd: int, data: bytes, position: int, path: str) -> None:
+        written = 0
+        try:
+            while written < len(data):
+                written += self._files.write(fd, data[written:], position + written)
+        except OSError as error:
+            if written:
+                try:
+                    self._files.truncate(fd, position)
+                except OSError:
+                    pass
+            raise StoreError(f"write to {path} failed: {error}") from None
+
+    def _roll(self) -> None:
+        assert self._current is not None
+        previous = self._current
+        self._current = self._create(previous.number + 1)
+        logger.info("journal rolled to %s", self._current.path)
+        self._delete_if_unused(previous)
+
+    def _create(self, number: int) -> _RedoFile:
+        path = os.path.join(self.directory, f"{PREFIX}{number}")
+        try:
+            fd = self._files.open(path, create=True)
+            self._files.truncate(fd, 0)
+            self._write_all(fd, FILE_MAGIC, 0, path)
+        except (OSError, StoreError) as error:
+            self._fail(error)
+            raise JournalError(str(self.failed)) from None
+        self._directory_dirty = True
+        redo = _RedoFile(number, path, fd, len(FILE_MAGIC))
+        redo.flushed_size = 0
+        self._redo[number] = redo
+        return redo
+
+    def retain(self, number: int) -> None:
+        """One more open transaction has records in file ``number``."""
+        self._redo[number].references += 1
+
+    def release(self, number: int) -> None:
+        """A transaction of file ``number`` finished; delete the file if it is now unused."""
+        redo = self._redo.get(number)
+        if redo is None:
+            return
+        redo.references -= 1
+        assert redo.references >= 0
+        self._delete_if_unused(redo)
+
+    def _delete_if_unused(self, redo: _RedoFile) -> None:
+        if redo is self._current or redo.references > 0 or redo.number not in self._redo:
+            return
+        if redo.number in self._flushing:
+            self._doomed.add(redo.number)
+            return
+        del self._redo[redo.number]
+        self._files.close(redo.fd)
+        try:
+            self._files.remove(redo.path)
+        except OSError as error:
+            logger.error("could not delete journal file %s: %s", redo.path, error)
+            return
+        self._directory_dirty = True
+        logger.info("deleted journal file %s: no open transaction is left in it", redo.path)
+
+    @property
+    def file_numbers(self) -> list[int]:
+        """The numbers of the redo files that exist, ascending."""
+        return sorted(self._redo)
+
+    # -- durability --------------------------------------------------------------------------
+
+    def sync(self, done: SyncDone) -> None:
+        """Call ``done(None)`` once the records written so far are as durable as the mode says.
+
+        Mode 1 waits for the fsync that covers them; modes 0 and 2 answer at once (mode 2's
+        timer syncs within a second). ``done(error)`` when the journal failed.
+        """
+        if self.failed is not None:
+            done(JournalError(str(self.failed)))
+            return
+        if self._flush_mode != 1:
+            done(None)
+            return
+        self._waiters.append(done)
+        self._flusher.request(self)
+
+    def _flush_written(self) -> None:
+        """Mode 2 timer: fsync every file written since the last flush."""
+        if self.failed is None and self._dirty_files():
+            self._flusher.request(self)
+
+    def _dirty_files(self) -> list[_RedoFile]:
+        return [redo for redo in self._redo.values() if redo.size > redo.flushed_size]
+
+    def flush_snapshot(self) -> _SyncTask | None:
+        """Reactor thread: what a flush started now must cover (FlushClient)."""
+        if self.failed is not None:
+            waiters, self._waiters = self._waiters, []
+            for done in waiters:
+                done(JournalError(str(self.failed)))
+            return None
+        dirty = self._dirty_files()
+        if not dirty and not self._directory_dirty and not self._waiters:
+            return None
+        directory = self.directory if self._directory_dirty else None
+        self._directory_dirty = False
+        waiters, self._waiters = self._waiters, []
+        self._flushing.update(redo.number for redo in dirty)
+        return _SyncTask(self._files, directory, dirty, waiters)
+
+    def flush_done(self, task: _SyncTask) -> None:
+        """Reactor thread: ``task`` is on disk; answer its waiters (FlushClient)."""
+        for redo, size in zip(task.redo_files, task.sizes, strict=True):
+            redo.flushed_size = max(redo.flushed_size, size)
+        self._end_flush(task)
+        for done in task.waiters:
+            done(None if self.failed is None else JournalError(str(self.failed)))
+
+    def flush_failed(self, task: _SyncTask, error: BaseException) -> None:
+        """Reactor thread: the fsync failed; the journal fails (FlushClient)."""
+        self._fail(StoreError(f"journal fsync failed: {error}"))
+        self._end_flush(task)
+        for done in task.waiters:
+            done(JournalError(str(self.failed)))
+
+    def _end_flush(self, task: _SyncTask) -> None:
+        for redo in task.redo_files:
+            self._flushing.discard(redo.number)
+        doomed, self._doomed = self._doomed, set()
+        for number in doomed:
+            redo = self._redo.get(number)
+            if redo is not None:
+                self._delete_if_unused(redo)
+
+    def _fail(self, error: BaseException) -> None:
+        if self.failed is not None:
+            return
+        self.failed = JournalError(f"transaction journal {self.directory} failed: {error}")
+        logger.error("%s; transactions are refused until restart", self.failed)
+        waiters, self._waiters = self._waiters, []
+        for done in waiters:
+            done(JournalError(str(self.failed)))
+
+    def close(self) -> None:
+        """Stop the timer and close every file (call once the flusher is idle)."""
+        if self._timer is not None and self._timer.running:
+            self._timer.stop()
+        if self.failed is None:
+            self.failed = JournalError("the transaction journal is closed")
+        for redo in self._redo.values():
+            self._files.close(redo.fd)
+        self._redo.clear()

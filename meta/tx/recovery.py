@@ -1,0 +1,204 @@
+"""Recovery of transactions at start-up: replay the journal, finish commits, restore branches.
+
+What lives here: ``recover`` (zk spec §4.6 with DECISIONS 11 and 17), run once by the
+``TransactionManager`` after the partitions were loaded and before the broker listens:
+
+1. Replay the journal from the newest checkpoint (``Journal.replay`` truncates a damaged or
+   torn tail). APPEND records rebuild each open transaction; PREPARE marks an XA branch
+   prepared; COMMIT and ROLLBACK finish it; a heuristic outcome is kept until FORGET. A COMMIT
+   of a transaction whose records precede the checkpoint was already fully stored (a
+   committing transaction pins the checkpoint), so it is skipped, record and all.
+2. For each replayed COMMIT, check every batch at the location the record names: the CRC of
+   the bytes there matches, so it is stored; the partition ends at or before the location,
+   so the whole batch is appended; the partition holds a prefix of the batch (a crash tore the
+   append), so the rest is appended. Anything else is logged and the batch is appended at the
+   end: no committed message is lost. Appends go to the live partition log (DECISIONS 17).
+3. Roll back every transaction still open that was not prepared (a ROLLBACK record each),
+   and restore each prepared XA branch so that RECOVER lists it.
+
+Thread affinity: reactor thread only (partition appends complete through the flusher).
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from dataclasses import dataclass
+
+from twisted.internet import defer
+
+from meta.errors import MetaError, StoreError
+from meta.protocol.message import CHECKSUM_MASK
+from meta.tx import states
+from meta.tx.journal_location import JournalLocation
+from meta.tx.records import (
+    HEURISTIC_NONE,
+    AppendRecord,
+    BatchLocation,
+    CommitRecord,
+    ForgetRecord,
+    PrepareRecord,
+    RollbackRecord,
+)
+from meta.tx.transaction_store import _HEURISTIC_STATES, Transaction, TransactionStore
+
+logger = logging.getLogger("meta.tx")
+
+
+@dataclass
+class RecoveryReport:
+    """What a recovery did; logged, and kept by the manager for stats and tests."""
+
+    start: JournalLocation | None = None
+    records: int = 0
+    commits_checked: int = 0
+    batches_appended: int = 0
+    rolled_back: int = 0
+    prepared: int = 0
+    heuristic: int = 0
+    bytes_cut: int = 0
+
+
+class _Replay:
+    """The state rebuilt from the journal records."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, Transaction] = {}
+        self.commits: list[tuple[CommitRecord, Transaction]] = []
+        self.heuristic: dict[str, Transaction] = {}
+
+    def apply(self, location: JournalLocation, record) -> None:
+        key = record.key
+        if isinstance(record, AppendRecord):
+            transaction = self.open.get(key)
+            if transaction is None:
+                transaction = self.open[key] = Transaction(key, None, states.IN_USE)
+                transaction.location = location
+            transaction.batches.setdefault((record.topic, record.partition), []).append(
+                record.record
+            )
+            transaction.byte_count += len(record.record)
+        elif isinstance(record, PrepareRecord):
+            if key in self.open:
+                self.open[key].state = states.PREPARED
+        elif isinstance(record, CommitRecord | RollbackRecord):
+            transaction = self.open.pop(key, None)
+            if isinstance(record, CommitRecord) and transaction is not None:
+                self.commits.append((record, transaction))
+            if record.outcome != HEURISTIC_NONE:
+                kept = Transaction(key, None, _HEURISTIC_STATES[record.outcome])
+                kept.location = transaction.location if transaction is not None else location
+                self.heuristic[key] = kept
+        elif isinstance(record, ForgetRecord):
+            self.heuristic.pop(key, None)
+
+
+@defer.inlineCallbacks
+def recover(transactions: TransactionStore, store, start: JournalLocation | None):
+    """Replay the journal into ``transactions``; return a ``RecoveryReport`` (Deferred).
+
+    Raises (through the Deferred):
+        StoreError: the journal cannot be read, or a committed batch cannot be stored.
+    """
+    journal = transactions.journal
+    report = RecoveryReport(start=start)
+    replay = _Replay()
+    for location, record in journal.replay(start):
+        replay.apply(location, record)
+        report.records += 1
+    journal.start()
+    report.bytes_cut = journal.bytes_cut
+    for record, transaction in replay.commits:
+        report.commits_checked += 1
+        for batch in record.batches:
+            # One at a time: the next check reads what this append wrote.
+            appended = _check_batch(store, record.key, batch, transaction)
+            if appended is not None:
+                report.batches_appended += 1
+                try:
+                    yield appended
+                except MetaError as error:
+                    raise StoreError(
+                        f"recovery could not store the batch of {record.key} in "
+                        f"{batch.topic}-{batch.partition}: {error}"
+                    ) from None
+    for transaction in replay.open.values():
+        if transaction.is_xa and transaction.state == states.PREPARED:
+            transactions.restore(transaction)
+            report.prepared += 1
+        else:
+            record = RollbackRecord(transaction.key, False, HEURISTIC_NONE)
+            journal.append(record, transaction.location.number)
+            report.rolled_back += 1
+    for transaction in replay.heuristic.values():
+        transactions.restore(transaction)
+        report.heuristic += 1
+    journal.sweep()
+    return report
+
+
+def _check_batch(store, key: str, batch: BatchLocation, transaction: Transaction):
+    """Append what is missing of one committed batch; return the append's Deferred or None."""
+    data = b"".join(transaction.batches.get((batch.topic, batch.partition), ()))
+    name = f"{batch.topic}-{batch.partition}"
+    if len(data) != batch.length or _crc(data) != batch.crc:
+        logger.error(
+            "commit of %s: the journaled messages of %s do not match the commit record's "
+            "length/CRC; appending the journaled messages",
+            key,
+            name,
+        )
+    try:
+        log = store.get(batch.topic, batch.partition) or store.get_or_create(
+            batch.topic, batch.partition
+        )
+    except MetaError as error:
+        raise StoreError(f"commit of {key}: cannot open partition {name}: {error}") from None
+    end = log.written_end
+    if batch.offset < log.min_offset:
+        logger.warning(
+            "commit of %s: offset %d of %s was already deleted by retention; not checked",
+            key,
+            batch.offset,
+            name,
+        )
+        return None
+    stored = _read(log, batch.offset, min(batch.length, max(0, end - batch.offset)))
+    if len(stored) == batch.length and _crc(stored) == batch.crc:
+        return None
+    if data.startswith(stored):
+        logger.warning(
+            "commit of %s: %d of %d bytes of its batch are in %s at %d; appending the rest",
+            key,
+            len(stored),
+            len(data),
+            name,
+            batch.offset,
+        )
+        return log.append(data[len(stored) :]) if len(stored) < len(data) else None
+    logger.error(
+        "commit of %s: %s holds other bytes at offset %d; appending the batch at "
+        "the end (offset %d)",
+        key,
+        name,
+        batch.offset,
+        end,
+    )
+    return log.append(data)
+
+
+def _read(log, offset: int, length: int) -> bytes:
+    parts = []
+    while length > 0:
+        found = log.slice(offset, length)
+        if found.kind != "data" or found.length == 0:
+            break
+        chunk = log.read(found)
+        parts.append(chunk)
+        offset += len(chunk)
+        length -= len(chunk)
+    return b"".join(parts)
+
+
+def _crc(data: bytes) -> int:
+    return zlib.crc32(data) & CHECKSUM_MASK

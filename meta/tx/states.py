@@ -1,0 +1,96 @@
+"""The transaction state machine, as tables (STYLE 4; zk spec §4.2, wire spec §2.7.2).
+
+Rule 1: every transition of a transaction's state goes through ``transition``; nothing else
+assigns ``Transaction.state``.
+Rule 2: an event a table does not list for the current state is refused with the ``XAError``
+(or, for local transactions, the ``TransactionError``) that Java sends for it; the state is
+then unchanged.
+
+States: START (begun, no message yet), IN_USE (holds messages), PREPARED (XA, journaled),
+COMMITTING (the commit record is written and the batches are being appended), FINISHED, and the
+operator's HEURISTIC_COMMIT / HEURISTIC_ROLLBACK (kept until FORGET). Events: PUT, PREPARE,
+COMMIT_ONE_PHASE, COMMIT_TWO_PHASE, ROLLBACK.
+
+Pure functions and constants; thread-safe.
+"""
+
+from __future__ import annotations
+
+from meta.errors import TransactionError, XAError
+from meta.protocol.xa import XA_HEURCOM, XA_HEURRB, XAER_PROTO, XAER_RMERR
+
+START = "START"
+IN_USE = "IN_USE"
+PREPARED = "PREPARED"
+COMMITTING = "COMMITTING"
+FINISHED = "FINISHED"
+HEURISTIC_COMMIT = "HEURISTIC_COMMIT"
+HEURISTIC_ROLLBACK = "HEURISTIC_ROLLBACK"
+
+PUT = "PUT"
+PREPARE = "PREPARE"
+COMMIT_ONE_PHASE = "COMMIT_ONE_PHASE"
+COMMIT_TWO_PHASE = "COMMIT_TWO_PHASE"
+ROLLBACK = "ROLLBACK"
+
+XA_TRANSITIONS: dict[tuple[str, str], str] = {
+    (START, PUT): IN_USE,
+    (IN_USE, PUT): IN_USE,
+    (START, PREPARE): FINISHED,  # nothing to commit: XA_RDONLY, and the branch is forgotten
+    (IN_USE, PREPARE): PREPARED,
+    (START, COMMIT_ONE_PHASE): FINISHED,
+    (IN_USE, COMMIT_ONE_PHASE): COMMITTING,
+    (PREPARED, COMMIT_ONE_PHASE): COMMITTING,  # Java commits a prepared branch either way
+    (PREPARED, COMMIT_TWO_PHASE): COMMITTING,
+    (START, ROLLBACK): FINISHED,
+    (IN_USE, ROLLBACK): FINISHED,
+    (PREPARED, ROLLBACK): FINISHED,
+}
+
+LOCAL_TRANSITIONS: dict[tuple[str, str], str] = {
+    (START, PUT): IN_USE,
+    (IN_USE, PUT): IN_USE,
+    (START, COMMIT_ONE_PHASE): FINISHED,
+    (START, COMMIT_TWO_PHASE): FINISHED,
+    (IN_USE, COMMIT_ONE_PHASE): COMMITTING,
+    (IN_USE, COMMIT_TWO_PHASE): COMMITTING,  # the flag means nothing to a local transaction
+    (START, ROLLBACK): FINISHED,
+    (IN_USE, ROLLBACK): FINISHED,
+}
+
+_XA_REFUSALS = {
+    PREPARE: "Prepare cannot be called now.",
+    COMMIT_ONE_PHASE: "Cannot call commit now.",
+    COMMIT_TWO_PHASE: "Cannot do 2 phase commit if the transaction has not been prepared.",
+    ROLLBACK: "Cannot call rollback now.",
+}
+_HEURISTIC_CODES = {HEURISTIC_COMMIT: XA_HEURCOM, HEURISTIC_ROLLBACK: XA_HEURRB}
+
+
+def transition(is_xa: bool, key: str, state: str, event: str) -> str:
+    """Return the state ``event`` leads to from ``state``.
+
+    Raises:
+        XAError: an XA branch refuses the event (XAER_PROTO with Java's texts; a heuristic
+            state gives XA_HEURCOM / XA_HEURRB); a local transaction cannot PREPARE
+            (XAER_RMERR).
+        TransactionError: a local transaction or a message put refuses the event.
+    """
+    table = XA_TRANSITIONS if is_xa else LOCAL_TRANSITIONS
+    new_state = table.get((state, event))
+    if new_state is not None:
+        return new_state
+    if event == PUT:
+        raise TransactionError(
+            f"Transaction '{key}' is {state.lower()}; it takes no more messages."
+        )
+    if not is_xa:
+        if event == PREPARE:
+            raise XAError(XAER_RMERR, "Prepare not implemented on Local Transactions.")
+        raise TransactionError(f"Local transaction '{key}' cannot {event.lower()} now.")
+    if state in _HEURISTIC_CODES:
+        outcome = "committed" if state == HEURISTIC_COMMIT else "rolled back"
+        raise XAError(
+            _HEURISTIC_CODES[state], f"XA transaction '{key}' was heuristically {outcome}."
+        )
+    raise XAError(XAER_PROTO, _XA_REFUSALS[event])

@@ -1,0 +1,435 @@
+"""Open transactions of a broker: begin, put, prepare, commit, rollback, forget, timeouts.
+
+What lives here: ``Transaction`` and ``TransactionStore`` (Java's ``TransactionalCommand-
+Processor`` with its ``JournalTransactionStore``; zk spec §4, wire spec §2.7). Local
+transactions live in their connection's session, XA branches in one broker-wide table, and
+operator-finished (heuristic) branches in a third table until FORGET.
+
+Commit protocol (the heart of crash safety, docs/formats.md):
+    1. each partition's batch gets its offset (the partition's next offset) and CRC;
+    2. the COMMIT record naming those locations is written to the journal;
+    3. the offsets are reserved in the partitions (``PartitionLog.reserve``), in the same
+       reactor turn, so they are exactly the offsets the record names;
+    4. once the journal has synced the record (``flushTxLogAtCommit``), each batch fills its
+       reservation; the reply goes when every partition acknowledged its batch.
+A batch is therefore never written before its COMMIT record, and recovery, which checks each
+named location by CRC, appends exactly the batches that are missing.
+
+Invariants:
+    * A transaction with journal records retains its first record's file until it is finished
+      (and, for a heuristic outcome, until FORGET); ``location`` orders checkpoints.
+    * Messages of a transaction are in memory only while it is open: at most
+      ``TRANSACTIONS_MAX`` open transactions and ``TRANSACTION_BYTES_MAX`` bytes in all.
+    * A transaction is removed from its table only when FINISHED (or moved to the heuristic
+      table); every state change goes through ``meta.tx.states.transition``.
+
+Thread affinity: reactor thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from meta.errors import MetaError, TransactionError, XAError
+from meta.protocol.message import CHECKSUM_MASK
+from meta.protocol.xa import XA_OK, XA_RBOTHER, XA_RDONLY, XAER_NOTA, XAER_RMERR, XAER_RMFAIL
+from meta.tx import states
+from meta.tx.journal import Journal
+from meta.tx.journal_location import JournalLocation
+from meta.tx.records import (
+    HEURISTIC_COMMIT,
+    HEURISTIC_NONE,
+    HEURISTIC_ROLLBACK,
+    AppendRecord,
+    BatchLocation,
+    CommitRecord,
+    ForgetRecord,
+    PrepareRecord,
+    RollbackRecord,
+)
+
+logger = logging.getLogger("meta.tx")
+
+TRANSACTIONS_MAX = 100_000
+TRANSACTION_BYTES_MAX = 256 * 1024 * 1024
+
+Done = Callable[[Any, BaseException | None], None]
+"""``done(result, None)`` on success, ``done(None, error)`` on failure."""
+
+_HEURISTIC_STATES = {
+    HEURISTIC_COMMIT: states.HEURISTIC_COMMIT,
+    HEURISTIC_ROLLBACK: states.HEURISTIC_ROLLBACK,
+}
+
+
+class Transaction:
+    """One open transaction (local or an XA branch) and the messages put into it."""
+
+    __slots__ = ("batches", "byte_count", "is_xa", "key", "location", "session", "state", "timer")
+
+    def __init__(self, key: str, session: object | None, state: str = states.START) -> None:
+        self.key = key
+        self.is_xa = key.startswith("XID:")
+        self.session = session
+        self.state = state
+        # (topic, partition) -> stored message records, in put order.
+        self.batches: dict[tuple[str, int], list[bytes]] = {}
+        self.byte_count = 0
+        self.location: JournalLocation | None = None
+        self.timer: Any = None
+
+    @property
+    def unique_qualifier(self) -> str:
+        return self.key.rsplit(":", 1)[1] if self.is_xa else ""
+
+
+def not_started(key: str) -> MetaError:
+    """Java's error for an unknown key: XAER_NOTA for XA, plain text for the others."""
+    if key.startswith("XID:"):
+        return XAError(XAER_NOTA, f"XA transaction '{key}' has not been started.")
+    if key.startswith("TX:"):
+        return TransactionError(f"Local transaction '{key}' has not been started.")
+    return TransactionError(f"Transaction key '{key}' names no transaction.")
+
+
+class TransactionStore:
+    """Every open transaction of the broker, and the journal behind them.
+
+    Args:
+        config: the broker configuration.
+        reactor: provides ``callLater`` (timeouts).
+        store: the ``StoreManager`` the batches are committed to.
+        journal: the transaction journal (already replayed by ``meta.tx.recovery``).
+    """
+
+    def __init__(self, config: Any, reactor: Any, store: Any, journal: Journal) -> None:
+        self._config = config
+        self._reactor = reactor
+        self._store = store
+        self.journal = journal
+        self._sessions: dict[object, dict[str, Transaction]] = {}
+        self._xa: dict[str, Transaction] = {}
+        self._heuristic: dict[str, Transaction] = {}
+        self._timer_count = 0
+        self._open_count = 0
+        self.byte_count = 0
+
+    # -- lookup ------------------------------------------------------------------------------
+
+    def _find(self, key: str, session: object) -> Transaction:
+        if key.startswith("XID:"):
+            transaction = self._xa.get(key) or self._heuristic.get(key)
+        else:
+            transaction = self._sessions.get(session, {}).get(key)
+        if transaction is None:
+            raise not_started(key)
+        return transaction
+
+    def live_transactions(self) -> list[Transaction]:
+        """Every transaction that pins journal records (open, committing or heuristic)."""
+        found = [t for session in self._sessions.values() for t in session.values()]
+        return found + list(self._xa.values()) + list(self._heuristic.values())
+
+    def oldest_location(self) -> JournalLocation | None:
+        """The first record of the oldest live transaction (what a checkpoint may name)."""
+        locations = [t.location for t in self.live_transactions() if t.location is not None]
+        return min(locations) if locations else None
+
+    # -- commands ----------------------------------------------------------------------------
+
+    def begin(self, key: str, session: object, timeout_s: int) -> None:
+        """BEGIN: create the transaction unless it exists; arm its timeout (wire spec §2.7.4).
+
+        Raises:
+            TransactionError: ``null`` key, too many open transactions, or the timer capacity
+                is exceeded (the transaction then stays created, as in Java).
+        """
+        if key == "null":
+            raise TransactionError("Transaction key 'null' cannot begin a transaction.")
+        table = self._xa if key.startswith("XID:") else self._sessions.setdefault(session, {})
+        if key in table or key in self._heuristic:
+            return
+        if self._open_count >= TRANSACTIONS_MAX:
+            raise TransactionError(f"Too many open transactions ({TRANSACTIONS_MAX}).")
+        transaction = Transaction(key, None if key.startswith("XID:") else session)
+        table[key] = transaction
+        self._open_count += 1
+        if timeout_s > 0:
+            capacity = self._config.tx_timeout_timer_capacity
+            if self._timer_count >= capacity:
+                raise TransactionError(
+                    f"Timer size {self._timer_count} is great than maxTimerCapacity {capacity}"
+                )
+            timeout_s = min(timeout_s, self._config.tx_timeout_max_s)
+            transaction.timer = self._reactor.callLater(timeout_s, self._timed_out, transaction)
+            self._timer_count += 1
+
+    def check_put(self, key: str, session: object) -> None:
+        """Raise what ``put`` would raise for the transaction itself (lookup and state)."""
+        transaction = self._find(key, session)
+        states.transition(transaction.is_xa, key, transaction.state, states.PUT)
+
+    def put(self, key: str, session: object, topic: str, partition: int, record: bytes) -> None:
+        """Journal one message of a transaction and keep it until commit (wire spec §2.7.5).
+
+        Raises:
+            MetaError: unknown transaction (plain text, no ``XAException:`` on this path), a
+                state that takes no messages, a bound reached, or the journal failed.
+        """
+        transaction = self._find(key, session)
+        new_state = states.transition(transaction.is_xa, key, transaction.state, states.PUT)
+        if self.byte_count + len(record) > TRANSACTION_BYTES_MAX:
+            raise TransactionError(
+                f"Open transactions already hold {self.byte_count} bytes "
+                f"(at most {TRANSACTION_BYTES_MAX}); commit or roll back first."
+            )
+        number = transaction.location.number if transaction.location is not None else None
+        location = self.journal.append(AppendRecord(key, topic, partition, record), number)
+        if transaction.location is None:
+            transaction.location = location
+            self.journal.retain(location.number)
+        transaction.state = new_state
+        transaction.batches.setdefault((topic, partition), []).append(record)
+        transaction.byte_count += len(record)
+        self.byte_count += len(record)
+
+    def prepare(self, key: str, done: Done) -> None:
+        """PREPARE: ``done(XA_OK)`` once the prepare record is synced, or ``done(XA_RDONLY)``."""
+        if not key.startswith("XID:"):
+            raise XAError(XAER_RMERR, "Prepare not implemented on Local Transactions.")
+        transaction = self._find(key, None)
+        new_state = states.transition(True, key, transaction.state, states.PREPARE)
+        if new_state == states.FINISHED:
+            self._finish(transaction)
+            done(XA_RDONLY, None)
+            return
+        assert transaction.location is not None
+        self._journal_append(PrepareRecord(key), transaction, XAER_RMERR)
+        transaction.state = new_state
+        self._cancel_timer(transaction)
+        self.journal.sync(lambda error: done(None if error else XA_OK, _xa_failure(error)))
+
+    def commit(self, key: str, session: object, one_phase: bool, done: Done) -> None:
+        """COMMIT_ONE_PHASE / COMMIT_TWO_PHASE: ``done(None, None)`` once every batch is stored."""
+        transaction = self._find(key, session)
+        event = states.COMMIT_ONE_PHASE if one_phase else states.COMMIT_TWO_PHASE
+        new_state = states.transition(transaction.is_xa, key, transaction.state, event)
+        if new_state == states.FINISHED:
+            self._finish(transaction)
+            done(None, None)
+            return
+        self._commit(transaction, HEURISTIC_NONE, done)
+
+    def rollback(
+        self, key: str, session: object, done: Done, outcome: int = HEURISTIC_NONE
+    ) -> None:
+        """ROLLBACK: drop the messages; ``done`` once the rollback record is synced."""
+        transaction = self._find(key, session)
+        was_prepared = transaction.state == states.PREPARED
+        new_state = states.transition(transaction.is_xa, key, transaction.state, states.ROLLBACK)
+        if transaction.location is not None:
+            record = RollbackRecord(key, was_prepared, outcome)
+            self._journal_append(record, transaction, XAER_RMERR)
+        transaction.state = new_state
+        self._finish(transaction, outcome)
+        self.journal.sync(lambda error: done(None, _xa_failure(error)))
+
+    def forget(self, key: str, done: Done) -> None:
+        """FORGET: drop an operator-finished branch from the heuristic table."""
+        transaction = self._heuristic.get(key)
+        if transaction is None:
+            raise XAError(XAER_NOTA, f"XA transaction '{key}' has not been started.")
+        self._journal_append(ForgetRecord(key), transaction, XAER_RMERR)
+        del self._heuristic[key]
+        if transaction.location is not None:
+            self.journal.release(transaction.location.number)
+        self.journal.sync(lambda error: done(None, _xa_failure(error)))
+
+    def recover_keys(self, unique_qualifier: str | None) -> list[str]:
+        """RECOVER: prepared and heuristic branches, filtered by qualifier when one is given."""
+        found = [t for t in self._xa.values() if t.state == states.PREPARED]
+        found += self._heuristic.values()
+        return [
+            t.key
+            for t in found
+            if unique_qualifier is None or t.unique_qualifier == unique_qualifier
+        ]
+
+    def heuristic(self, key: str, commit: bool, done: Done) -> None:
+        """An operator finishes a prepared branch; the outcome is journaled and kept."""
+        transaction = self._xa.get(key)
+        if transaction is None or transaction.state != states.PREPARED:
+            raise XAError(XAER_NOTA, f"XA transaction '{key}' is not prepared.")
+        if commit:
+            self._commit(transaction, HEURISTIC_COMMIT, done)
+        else:
+            self.rollback(key, None, done, HEURISTIC_ROLLBACK)
+
+    def describe(self) -> list[tuple[str, str, int, int]]:
+        """(key, state, message count, bytes) of every live transaction, for operators."""
+        return [
+            (t.key, t.state, sum(len(b) for b in t.batches.values()), t.byte_count)
+            for t in self.live_transactions()
+        ]
+
+    def session_closed(self, session: object) -> int:
+        """Roll back the open local transactions of a closed connection (DECISIONS 7)."""
+        rolled_back = 0
+        for transaction in list(self._sessions.get(session, {}).values()):
+            if transaction.state in (states.START, states.IN_USE):
+                self.rollback(transaction.key, session, _ignore)
+                rolled_back += 1
+        return rolled_back
+
+    # -- commit ------------------------------------------------------------------------------
+
+    def _commit(self, transaction: Transaction, outcome: int, done: Done) -> None:
+        """Journal the commit with its batch locations, reserve them, append after the sync."""
+        was_prepared = transaction.state == states.PREPARED
+        parts = []
+        for (topic, partition), records in transaction.batches.items():
+            log = self._store.get(topic, partition) or self._store.get_or_create(topic, partition)
+            if not log.accepts_appends:
+                self._rollback_failed_commit(transaction, was_prepared)
+                raise XAError(XA_RBOTHER, f"partition {log.name} refuses appends; rolled back.")
+            parts.append((log, b"".join(records)))
+        locations = tuple(
+            BatchLocation(log.topic, log.partition, log.next_offset, len(data), _crc(data))
+            for log, data in parts
+        )
+        record = CommitRecord(transaction.key, was_prepared, outcome, locations)
+        self._journal_append(record, transaction, XAER_RMFAIL)
+        transaction.state = states.COMMITTING
+        self._cancel_timer(transaction)
+        waiting = [len(parts)]
+        failures: list[BaseException] = []
+
+        def stored(offset: int | None, error: BaseException | None) -> None:
+            if error is not None:
+                failures.append(error)
+            waiting[0] -= 1
+            if waiting[0] == 0:
+                self._committed(transaction, outcome, failures, done)
+
+        reservations = [(log, log.reserve(len(data), stored), data) for log, data in parts]
+        for (log, reservation, _data), location in zip(reservations, locations, strict=True):
+            assert reservation is not None and reservation.offset == location.offset, log.name
+
+        def synced(error: BaseException | None) -> None:
+            for log, reservation, data in reservations:
+                if error is None:
+                    log.fill(reservation, data)
+                else:
+                    log.cancel(reservation, error)
+
+        self.journal.sync(synced)
+
+    def _committed(
+        self, transaction: Transaction, outcome: int, failures: list, done: Done
+    ) -> None:
+        if failures:
+            # The COMMIT record stands: the transaction stays COMMITTING (its journal file and
+            # the checkpoint stay pinned), and recovery appends what is missing at restart.
+            logger.error("commit of %s failed to store: %s", transaction.key, failures[0])
+            done(
+                None,
+                XAError(
+                    XAER_RMFAIL,
+                    f"Commit of '{transaction.key}' could not be stored: "
+                    f"{failures[0]}; a broker restart completes it.",
+                ),
+            )
+            return
+        transaction.state = states.FINISHED
+        self._finish(transaction, outcome)
+        done(None, None)
+
+    def _rollback_failed_commit(self, transaction: Transaction, was_prepared: bool) -> None:
+        if transaction.location is not None:
+            record = RollbackRecord(transaction.key, was_prepared, HEURISTIC_NONE)
+            self._journal_append(record, transaction, XAER_RMERR)
+        transaction.state = states.FINISHED
+        self._finish(transaction)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _journal_append(self, record: Any, transaction: Transaction, code: int) -> None:
+        number = transaction.location.number if transaction.location is not None else None
+        try:
+            self.journal.append(record, number)
+        except MetaError as error:
+            raise (
+                XAError(code, str(error)) if transaction.is_xa else TransactionError(str(error))
+            ) from None
+
+    def _finish(self, transaction: Transaction, outcome: int = HEURISTIC_NONE) -> None:
+        """Remove a finished transaction (or move it to the heuristic table)."""
+        self._cancel_timer(transaction)
+        key = transaction.key
+        if transaction.is_xa:
+            self._xa.pop(key, None)
+        else:
+            table = self._sessions.get(transaction.session)
+            if table is not None:
+                table.pop(key, None)
+                if not table:
+                    del self._sessions[transaction.session]
+        self._open_count -= 1
+        self.byte_count -= transaction.byte_count
+        transaction.batches = {}
+        transaction.byte_count = 0
+        if outcome != HEURISTIC_NONE:
+            transaction.state = _HEURISTIC_STATES[outcome]
+            self._heuristic[key] = transaction
+        elif transaction.location is not None:
+            self.journal.release(transaction.location.number)
+
+    def _cancel_timer(self, transaction: Transaction) -> None:
+        if transaction.timer is not None:
+            if transaction.timer.active():
+                transaction.timer.cancel()
+            transaction.timer = None
+            self._timer_count -= 1
+
+    def _timed_out(self, transaction: Transaction) -> None:
+        transaction.timer = None
+        self._timer_count -= 1
+        if transaction.state in (states.START, states.IN_USE):
+            logger.info("transaction %s timed out; rolling it back", transaction.key)
+            self.rollback(transaction.key, transaction.session, _ignore)
+
+    # -- recovery (called by meta.tx.recovery) -------------------------------------------------
+
+    def restore(self, transaction: Transaction) -> None:
+        """Put back a prepared XA branch or a heuristic outcome found in the journal."""
+        if transaction.location is not None:
+            self.journal.retain(transaction.location.number)
+        if transaction.state == states.PREPARED:
+            self._xa[transaction.key] = transaction
+            self._open_count += 1
+            self.byte_count += transaction.byte_count
+        else:
+            self._heuristic[transaction.key] = transaction
+
+    def close(self) -> None:
+        """Cancel every timeout (the broker is stopping)."""
+        for transaction in self.live_transactions():
+            self._cancel_timer(transaction)
+
+
+def _crc(data: bytes) -> int:
+    return zlib.crc32(data) & CHECKSUM_MASK
+
+
+def _xa_failure(error: BaseException | None) -> BaseException | None:
+    if error is None:
+        return None
+    return XAError(XAER_RMFAIL, f"the transaction journal could not sync: {error}")
+
+
+def _ignore(result: Any, error: BaseException | None) -> None:
+    if error is not None:
+        logger.error("rolling back an abandoned transaction failed: %s", error)
