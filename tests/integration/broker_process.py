@@ -69,6 +69,9 @@ class BrokerProcess:
     """One broker process with its own config, data directory and log file."""
 
     def __init__(self, directory: Path, port: int | None = None, **ini: object) -> None:
+        # ``module`` and ``arguments`` run another entry point (tests.integration.crash_broker).
+        self.module = "meta.server"
+        self.arguments: list[str] = []
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
@@ -89,7 +92,7 @@ class BrokerProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps it open
         env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "meta.server", "-f", str(self.config_path)],
+            [sys.executable, "-m", self.module, *self.arguments, "-f", str(self.config_path)],
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=self.directory,
