@@ -15,6 +15,7 @@ Reactor thread only.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import zlib
@@ -24,6 +25,7 @@ from meta.errors import MetaError, TransactionError, XAError
 from meta.protocol.codec import encode_result
 from meta.protocol.commands import Put, Transaction
 from meta.protocol.message import CHECKSUM_MASK, HEADER
+from meta.protocol.transaction_key import parse_transaction_key
 from meta.protocol.xa import XAER_NOTA, format_xa_error
 from meta.server.replies import CHECKSUM_FAILURE, PENDING, Reply
 
@@ -32,9 +34,20 @@ log = logging.getLogger("meta.server")
 OK = b""
 
 
+@functools.lru_cache(maxsize=4096)
+def canonical_key(text: str) -> str:
+    """The key as Java writes it back (``TX:s:01`` is ``TX:s:1``, hex in lower case).
+
+    Java looks transactions up by the parsed key, so two spellings name one transaction.
+    The decoder has already checked the grammar.
+    """
+    parsed = parse_transaction_key(text)
+    return "null" if parsed is None else parsed.key()
+
+
 def handle_transactional_put(broker, command: Put, connection) -> Reply:
     """Journal one message of a transaction; 200 ``<msgId> <partition> -1`` (§2.7.5)."""
-    key = command.tx_key
+    key = canonical_key(command.tx_key)
     partition = command.partition
     transactions = broker.transactions
     try:
@@ -62,7 +75,7 @@ def handle_transaction(broker, command: Transaction, connection) -> Reply:
     type_ = command.type
     if type_ == "END":
         return None
-    key = command.tx_key
+    key = canonical_key(command.tx_key)
     counters = broker.counters
     transactions = broker.transactions
     opaque = command.opaque

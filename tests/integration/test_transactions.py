@@ -269,3 +269,16 @@ def test_a_malformed_key_or_type_closes_only_that_connection(broker, line):
         with pytest.raises(ConnectionClosedError):
             bad.receive()
         assert good.request(Version(3)).code == 200
+
+
+def test_keys_are_compared_and_written_back_as_java_parses_them(wire):
+    """Upper-case hex (and an odd trailing digit) name the same branch; RECOVER answers the
+    canonical spelling, lower case, as Java writes it back."""
+    qualifier = unique("canon")
+    assert wire.tx(f"XID:1:0A0:0B:{qualifier}", "BEGIN").code == 200
+    assert wire.put(f"XID:1:0a:0b:{qualifier}", 0, b"c").code == 200
+    assert wire.tx(f"XID:1:0a:0B:{qualifier}", "PREPARE").body == b"0"
+    assert (
+        wire.tx("null", "RECOVER", qualifier=qualifier).body == f"XID:1:0a:0b:{qualifier}".encode()
+    )
+    assert wire.tx(f"XID:1:0a:0b:{qualifier}", "ROLLBACK").code == 200
