@@ -63,6 +63,11 @@ class BrokerProtocol(protocol.Protocol):
     # --- Twisted callbacks ---------------------------------------------------------------------
 
     def connectionMade(self) -> None:
+        # Replies are written whole (one write per batch); Nagle would hold a late reply
+        # (a commit after its puts' replies) for the client's delayed ACK, ~40 ms.
+        set_no_delay = getattr(self.transport, "setTcpNoDelay", None)
+        if set_no_delay is not None:
+            set_no_delay(True)
         self.transport.registerProducer(self, True)
         self._broker.connection_made(self)
 

@@ -280,7 +280,11 @@ class TransactionStore:
         rolled_back = 0
         for transaction in list(self._sessions.get(session, {}).values()):
             if transaction.state in (states.START, states.IN_USE):
-                self.rollback(transaction.key, session, _ignore)
+                try:
+                    self.rollback(transaction.key, session, _ignore)
+                except MetaError as error:  # the journal failed or closed: restart rolls back
+                    logger.error("could not roll back %s: %s", transaction.key, error)
+                    continue
                 rolled_back += 1
         return rolled_back
 
