@@ -40,6 +40,7 @@ from meta.protocol.commands import (
     Version,
 )
 from meta.protocol.headers import INT_MAX, INT_MIN, parse_header, split_header
+from meta.protocol.transaction_key import parse_transaction_key
 
 
 class _NeedData:
@@ -52,9 +53,11 @@ NEED_DATA = _NeedData()
 
 HEADER_BYTES_MAX = 4096
 CRLF = b"\r\n"
-# put <topic> <partition> <len> <flag> [<checksum>] <opaque>, ASCII digits only (bytes \d).
+# put <topic> <partition> <len> <flag> [<checksum>] [<TX:|XID: key>] <opaque>, ASCII digits
+# only (bytes \d).
 _FAST_PUT = re.compile(
-    rb"put ([^ ]+) (-?\d{1,10}) (\d{1,10}) (-?\d{1,10}) (?:(-?\d{1,10}) )?(-?\d{1,10})"
+    rb"put ([^ ]+) (-?\d{1,10}) (\d{1,10}) (-?\d{1,10}) (?:(-?\d{1,10}) )?"
+    rb"(?:((?:TX|XID):[^ ]+) )?(-?\d{1,10})"
 )
 _FAST_RESULT = re.compile(rb"result (\d{1,9}) (\d{1,9}) (-?\d{1,10})")
 
@@ -80,6 +83,8 @@ class Decoder:
         # starts at ``self._position``.
         self._pending: tuple[Callable[[bytes], Command], int] | None = None
         self._error: LocalProtocolError | None = None
+        self._last_key_bytes = b""
+        self._last_key = ""
 
     @property
     def buffered_bytes(self) -> int:
@@ -152,15 +157,20 @@ class Decoder:
         return self._take_body(command, length)
 
     def _fast_put(self, end: int) -> Command | BodyTooLarge | _NeedData | None:
-        """Decode the common put forms (6 tokens, or 7 with a checksum) with one regex.
+        """Decode the common put forms (6 tokens, 7 with a checksum or a ``TX:``/``XID:`` key,
+        8 with both) with one regex.
 
-        Returns None for anything unusual (a transaction key, a ``+`` sign, an empty token,
-        an out-of-range number), which the general parser then handles or refuses.
+        Returns None for anything unusual (a ``null`` key, a ``+`` sign, an empty token, an
+        out-of-range number), which the general parser then handles or refuses.
         """
         match = _FAST_PUT.fullmatch(self._buffer, self._position, end)
         if match is None:
             return None
-        topic, partition, length, flag, checksum, opaque = match.groups()
+        topic, partition, length, flag, checksum, tx_key, opaque = match.groups()
+        if tx_key is not None:
+            tx_key = self._checked_key(tx_key)
+            if tx_key is None:
+                return None
         partition = int(partition)
         length = int(length)
         flag = int(flag)
@@ -188,7 +198,20 @@ class Decoder:
             return None  # let the general path park the header until the body is in
         self._position = body_end
         body = bytes(self._buffer[body_start:body_end])
-        return Put(topic, partition, body, flag, opaque, checksum, None)
+        return Put(topic, partition, body, flag, opaque, checksum, tx_key)
+
+    def _checked_key(self, raw: bytes) -> str | None:
+        """The key if it parses (the last good one is remembered: a transaction repeats it)."""
+        if raw == self._last_key_bytes:
+            return self._last_key
+        try:
+            key = raw.decode("ascii")
+            parse_transaction_key(key)
+        except (UnicodeDecodeError, LocalProtocolError):
+            return None
+        self._last_key_bytes = raw
+        self._last_key = key
+        return key
 
     def _fast_result(self, end: int) -> Result | None:
         """Decode ``result <code> <len> <opaque>`` + body when it is whole and within limits.

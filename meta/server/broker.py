@@ -235,6 +235,7 @@ class Broker:
     def end_of_batch(self) -> None:
         """A connection finished handling one read: write what its puts staged, then send
         every reply that became ready."""
+        self.tx.journal.write_staged()
         self.store.commit_staged()
         self.flush_output()
 
@@ -307,5 +308,6 @@ class Broker:
             counters=self.counters,
             config=self.config,
             partitions=partitions,
+            transactions=tuple(self.transactions.describe()) if item == "transactions" else (),
         )
         return render_stats(item, view, self.realtime)

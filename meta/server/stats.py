@@ -313,6 +313,7 @@ class BrokerView:
     counters: BrokerCounters
     config: StatsConfig
     partitions: tuple[PartitionView, ...]
+    transactions: tuple[tuple[str, str, int, int], ...] = ()  # ours: (key, state, msgs, bytes)
 
 
 @dataclass(frozen=True)
@@ -352,6 +353,8 @@ def render_stats(item: str, view: BrokerView, realtime: RealtimeStats) -> tuple[
     elif item == "reset":
         realtime.reset()
         lines = ["reset ok"]
+    elif item == "transactions":  # metaq-py's own item, for meta-admin tx list
+        lines = [_line(*transaction) for transaction in view.transactions]
     else:
         lines = _topic_lines(item, view, realtime)
     return RESULT_OK, _stats_body(lines)

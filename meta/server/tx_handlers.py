@@ -51,7 +51,7 @@ def handle_transactional_put(broker, command: Put, connection) -> Reply:
     partition = command.partition
     transactions = broker.transactions
     try:
-        transactions.check_put(key, connection)
+        transaction = transactions.check_put(key, connection)
         if partition == -1:
             raise TransactionError("Invalid partition for transaction command:-1")
         broker.partition_for_put(command.topic, partition)
@@ -61,7 +61,7 @@ def handle_transactional_put(broker, command: Put, connection) -> Reply:
             raise TransactionError(CHECKSUM_FAILURE)
         msg_id = broker.ids.next_id()
         record = HEADER.pack(len(data), crc, msg_id, command.flag) + data
-        transactions.put(key, connection, command.topic, partition, record)
+        transactions.put(transaction, command.topic, partition, record)
     except MetaError as error:
         broker.counters.put_failed += 1
         text = error.message if isinstance(error, XAError) else str(error)

@@ -56,15 +56,28 @@ class JournalError(StoreError):
 
 
 class _RedoFile:
-    __slots__ = ("fd", "flushed_size", "number", "path", "references", "size")
+    """One redo file: ``size`` counts staged bytes, ``written_size`` only written ones."""
+
+    __slots__ = (
+        "fd",
+        "flushed_size",
+        "number",
+        "path",
+        "references",
+        "size",
+        "staged",
+        "written_size",
+    )
 
     def __init__(self, number: int, path: str, fd: int, size: int) -> None:
         self.number = number
         self.path = path
         self.fd = fd
         self.size = size
+        self.written_size = size
         self.flushed_size = size
         self.references = 0
+        self.staged: list[bytes] = []
 
 
 class _SyncTask:
@@ -76,7 +89,7 @@ class _SyncTask:
         self.files = files
         self.directory = directory
         self.redo_files = redo_files
-        self.sizes = tuple(redo.size for redo in redo_files)
+        self.sizes = tuple(redo.written_size for redo in redo_files)
         self.waiters = waiters
 
     def run(self) -> None:
@@ -125,6 +138,7 @@ class Journal:
         self._flushing: set[int] = set()
         self._doomed: set[int] = set()
         self._timer: LoopingCall | None = None
+        self._staged_files: list[_RedoFile] = []
         self.bytes_cut = 0
 
     # -- start-up ----------------------------------------------------------------------------
@@ -223,7 +237,7 @@ class Journal:
             "journal %s: %s at position %d; cutting %d bytes", redo.path, why, position, cut
         )
         self._files.truncate(redo.fd, position)
-        redo.size = redo.flushed_size = position
+        redo.size = redo.written_size = redo.flushed_size = position
         self.bytes_cut += cut
 
     def start(self) -> None:
@@ -251,13 +265,15 @@ class Journal:
         return JournalLocation(self._current.number, self._current.size)
 
     def append(self, record: Record, number: int | None = None) -> JournalLocation:
-        """Write ``record`` to file ``number`` (a transaction's file), or to the current file.
+        """Stage ``record`` for file ``number`` (a transaction's file), or the current file.
 
         Appending to the current file (``number`` None) starts a transaction there: the
         current file rolls over first when full, and the caller must ``retain`` the file.
+        Staged records are written by ``write_staged`` (at the end of each network read, as
+        partition records are) and always before ``sync`` waits or answers.
 
         Raises:
-            JournalError: the journal failed before, or this write failed (it then fails).
+            JournalError: the journal failed.
         """
         if self.failed is not None:
             raise JournalError(str(self.failed))
@@ -270,13 +286,26 @@ class Journal:
             redo = self._redo[number]
         data = encode(record)
         position = redo.size
-        try:
-            self._write_all(redo.fd, data, position, redo.path)
-        except StoreError as error:
-            self._fail(error)
-            raise JournalError(str(self.failed)) from None
+        if not redo.staged:
+            self._staged_files.append(redo)
+        redo.staged.append(data)
         redo.size = position + len(data)
         return JournalLocation(redo.number, position)
+
+    def write_staged(self) -> None:
+        """Write every staged record, one write per file. A failure fails the journal."""
+        staged, self._staged_files = self._staged_files, []
+        for redo in staged:
+            data = b"".join(redo.staged)
+            redo.staged.clear()
+            if self.failed is not None or redo.number not in self._redo:
+                continue
+            try:
+                self._write_all(redo.fd, data, redo.written_size, redo.path)
+            except StoreError as error:
+                self._fail(error)
+                continue
+            redo.written_size += len(data)
 
     def _write_all(self, fd: int, data: bytes, position: int, path: str) -> None:
         written = 0
@@ -355,6 +384,7 @@ class Journal:
         Mode 1 waits for the fsync that covers them; modes 0 and 2 answer at once (mode 2's
         timer syncs within a second). ``done(error)`` when the journal failed.
         """
+        self.write_staged()
         if self.failed is not None:
             done(JournalError(str(self.failed)))
             return
@@ -370,10 +400,11 @@ class Journal:
             self._flusher.request(self)
 
     def _dirty_files(self) -> list[_RedoFile]:
-        return [redo for redo in self._redo.values() if redo.size > redo.flushed_size]
+        return [redo for redo in self._redo.values() if redo.written_size > redo.flushed_size]
 
     def flush_snapshot(self) -> _SyncTask | None:
         """Reactor thread: what a flush started now must cover (FlushClient)."""
+        self.write_staged()
         if self.failed is not None:
             waiters, self._waiters = self._waiters, []
             for done in waiters:
@@ -425,6 +456,7 @@ class Journal:
         """Stop the timer and close every file (call once the flusher is idle)."""
         if self._timer is not None and self._timer.running:
             self._timer.stop()
+        self.write_staged()
         if self.failed is None:
             self.failed = JournalError("the transaction journal is closed")
         for redo in self._redo.values():

@@ -100,6 +100,7 @@ class TransactionManager:
 
     def checkpoint(self) -> bool:
         """Write a checkpoint if replay could now start later; return whether one was written."""
+        self.journal.write_staged()
         if self.journal.failed is not None:
             return False
         location = self.transactions.oldest_location() or self.journal.end

@@ -167,19 +167,25 @@ class TransactionStore:
             transaction.timer = self._reactor.callLater(timeout_s, self._timed_out, transaction)
             self._timer_count += 1
 
-    def check_put(self, key: str, session: object) -> None:
-        """Raise what ``put`` would raise for the transaction itself (lookup and state)."""
+    def check_put(self, key: str, session: object) -> Transaction:
+        """Return the transaction a put goes to, or raise what the put must answer.
+
+        Raises:
+            MetaError: unknown transaction (plain text, no ``XAException:`` on this path), or
+                a state that takes no messages.
+        """
         transaction = self._find(key, session)
         states.transition(transaction.is_xa, key, transaction.state, states.PUT)
+        return transaction
 
-    def put(self, key: str, session: object, topic: str, partition: int, record: bytes) -> None:
+    def put(self, transaction: Transaction, topic: str, partition: int, record: bytes) -> None:
         """Journal one message of a transaction and keep it until commit (wire spec §2.7.5).
 
         Raises:
-            MetaError: unknown transaction (plain text, no ``XAException:`` on this path), a
-                state that takes no messages, a bound reached, or the journal failed.
+            MetaError: the transaction no longer takes messages, a bound is reached, or the
+                journal failed.
         """
-        transaction = self._find(key, session)
+        key = transaction.key
         new_state = states.transition(transaction.is_xa, key, transaction.state, states.PUT)
         if self.byte_count + len(record) > TRANSACTION_BYTES_MAX:
             raise TransactionError(
