@@ -11,9 +11,10 @@
 
 ``tools/bench`` adds the many-connection scenario (worker processes using ``PutFrames``,
 ``connect``, ``take_replies`` and ``receive_into`` from here), the disk measurement and the
-report. The client side is lean: a put frame is pre-encoded once and only the opaque is
-formatted per message; replies are parsed with the shared ``Decoder``. Every loop is bounded
-in count and in time, every socket has a timeout. Single-threaded.
+report; ``meta.bench_tx`` adds the transaction scenario ``tx``. The client side is lean: a
+put frame is pre-encoded once and only the opaque is formatted per message; replies are
+parsed with the shared ``Decoder``. Every loop is bounded in count and in time, every socket
+has a timeout. Single-threaded.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ REPLY_TIMEOUT_S = 30.0
 RECEIVE_BYTES = 64 * 1024
 MAX_SIZE_DEFAULT = 1024 * 1024
 OPAQUE_MAX = 2**31 - 1
-SCENARIO_NAMES = ("sync", "pipelined", "concurrent", "client", "consume", "latency")
+SCENARIO_NAMES = ("sync", "pipelined", "concurrent", "client", "consume", "latency", "tx")
 TOPICS = tuple(f"bench-{name}" for name in SCENARIO_NAMES)
 _LENGTH = struct.Struct(">i")
 
@@ -75,6 +76,7 @@ def server_ini(port: int, data_path: Path, threshold: int, interval_ms: int) -> 
         "maxSegmentSize": 1024 * 1024 * 1024,
         "maxTransferSize": MAX_SIZE_DEFAULT,
         "maxMessageSize": MAX_SIZE_DEFAULT,
+        "flushTxLogAtCommit": 1,  # the tx scenario (meta.bench_tx) measures durable commits
     }
     zookeeper = {"zk.zkEnable": "false", "zk.zkConnect": "127.0.0.1:1", "zk.zkSyncTimeMs": 0}
     lines = ["[system]", *(f"{key}={value}" for key, value in system.items()), ""]

@@ -1,10 +1,11 @@
 """The metaq-py client library: producers and consumers for MetaQ brokers.
 
 Start with ``MetaMessageSessionFactory(MetaClientConfig(zk_connect=...))`` and
-``factory.create_producer()`` or
-``factory.create_consumer(ConsumerConfig(group))``. Importing this package has no side
-effects: no thread, no socket, and no kazoo import (kazoo is imported only when a factory
-uses ZooKeeper).
+``factory.create_producer()``, ``factory.create_xa_producer()`` or
+``factory.create_consumer(ConsumerConfig(group))``. Local transactions:
+``with producer.begin_transaction(): ...``; XA: ``producer.get_xa_resource()``.
+Importing this package has no side effects: no thread, no socket, and no kazoo import
+(kazoo is imported only when a factory uses ZooKeeper).
 """
 
 from meta.client.async_producer import AsyncMessageProducer
@@ -23,6 +24,8 @@ from meta.client.selectors import (
     RandomPartitionSelector,
     RoundRobinPartitionSelector,
 )
+from meta.client.transaction import LocalTransaction
+from meta.client.xa import XAMessageProducer, XAResource, Xid
 
 __all__ = [
     "AsyncMessageProducer",
@@ -30,6 +33,7 @@ __all__ = [
     "ConsumerConfig",
     "HashPartitionSelector",
     "FetchResult",
+    "LocalTransaction",
     "Message",
     "MessageIterator",
     "MessageConsumer",
@@ -46,5 +50,8 @@ __all__ = [
     "RoundRobinPartitionSelector",
     "SendResult",
     "TopicBrowser",
+    "XAMessageProducer",
+    "XAResource",
+    "Xid",
     "parse_partitions_info",
 ]

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from meta.client.consumer import ConsumerConfig, MessageConsumer
     from meta.client.ordered import OrderedMessageProducer
     from meta.client.pull import MessageIterator, TopicBrowser
+    from meta.client.xa import XAMessageProducer
     from meta.client.zk_cluster import TopicSnapshot, ZkClusterView
 
 log = logging.getLogger("meta.client")
@@ -298,6 +299,14 @@ class MetaMessageSessionFactory:
                 raise ClientClosedError("the session factory was shut down")
             self._producers.append(producer)
         return producer
+
+    def create_xa_producer(
+        self, selector: PartitionSelector | None = None, unique_qualifier_prefix: str | None = None
+    ) -> XAMessageProducer:
+        """An XA producer (spec §4.8): see ``meta.client.xa``; qualifier ``<prefix>-<host>``."""
+        from meta.client.xa import create_xa_producer
+
+        return create_xa_producer(self, selector, unique_qualifier_prefix)
 
     def create_ordered_producer(
         self,

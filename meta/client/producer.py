@@ -15,8 +15,16 @@ Invariants: a message is checked (type, topic, size against ``max_message_bytes`
 partition is chosen, so a refused message never reaches a broker. Only masters are written
 to: the snapshot holds ``topics-pub`` ``B-m`` partitions and ``ids/B/master`` URIs only.
 
+Transactions (``meta.client.transaction``): ``begin_transaction`` binds a local transaction
+to the calling thread; while one is bound (or, on an XA producer, while the thread's XA
+resource has an associated xid) ``send_message`` sends the 8-token transactional put to the
+transaction's one broker, whose reply is ``200 "<msgId> <partition> -1"``.
+``send_message_async`` refuses to run inside a transaction. Direct mode has no transactions:
+a transactional put needs an explicit partition, and direct mode sends partition -1.
+
 Thread-safety: a producer may be shared by threads; ``send_message_async`` futures are
-completed on the connection's reader thread (see ``meta.client.pipeline``).
+completed on the connection's reader thread (see ``meta.client.pipeline``). Transactions are
+per thread.
 """
 
 from __future__ import annotations
@@ -25,17 +33,26 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from meta.client.cluster import RANDOM_PARTITION, BrokerAddress, Partition, validate_topic
 from meta.client.message import Message, SendResult, check_message
 from meta.client.selectors import PartitionSelector
+from meta.client.transaction import (
+    DEFAULT_TRANSACTION_REQUEST_TIMEOUT_S,
+    LocalTransaction,
+    ThreadTransactions,
+    check_transaction_timeout,
+    new_session_id,
+)
 from meta.errors import (
     ClientClosedError,
     ClientError,
     MessageTooLargeError,
     NoBrokerError,
+    NoPartitionError,
     OperationTimeoutError,
+    TransactionError,
 )
 from meta.protocol.commands import Data, Put, Result
 from meta.protocol.message import checksum
@@ -82,6 +99,32 @@ class MessageProducer:
         self._topics: set[str] = set()
         self._valid_topics: set[str] = set()  # names validate_topic accepted (bounded)
         self._shut_down = False
+        self._transactions = ThreadTransactions()
+        self._session_id: str | None = None  # made on first use: local_host() may be slow
+        self._transaction_request_timeout_s = DEFAULT_TRANSACTION_REQUEST_TIMEOUT_S
+
+    @property
+    def session_id(self) -> str:
+        """This producer's session id ``<localHost>-<startupMillis>-<seq>`` (spec §0)."""
+        with self._lock:
+            if self._session_id is None:
+                self._session_id = new_session_id()
+            return self._session_id
+
+    @property
+    def transaction_request_timeout_s(self) -> float:
+        """The bound on every transaction command (default 5 s)."""
+        return self._transaction_request_timeout_s
+
+    def set_transaction_request_timeout(self, seconds: float) -> None:
+        """Bound every later transaction command of this producer by ``seconds``.
+
+        Raises:
+            ClientError: ``seconds`` is not positive.
+        """
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+            raise ClientError(f"the transaction request timeout must be positive: {seconds!r}")
+        self._transaction_request_timeout_s = float(seconds)
 
     @property
     def published_topics(self) -> frozenset[str]:
@@ -112,8 +155,77 @@ class MessageProducer:
         for address in brokers:
             self._pool.connect_quietly(address)
 
+    def begin_transaction(self, timeout: int = 0) -> LocalTransaction:
+        """Bind a new local transaction to the calling thread; no network call (spec §4.8).
+
+        The first ``send_message`` of this thread then begins it on the broker it selects.
+        The result is a context manager: commit on normal exit, rollback on an exception.
+
+        Args:
+            timeout: seconds the broker gives the transaction (sent with ``BEGIN``); 0: none.
+
+        Returns:
+            The thread's ``LocalTransaction``.
+
+        Raises:
+            TransactionError: a transaction is in progress on this thread ("transaction in
+                progress"), or the producer is in direct mode.
+            ClientError: a closed producer or a bad ``timeout``.
+        """
+        check_transaction_timeout(timeout)
+        self._check_open()
+        if self._direct_broker is not None:
+            raise TransactionError(
+                "transactions need ZooKeeper: a transactional put needs an explicit partition "
+                f"and direct mode ({self._direct_broker.uri}) sends partition -1"
+            )
+        slots = self._transactions
+        if slots.local is not None:
+            raise TransactionError(f"transaction in progress: {slots.local.key or 'not begun'}")
+        if slots.active() is not None:
+            raise TransactionError("transaction in progress: an XA transaction is associated")
+        slots.local = LocalTransaction(
+            self._pool, slots, self.session_id, timeout, self._request_timeout
+        )
+        return slots.local
+
+    def current_transaction(self) -> LocalTransaction | None:
+        """The local transaction bound to the calling thread, if any."""
+        return self._transactions.local
+
+    def commit(self) -> None:
+        """Commit the calling thread's local transaction and unbind it.
+
+        With no message sent, nothing was begun on a broker: it is only unbound.
+
+        Raises:
+            TransactionError: no transaction on this thread, the broker refused (its text),
+                or no reply came in time ("the transaction state is unknown").
+        """
+        self._thread_transaction("commit").commit()
+
+    def rollback(self) -> None:
+        """Roll back the calling thread's local transaction and unbind it.
+
+        Raises:
+            TransactionError: no transaction on this thread, or the rollback failed.
+        """
+        self._thread_transaction("rollback").rollback()
+
+    def _thread_transaction(self, what: str) -> LocalTransaction:
+        transaction = self._transactions.local
+        if transaction is None:
+            raise TransactionError(f"{what}: no transaction is started on this thread")
+        return transaction
+
+    def _request_timeout(self) -> float:
+        return self._transaction_request_timeout_s
+
     def send_message(self, message: Message, timeout_s: float = DEFAULT_TIMEOUT_S) -> SendResult:
         """Send one message and wait for the broker's answer (spec §2.3).
+
+        Inside a transaction of this thread the put carries the transaction key and goes to
+        the transaction's broker (the first one begins the transaction there).
 
         Args:
             message: the message; on success its ``id``, ``partition`` and ``offset`` are set.
@@ -127,8 +239,13 @@ class MessageProducer:
                 no partition or no broker for the topic, or a connection failure.
             MessageTooLargeError: the payload is over ``max_message_bytes`` (nothing sent).
             OperationTimeoutError: no reply within ``timeout_s``.
+            TransactionError: the transaction could not be begun on the broker.
         """
-        future = self.send_message_async(message, timeout_s)
+        branch = self._transactions.active()
+        if branch is not None:
+            future = self._send_in_transaction(message, branch, timeout_s)
+        else:
+            future = self._send(message, timeout_s)
         try:
             return future.result(timeout_s)
         except FutureTimeoutError:
@@ -158,7 +275,16 @@ class MessageProducer:
 
         Raises:
             ClientError, MessageTooLargeError, InvalidTopicError: see ``send_message``.
+            TransactionError: the calling thread is in a transaction (use ``send_message``).
         """
+        if self._transactions.active() is not None:
+            raise TransactionError(
+                "send_message_async cannot take part in a transaction; use send_message"
+            )
+        return self._send(message, timeout_s)
+
+    def _send(self, message: Message, timeout_s: float) -> Future[SendResult]:
+        """The non-transactional put: checks raise, later failures fail the future."""
         payload, flag = self._checked_payload(message)
         try:
             partition, address = self._route(message)
@@ -170,6 +296,25 @@ class MessageProducer:
             failed: Future[SendResult] = Future()
             failed.set_exception(error)
             return failed
+
+    def _send_in_transaction(
+        self, message: Message, branch: Any, timeout_s: float
+    ) -> Future[SendResult]:
+        """Send a transactional put for ``branch`` (a ``LocalTransaction`` or ``XAResource``).
+
+        Selection and BEGIN errors raise here (a transaction needs them synchronously).
+        """
+        payload, flag = self._checked_payload(message)
+        pinned: BrokerAddress | None = branch.address
+        if pinned is None:
+            partition, address = self._route(message)
+        else:
+            partition, address = self._route_to(message, pinned)
+        connection = self._pool.get(address)
+        tx_key = branch.transaction_key(connection, address)
+        put = Put(message.topic, partition.partition, payload, flag, 0, checksum(payload), tx_key)
+        convert = _SendResultConverter(message, partition.broker_id)
+        return connection.request(put, timeout_s, convert)
 
     def shutdown(self) -> None:
         """Unpublish every topic (closing connections nobody else uses). Idempotent."""
@@ -224,6 +369,26 @@ class MessageProducer:
                 f"partition {partition}"
             )
         return partition, address
+
+    def _route_to(self, message: Message, pinned: BrokerAddress) -> tuple[Partition, BrokerAddress]:
+        """Choose, with the selector, among the partitions of the ``pinned`` broker only.
+
+        Raises:
+            NoPartitionError: that broker has no partition of the message's topic now.
+        """
+        snapshot = self._snapshot(message.topic)
+        partitions = [
+            partition
+            for partition in snapshot.partitions
+            if (address := snapshot.brokers.get(partition.broker_id)) is not None
+            and address.uri == pinned.uri
+        ]
+        if not partitions:
+            raise NoPartitionError(
+                f"There is no partitions in `{pinned.uri}` to send message with topic "
+                f"`{message.topic}` in a transaction"
+            )
+        return self._selector.get_partition(message.topic, partitions, message), pinned
 
     def _snapshot(self, topic: str) -> TopicSnapshot:
         assert self._view is not None
