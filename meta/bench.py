@@ -11,7 +11,7 @@
 
 ``tools/bench`` adds the many-connection scenario (worker processes using ``PutFrames``,
 ``connect``, ``take_replies`` and ``receive_into`` from here), the disk measurement and the
-report; ``meta.bench_tx`` adds the transaction scenario ``tx``. The client side is lean: a
+report (``meta.bench_tx`` holds the transaction scenario ``tx``). The client side is lean: a
 put frame is pre-encoded once and only the opaque is formatted per message; replies are
 parsed with the shared ``Decoder``. Every loop is bounded in count and in time, every socket
 has a timeout. Single-threaded.

@@ -55,6 +55,9 @@ def test_quick_run_reports_every_scenario(tmp_path: Path):
     assert consume["mb_per_s"] > 0
     latency = rows[("latency", "0")]
     assert 0 < latency["p50_ms"] <= latency["p99_ms"] <= latency["p999_ms"]
-    assert {entry["scenario"] for entry in report["targets"]} >= {"pipelined", "consume"}
+    for mode in ("0", "1", "1000"):
+        tx = rows[("tx", mode)]
+        assert tx["transactions"] > 0 and tx["messages"] == 10 * tx["transactions"]
+    assert {entry["scenario"] for entry in report["targets"]} >= {"pipelined", "consume", "tx"}
     assert all(entry["ratio"] > 0 for entry in report["targets"])
     assert not list(tmp_path.glob("metaq-bench-*")), "temporary broker dirs were left behind"

@@ -265,9 +265,14 @@ class Journal:
         return JournalLocation(self._current.number, self._current.size)
 
     def append(self, record: Record, number: int | None = None) -> JournalLocation:
+        """Stage ``record``; see ``append_encoded``."""
+        return self.append_encoded(encode(record), number)
+
+    def append_encoded(self, data: bytes, number: int | None = None) -> JournalLocation:
         """Stage ``record`` for file ``number`` (a transaction's file), or the current file.
 
-        Appending to the current file (``number`` None) starts a transaction there: the
+        ``data`` is a framed record (``meta.tx.records``). Appending to the current file
+        (``number`` None) starts a transaction there: the
         current file rolls over first when full, and the caller must ``retain`` the file.
         Staged records are written by ``write_staged`` (at the end of each network read, as
         partition records are) and always before ``sync`` waits or answers.
@@ -284,7 +289,6 @@ class Journal:
             redo = self._current
         else:
             redo = self._redo[number]
-        data = encode(record)
         position = redo.size
         if not redo.staged:
             self._staged_files.append(redo)

@@ -108,6 +108,17 @@ class ForgetRecord:
 Record = AppendRecord | PrepareRecord | CommitRecord | RollbackRecord | ForgetRecord
 
 
+_LENGTH_KIND = struct.Struct(">IB")
+_U32 = struct.Struct(">I")
+
+
+def encode_append(key: str, topic: str, partition: int, record: bytes) -> bytes:
+    """``encode(AppendRecord(...))`` without building the record: the put hot path."""
+    head = _string(key) + _string(topic) + _I32_U32.pack(partition, len(record))
+    after_crc = _LENGTH_KIND.pack(len(head) + len(record), APPEND) + head
+    return b"".join((_U32.pack(zlib.crc32(record, zlib.crc32(after_crc))), after_crc, record))
+
+
 def _string(text: str) -> bytes:
     data = text.encode()
     return _U16.pack(len(data)) + data
@@ -115,6 +126,8 @@ def _string(text: str) -> bytes:
 
 def encode(record: Record) -> bytes:
     """Return the framed bytes of ``record`` (header and body)."""
+    if isinstance(record, AppendRecord):
+        return encode_append(record.key, record.topic, record.partition, record.record)
     kind, body = _encode_body(record)
     length = len(body)
     assert length <= BODY_BYTES_MAX
@@ -123,9 +136,6 @@ def encode(record: Record) -> bytes:
 
 
 def _encode_body(record: Record) -> tuple[int, bytes]:
-    if isinstance(record, AppendRecord):
-        head = _string(record.key) + _string(record.topic)
-        return APPEND, head + _I32_U32.pack(record.partition, len(record.record)) + record.record
     if isinstance(record, PrepareRecord):
         return PREPARE, _string(record.key)
     if isinstance(record, CommitRecord):

@@ -43,12 +43,12 @@ from meta.tx.records import (
     HEURISTIC_COMMIT,
     HEURISTIC_NONE,
     HEURISTIC_ROLLBACK,
-    AppendRecord,
     BatchLocation,
     CommitRecord,
     ForgetRecord,
     PrepareRecord,
     RollbackRecord,
+    encode_append,
 )
 
 logger = logging.getLogger("meta.tx")
@@ -175,7 +175,8 @@ class TransactionStore:
                 a state that takes no messages.
         """
         transaction = self._find(key, session)
-        states.transition(transaction.is_xa, key, transaction.state, states.PUT)
+        if transaction.state is not states.IN_USE:
+            states.transition(transaction.is_xa, key, transaction.state, states.PUT)
         return transaction
 
     def put(self, transaction: Transaction, topic: str, partition: int, record: bytes) -> None:
@@ -186,21 +187,30 @@ class TransactionStore:
                 journal failed.
         """
         key = transaction.key
-        new_state = states.transition(transaction.is_xa, key, transaction.state, states.PUT)
-        if self.byte_count + len(record) > TRANSACTION_BYTES_MAX:
+        if transaction.state is not states.IN_USE:
+            transaction.state = states.transition(
+                transaction.is_xa, key, transaction.state, states.PUT
+            )
+        size = len(record)
+        if self.byte_count + size > TRANSACTION_BYTES_MAX:
             raise TransactionError(
                 f"Open transactions already hold {self.byte_count} bytes "
                 f"(at most {TRANSACTION_BYTES_MAX}); commit or roll back first."
             )
-        number = transaction.location.number if transaction.location is not None else None
-        location = self.journal.append(AppendRecord(key, topic, partition, record), number)
-        if transaction.location is None:
-            transaction.location = location
-            self.journal.retain(location.number)
-        transaction.state = new_state
-        transaction.batches.setdefault((topic, partition), []).append(record)
-        transaction.byte_count += len(record)
-        self.byte_count += len(record)
+        data = encode_append(key, topic, partition, record)
+        first = transaction.location
+        if first is None:
+            transaction.location = first = self.journal.append_encoded(data)
+            self.journal.retain(first.number)
+        else:
+            self.journal.append_encoded(data, first.number)
+        records = transaction.batches.get((topic, partition))
+        if records is None:
+            transaction.batches[(topic, partition)] = [record]
+        else:
+            records.append(record)
+        transaction.byte_count += size
+        self.byte_count += size
 
     def prepare(self, key: str, done: Done) -> None:
         """PREPARE: ``done(XA_OK)`` once the prepare record is synced, or ``done(XA_RDONLY)``."""

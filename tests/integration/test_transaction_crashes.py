@@ -174,8 +174,9 @@ def test_checkpoints_bound_replay_and_old_journal_files_go(tmp_path):
         broker.kill()
         restart(broker)
         log = broker.log().rsplit("replaying the transaction journal from ", 1)[1]
-        assert log.startswith(f"redo.{redo[-1]} position ") or log.startswith(f"redo.{redo[0]} ")
-        assert "(checkpoint." in log.splitlines()[0]
+        first_line = log.splitlines()[0]
+        assert "(checkpoint." in first_line
+        assert int(first_line.split("redo.", 1)[1].split(" ")[0]) > 1  # not from the start
         replayed = int(log.split("transaction journal replayed: ", 1)[1].split(" records")[0])
         assert replayed < 600  # of the 6000 records written: only those after the checkpoint
         with broker.connect() as connection:
