@@ -127,6 +127,8 @@ def run_finish(arguments: argparse.Namespace, client: AdminClient) -> int:
     """``commit`` / ``rollback`` / ``forget``: one transaction command, its outcome printed."""
     type_, done, _help = FINISH_ACTIONS[arguments.tx_action]
     key = arguments.key
+    if type_ == "FORGET":
+        check_forgettable(client, key)
     check_reply(client, client.transaction(key, type_), f"{type_} of {key}")
     line = f"{key}: {done} on broker {client.name}"
     if type_ != "FORGET":
@@ -170,6 +172,21 @@ def check_reply(client: AdminClient, reply: Result, what: str) -> None:
     if reply.code != 200:
         raise BrokerRefusedError(
             f"broker {client.name} refused {what} (result {reply.code}): {reply_text(reply.body)}"
+        )
+
+
+def check_forgettable(client: AdminClient, key: str) -> None:
+    """FORGET answers OK for any XA key (Java), so say when there is nothing to forget."""
+    rows = live_transactions(client)
+    if rows is None:
+        return  # a broker without the stats item: FORGET's own answer must do
+    row = rows.get(key)
+    if row is None:
+        raise BrokerRefusedError(f"broker {client.name} has no heuristic outcome for {key}")
+    if not (row.state or "").startswith("HEURISTIC_"):
+        raise BrokerRefusedError(
+            f"{key} is {row.state} on broker {client.name}, not heuristically finished: "
+            "forget only drops a heuristic outcome (commit or roll the branch back first)"
         )
 
 

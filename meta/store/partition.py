@@ -184,13 +184,11 @@ class PartitionLog:
         return acknowledged
 
     def stage(self, record: bytes, ack: Ack) -> None:
-        """Queue one record for the next ``commit`` and give it its offset now.
+        """Queue one record for the next ``commit`` (one write per batch) and give it its offset.
 
-        Records staged in one batch (one read from the network) are written with a single
-        write. ``ack(offset, None)`` is called once the put may be acknowledged (after
-        ``commit`` wrote it, and after its covering fsync when the policy requires one), in
-        append order; ``ack(None, error)`` when the partition fails or refuses appends. A
-        staged record is never visible to readers before its ack.
+        ``ack(offset, None)`` comes, in append order, once ``commit`` wrote it (and its covering
+        fsync ran when the policy requires one); ``ack(None, error)`` when the partition fails
+        or refuses appends. A staged record is never visible to readers before its ack.
         """
         if self._refusal is not None:
             ack(None, self._refusal_error())
@@ -337,7 +335,8 @@ class PartitionLog:
         visible_end = self._visible_end
         while pending:
             end, offset, must_sync, waiter = pending[0]
-            if must_sync and end > self._durable_end:
+            # Nothing behind an unfilled reservation is written yet.
+            if end > self._written_end or (must_sync and end > self._durable_end):
                 break
             pending.popleft()
             self._visible_end = end
@@ -497,4 +496,4 @@ class PartitionLog:
             segment.close()
 
     def __repr__(self) -> str:
-        return f"PartitionLog({self.name!r}, {self.directory!r})"
+        return f"PartitionLog({self.name!r})"

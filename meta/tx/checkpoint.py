@@ -70,6 +70,9 @@ def decode_checkpoint(data: bytes) -> JournalLocation:
 
 def read_latest(files: Files, directory: str) -> tuple[int, JournalLocation | None]:
     """Return the highest checkpoint number and the newest valid location (None if none)."""
+    for name in files.listdir(directory):
+        if name.startswith(PREFIX) and name.endswith(".tmp"):
+            files.remove(os.path.join(directory, name))  # a write a crash interrupted
     numbers = checkpoint_numbers(files, directory)
     for number in reversed(numbers):
         path = os.path.join(directory, f"{PREFIX}{number}")

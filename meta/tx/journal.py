@@ -176,7 +176,8 @@ class Journal:
             for path in (parent, self.directory):
                 if not self._files.is_directory(path):
                     self._files.mkdir(path)
-                    self._directory_dirty = True
+                    # Start-up only: make the new entry durable in its parent right away.
+                    self._files.fsync_directory(os.path.dirname(path))
         except OSError as error:
             raise StoreError(f"cannot create journal directory {self.directory}: {error}") from None
 

@@ -115,6 +115,7 @@ _U32 = struct.Struct(">I")
 def encode_append(key: str, topic: str, partition: int, record: bytes) -> bytes:
     """``encode(AppendRecord(...))`` without building the record: the put hot path."""
     head = _string(key) + _string(topic) + _I32_U32.pack(partition, len(record))
+    assert len(head) + len(record) <= BODY_BYTES_MAX
     after_crc = _LENGTH_KIND.pack(len(head) + len(record), APPEND) + head
     return b"".join((_U32.pack(zlib.crc32(record, zlib.crc32(after_crc))), after_crc, record))
 

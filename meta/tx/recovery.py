@@ -60,11 +60,17 @@ class RecoveryReport:
 
 
 class _Replay:
-    """The state rebuilt from the journal records."""
+    """The state rebuilt from the journal records.
+
+    ``commits`` holds ``[record, transaction]`` in journal order. A later COMMIT record of a
+    transaction already committed is a relocation written by an earlier recovery (its batch
+    had to go elsewhere than first recorded): its locations replace the first record's.
+    """
 
     def __init__(self) -> None:
         self.open: dict[str, Transaction] = {}
-        self.commits: list[tuple[CommitRecord, Transaction]] = []
+        self.commits: list[list] = []
+        self.latest_commit: dict[str, int] = {}
         self.heuristic: dict[str, Transaction] = {}
 
     def apply(self, location: JournalLocation, record) -> None:
@@ -83,14 +89,26 @@ class _Replay:
                 self.open[key].state = states.PREPARED
         elif isinstance(record, CommitRecord | RollbackRecord):
             transaction = self.open.pop(key, None)
-            if isinstance(record, CommitRecord) and transaction is not None:
-                self.commits.append((record, transaction))
+            if isinstance(record, CommitRecord):
+                if transaction is not None:
+                    self.latest_commit[key] = len(self.commits)
+                    self.commits.append([record, transaction])
+                elif key in self.latest_commit:
+                    entry = self.commits[self.latest_commit[key]]
+                    entry[0] = _relocated(entry[0], record)
+                    return
             if record.outcome != HEURISTIC_NONE:
                 kept = Transaction(key, None, _HEURISTIC_STATES[record.outcome])
                 kept.location = transaction.location if transaction is not None else location
                 self.heuristic[key] = kept
         elif isinstance(record, ForgetRecord):
             self.heuristic.pop(key, None)
+
+
+def _relocated(record: CommitRecord, relocation: CommitRecord) -> CommitRecord:
+    moved = {(batch.topic, batch.partition): batch for batch in relocation.batches}
+    batches = tuple(moved.get((b.topic, b.partition), b) for b in record.batches)
+    return CommitRecord(record.key, record.was_prepared, record.outcome, batches)
 
 
 @defer.inlineCallbacks
@@ -108,20 +126,8 @@ def recover(transactions: TransactionStore, store, start: JournalLocation | None
         report.records += 1
     journal.start()
     report.bytes_cut = journal.bytes_cut
-    for record, transaction in replay.commits:
-        report.commits_checked += 1
-        for batch in record.batches:
-            # One at a time: the next check reads what this append wrote.
-            appended = _check_batch(store, record.key, batch, transaction)
-            if appended is not None:
-                report.batches_appended += 1
-                try:
-                    yield appended
-                except MetaError as error:
-                    raise StoreError(
-                        f"recovery could not store the batch of {record.key} in "
-                        f"{batch.topic}-{batch.partition}: {error}"
-                    ) from None
+    report.commits_checked = len(replay.commits)
+    yield _finish_commits(journal, store, replay.commits, report)
     for transaction in replay.open.values():
         if transaction.is_xa and transaction.state == states.PREPARED:
             transactions.restore(transaction)
@@ -137,14 +143,64 @@ def recover(transactions: TransactionStore, store, start: JournalLocation | None
     return report
 
 
-def _check_batch(store, key: str, batch: BatchLocation, transaction: Transaction):
-    """Append what is missing of one committed batch; return the append's Deferred or None."""
+@defer.inlineCallbacks
+def _finish_commits(journal, store, commits: list, report: RecoveryReport):
+    """Check every committed batch, per partition in offset order, and append what is missing.
+
+    A batch that cannot go at its recorded offset gets a relocation record (fsynced in mode 1)
+    before it is appended, so a crash during recovery never appends it twice. Every partition
+    appended to is flushed before the journal files that named the batches may be deleted.
+    """
+    checks = [
+        (b.topic, b.partition, b.offset, record, t, b)
+        for record, t in commits
+        for b in record.batches
+    ]
+    checks.sort(key=lambda check: check[:3])
+    appended_to = {}
+    for _topic, _partition, _offset, record, transaction, batch in checks:
+        # One at a time: the next check reads what this append wrote.
+        missing = _missing(store, record.key, batch, transaction)
+        if missing is None:
+            continue
+        log, data, relocate = missing
+        try:
+            if relocate:
+                moved = BatchLocation(
+                    log.topic, log.partition, log.next_offset, len(data), _crc(data)
+                )
+                relocation = CommitRecord(record.key, record.was_prepared, record.outcome, (moved,))
+                journal.append(relocation, transaction.location.number)
+                yield _synced(journal)
+            yield log.append(data)
+        except MetaError as error:
+            raise StoreError(
+                f"recovery could not store the batch of {record.key} in {log.name}: {error}"
+            ) from None
+        report.batches_appended += 1
+        appended_to[log.name] = log
+    for log in appended_to.values():
+        log.request_flush()
+    yield store.flusher.wait_idle()
+
+
+def _synced(journal) -> defer.Deferred:
+    synced: defer.Deferred = defer.Deferred()
+    journal.sync(lambda error: synced.callback(None) if error is None else synced.errback(error))
+    return synced
+
+
+def _missing(store, key: str, batch: BatchLocation, transaction: Transaction):
+    """What of one committed batch must be appended: None, or (log, bytes, relocate).
+
+    ``relocate`` is False when the bytes go exactly where the COMMIT record says.
+    """
     data = b"".join(transaction.batches.get((batch.topic, batch.partition), ()))
     name = f"{batch.topic}-{batch.partition}"
     if len(data) != batch.length or _crc(data) != batch.crc:
         logger.error(
-            "commit of %s: the journaled messages of %s do not match the commit record's "
-            "length/CRC; appending the journaled messages",
+            "commit of %s: the journaled messages of %s do not match the commit "
+            "record's length/CRC; using the journaled messages",
             key,
             name,
         )
@@ -166,25 +222,28 @@ def _check_batch(store, key: str, batch: BatchLocation, transaction: Transaction
     stored = _read(log, batch.offset, min(batch.length, max(0, end - batch.offset)))
     if len(stored) == batch.length and _crc(stored) == batch.crc:
         return None
-    if data.startswith(stored):
-        logger.warning(
-            "commit of %s: %d of %d bytes of its batch are in %s at %d; appending the rest",
-            key,
-            len(stored),
-            len(data),
-            name,
-            batch.offset,
-        )
-        return log.append(data[len(stored) :]) if len(stored) < len(data) else None
+    if end == batch.offset + len(stored) and data.startswith(stored):
+        if len(stored) == len(data):
+            return None
+        if stored:
+            logger.warning(
+                "commit of %s: %d of %d bytes of its batch are in %s at %d; appending the rest",
+                key,
+                len(stored),
+                len(data),
+                name,
+                batch.offset,
+            )
+        return log, data[len(stored) :], False
     logger.error(
-        "commit of %s: %s holds other bytes at offset %d; appending the batch at "
-        "the end (offset %d)",
+        "commit of %s: %s %s offset %d; appending the batch at its end (offset %d)",
         key,
         name,
+        "ends before" if end < batch.offset else "holds other bytes at",
         batch.offset,
         end,
     )
-    return log.append(data)
+    return log, data, True
 
 
 def _read(log, offset: int, length: int) -> bytes:

@@ -58,12 +58,15 @@ LOCAL_TRANSITIONS: dict[tuple[str, str], str] = {
     (IN_USE, ROLLBACK): FINISHED,
 }
 
+# Java's XATransaction texts. "not been prepared" is only said of a branch that could still
+# be prepared (START, IN_USE); later states get "Cannot call commit now.".
 _XA_REFUSALS = {
-    PREPARE: "Prepare cannot be called now.",
+    PREPARE: "Cannot call prepare now.",
     COMMIT_ONE_PHASE: "Cannot call commit now.",
-    COMMIT_TWO_PHASE: "Cannot do 2 phase commit if the transaction has not been prepared.",
+    COMMIT_TWO_PHASE: "Cannot call commit now.",
     ROLLBACK: "Cannot call rollback now.",
 }
+_NOT_PREPARED = "Cannot do 2 phase commit if the transaction has not been prepared."
 _HEURISTIC_CODES = {HEURISTIC_COMMIT: XA_HEURCOM, HEURISTIC_ROLLBACK: XA_HEURRB}
 
 
@@ -90,7 +93,8 @@ def transition(is_xa: bool, key: str, state: str, event: str) -> str:
         raise TransactionError(f"Local transaction '{key}' cannot {event.lower()} now.")
     if state in _HEURISTIC_CODES:
         outcome = "committed" if state == HEURISTIC_COMMIT else "rolled back"
-        raise XAError(
-            _HEURISTIC_CODES[state], f"XA transaction '{key}' was heuristically {outcome}."
-        )
+        text = f"XA transaction '{key}' has been heuristically {outcome}."
+        raise XAError(_HEURISTIC_CODES[state], text)
+    if event == COMMIT_TWO_PHASE and state in (START, IN_USE):
+        raise XAError(XAER_PROTO, _NOT_PREPARED)
     raise XAError(XAER_PROTO, _XA_REFUSALS[event])

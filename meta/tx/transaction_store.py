@@ -149,11 +149,14 @@ class TransactionStore:
         """
         if key == "null":
             raise TransactionError("Transaction key 'null' cannot begin a transaction.")
-        table = self._xa if key.startswith("XID:") else self._sessions.setdefault(session, {})
-        if key in table or key in self._heuristic:
+        is_xa = key.startswith("XID:")
+        if key in (self._xa if is_xa else self._sessions.get(session, {})):
+            return
+        if key in self._heuristic:
             return
         if self._open_count >= TRANSACTIONS_MAX:
             raise TransactionError(f"Too many open transactions ({TRANSACTIONS_MAX}).")
+        table = self._xa if is_xa else self._sessions.setdefault(session, {})
         transaction = Transaction(key, None if key.startswith("XID:") else session)
         table[key] = transaction
         self._open_count += 1
@@ -187,10 +190,9 @@ class TransactionStore:
                 journal failed.
         """
         key = transaction.key
-        if transaction.state is not states.IN_USE:
-            transaction.state = states.transition(
-                transaction.is_xa, key, transaction.state, states.PUT
-            )
+        new_state = states.IN_USE
+        if transaction.state is not new_state:
+            new_state = states.transition(transaction.is_xa, key, transaction.state, states.PUT)
         size = len(record)
         if self.byte_count + size > TRANSACTION_BYTES_MAX:
             raise TransactionError(
@@ -204,6 +206,7 @@ class TransactionStore:
             self.journal.retain(first.number)
         else:
             self.journal.append_encoded(data, first.number)
+        transaction.state = new_state  # only now: the message is journaled (Rule 2)
         records = transaction.batches.get((topic, partition))
         if records is None:
             transaction.batches[(topic, partition)] = [record]
@@ -254,10 +257,14 @@ class TransactionStore:
         self.journal.sync(lambda error: done(None, _xa_failure(error)))
 
     def forget(self, key: str, done: Done) -> None:
-        """FORGET: drop an operator-finished branch from the heuristic table."""
+        """FORGET: drop an operator-finished branch from the heuristic table.
+
+        Any other XA key is answered OK with nothing to do, as Java does.
+        """
         transaction = self._heuristic.get(key)
         if transaction is None:
-            raise XAError(XAER_NOTA, f"XA transaction '{key}' has not been started.")
+            done(None, None)
+            return
         self._journal_append(ForgetRecord(key), transaction, XAER_RMERR)
         del self._heuristic[key]
         if transaction.location is not None:
@@ -419,7 +426,10 @@ class TransactionStore:
         self._timer_count -= 1
         if transaction.state in (states.START, states.IN_USE):
             logger.info("transaction %s timed out; rolling it back", transaction.key)
-            self.rollback(transaction.key, transaction.session, _ignore)
+            try:
+                self.rollback(transaction.key, transaction.session, _ignore)
+            except MetaError as error:  # the journal failed: a restart rolls it back
+                logger.error("could not roll back %s: %s", transaction.key, error)
 
     # -- recovery (called by meta.tx.recovery) -------------------------------------------------
 

@@ -381,7 +381,7 @@ def test_forget_of_a_branch_that_is_only_prepared_is_refused(capsys, broker):
     prepare_branch(broker)
     status, _, err = admin(capsys, broker, "forget", KEY)
     assert status == 1
-    assert "XAER_NOTA" in err
+    assert "is PREPARED" in err and "not heuristically finished" in err
     assert recover_keys(broker) == [KEY]
 
 
