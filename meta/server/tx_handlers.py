@@ -48,26 +48,29 @@ def canonical_key(text: str) -> str:
 def handle_transactional_put(broker, command: Put, connection) -> Reply:
     """Journal one message of a transaction; 200 ``<msgId> <partition> -1`` (§2.7.5)."""
     key = canonical_key(command.tx_key)
+    topic = command.topic
     partition = command.partition
     transactions = broker.transactions
     try:
         transaction = transactions.check_put(key, connection)
         if partition == -1:
             raise TransactionError("Invalid partition for transaction command:-1")
-        broker.partition_for_put(command.topic, partition)
+        if (topic, partition) not in transaction.batches:  # checked once per transaction
+            broker.partition_for_put(topic, partition)
         data = command.data
         crc = zlib.crc32(data) & CHECKSUM_MASK
         if command.checksum is not None and command.checksum != -1 and command.checksum != crc:
             raise TransactionError(CHECKSUM_FAILURE)
         msg_id = broker.ids.next_id()
         record = HEADER.pack(len(data), crc, msg_id, command.flag) + data
-        transactions.put(transaction, command.topic, partition, record)
+        transactions.put(transaction, topic, partition, record)
     except MetaError as error:
         broker.counters.put_failed += 1
         text = error.message if isinstance(error, XAError) else str(error)
         return encode_result(500, (text or "").encode(), command.opaque)
-    broker.record_put(command.topic, partition, len(data))
-    return encode_result(200, b"%d %d -1" % (msg_id, partition), command.opaque)
+    broker.record_put(topic, partition, len(data))
+    body = b"%d %d -1" % (msg_id, partition)
+    return b"result 200 %d %d\r\n%s" % (len(body), command.opaque, body)
 
 
 def handle_transaction(broker, command: Transaction, connection) -> Reply:

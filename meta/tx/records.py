@@ -10,8 +10,9 @@ not readable. A file starts with the 8-byte ``FILE_MAGIC``; then records follow,
 
 Bodies::
 
-    APPEND    key, topic, i32 partition, u32 n, n bytes: the stored message record
-              (20-byte header with the message id allocated at put time, then the payload)
+    APPEND    key, topic, i32 partition, u32 n, n bytes: the transaction's messages for that
+              partition as stored message records back to back, in put order (each a 20-byte
+              header with the message id given at put time, then the payload)
     PREPARE   key
     COMMIT    key, u8 was_prepared, u8 outcome, u16 count,
               count x (topic, i32 partition, i64 offset, u32 length, u32 crc)
@@ -53,7 +54,7 @@ _LOCATION = struct.Struct(">iqII")
 
 @dataclass(frozen=True, slots=True)
 class AppendRecord:
-    """One message put into a transaction: ``record`` is the stored message record."""
+    """Messages of a transaction for one partition: ``record`` is their stored records."""
 
     key: str
     topic: str
@@ -108,18 +109,6 @@ class ForgetRecord:
 Record = AppendRecord | PrepareRecord | CommitRecord | RollbackRecord | ForgetRecord
 
 
-_LENGTH_KIND = struct.Struct(">IB")
-_U32 = struct.Struct(">I")
-
-
-def encode_append(key: str, topic: str, partition: int, record: bytes) -> bytes:
-    """``encode(AppendRecord(...))`` without building the record: the put hot path."""
-    head = _string(key) + _string(topic) + _I32_U32.pack(partition, len(record))
-    assert len(head) + len(record) <= BODY_BYTES_MAX
-    after_crc = _LENGTH_KIND.pack(len(head) + len(record), APPEND) + head
-    return b"".join((_U32.pack(zlib.crc32(record, zlib.crc32(after_crc))), after_crc, record))
-
-
 def _string(text: str) -> bytes:
     data = text.encode()
     return _U16.pack(len(data)) + data
@@ -127,8 +116,6 @@ def _string(text: str) -> bytes:
 
 def encode(record: Record) -> bytes:
     """Return the framed bytes of ``record`` (header and body)."""
-    if isinstance(record, AppendRecord):
-        return encode_append(record.key, record.topic, record.partition, record.record)
     kind, body = _encode_body(record)
     length = len(body)
     assert length <= BODY_BYTES_MAX
@@ -137,6 +124,9 @@ def encode(record: Record) -> bytes:
 
 
 def _encode_body(record: Record) -> tuple[int, bytes]:
+    if isinstance(record, AppendRecord):
+        head = _string(record.key) + _string(record.topic)
+        return APPEND, head + _I32_U32.pack(record.partition, len(record.record)) + record.record
     if isinstance(record, PrepareRecord):
         return PREPARE, _string(record.key)
     if isinstance(record, CommitRecord):

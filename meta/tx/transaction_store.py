@@ -43,12 +43,12 @@ from meta.tx.records import (
     HEURISTIC_COMMIT,
     HEURISTIC_NONE,
     HEURISTIC_ROLLBACK,
+    AppendRecord,
     BatchLocation,
     CommitRecord,
     ForgetRecord,
     PrepareRecord,
     RollbackRecord,
-    encode_append,
 )
 
 logger = logging.getLogger("meta.tx")
@@ -68,7 +68,17 @@ _HEURISTIC_STATES = {
 class Transaction:
     """One open transaction (local or an XA branch) and the messages put into it."""
 
-    __slots__ = ("batches", "byte_count", "is_xa", "key", "location", "session", "state", "timer")
+    __slots__ = (
+        "batches",
+        "byte_count",
+        "is_xa",
+        "key",
+        "location",
+        "message_count",
+        "session",
+        "state",
+        "timer",
+    )
 
     def __init__(self, key: str, session: object | None, state: str = states.START) -> None:
         self.key = key
@@ -76,7 +86,10 @@ class Transaction:
         self.session = session
         self.state = state
         # (topic, partition) -> stored message records, in put order.
+        # (topic, partition) -> stored message records in put order; once journaled, one
+        # blob of all of them.
         self.batches: dict[tuple[str, int], list[bytes]] = {}
+        self.message_count = 0
         self.byte_count = 0
         self.location: JournalLocation | None = None
         self.timer: Any = None
@@ -183,35 +196,33 @@ class TransactionStore:
         return transaction
 
     def put(self, transaction: Transaction, topic: str, partition: int, record: bytes) -> None:
-        """Journal one message of a transaction and keep it until commit (wire spec §2.7.5).
+        """Keep one message of a transaction until it is prepared or committed (§2.7.5).
+
+        Nothing is journaled yet: a transaction that is neither prepared nor committed is
+        rolled back by a crash anyway, so its messages are journaled at PREPARE or COMMIT,
+        one APPEND record per partition.
 
         Raises:
-            MetaError: the transaction no longer takes messages, a bound is reached, or the
-                journal failed.
+            MetaError: the transaction no longer takes messages, or a bound is reached.
         """
-        key = transaction.key
         new_state = states.IN_USE
         if transaction.state is not new_state:
-            new_state = states.transition(transaction.is_xa, key, transaction.state, states.PUT)
+            new_state = states.transition(
+                transaction.is_xa, transaction.key, transaction.state, states.PUT
+            )
         size = len(record)
         if self.byte_count + size > TRANSACTION_BYTES_MAX:
             raise TransactionError(
                 f"Open transactions already hold {self.byte_count} bytes "
                 f"(at most {TRANSACTION_BYTES_MAX}); commit or roll back first."
             )
-        data = encode_append(key, topic, partition, record)
-        first = transaction.location
-        if first is None:
-            transaction.location = first = self.journal.append_encoded(data)
-            self.journal.retain(first.number)
-        else:
-            self.journal.append_encoded(data, first.number)
-        transaction.state = new_state  # only now: the message is journaled (Rule 2)
+        transaction.state = new_state  # only once the put is taken (Rule 2)
         records = transaction.batches.get((topic, partition))
         if records is None:
             transaction.batches[(topic, partition)] = [record]
         else:
             records.append(record)
+        transaction.message_count += 1
         transaction.byte_count += size
         self.byte_count += size
 
@@ -225,11 +236,19 @@ class TransactionStore:
             self._finish(transaction)
             done(XA_RDONLY, None)
             return
-        assert transaction.location is not None
+        self._journal_batches(transaction, XAER_RMERR)
         self._journal_append(PrepareRecord(key), transaction, XAER_RMERR)
         transaction.state = new_state
         self._cancel_timer(transaction)
         self.journal.sync(lambda error: done(None if error else XA_OK, _xa_failure(error)))
+
+    def _journal_batches(self, transaction: Transaction, code: int) -> None:
+        """Journal each partition's messages as one APPEND record (they become one blob)."""
+        key = transaction.key
+        for (topic, partition), records in transaction.batches.items():
+            data = records[0] if len(records) == 1 else b"".join(records)
+            records[:] = [data]
+            self._journal_append(AppendRecord(key, topic, partition, data), transaction, code)
 
     def commit(self, key: str, session: object, one_phase: bool, done: Done) -> None:
         """COMMIT_ONE_PHASE / COMMIT_TWO_PHASE: ``done(None, None)`` once every batch is stored."""
@@ -293,10 +312,7 @@ class TransactionStore:
 
     def describe(self) -> list[tuple[str, str, int, int]]:
         """(key, state, message count, bytes) of every live transaction, for operators."""
-        return [
-            (t.key, t.state, sum(len(b) for b in t.batches.values()), t.byte_count)
-            for t in self.live_transactions()
-        ]
+        return [(t.key, t.state, t.message_count, t.byte_count) for t in self.live_transactions()]
 
     def session_closed(self, session: object) -> int:
         """Roll back the open local transactions of a closed connection (DECISIONS 7)."""
@@ -316,13 +332,17 @@ class TransactionStore:
     def _commit(self, transaction: Transaction, outcome: int, done: Done) -> None:
         """Journal the commit with its batch locations, reserve them, append after the sync."""
         was_prepared = transaction.state == states.PREPARED
-        parts = []
-        for (topic, partition), records in transaction.batches.items():
+        logs = []
+        for topic, partition in transaction.batches:
             log = self._store.get(topic, partition) or self._store.get_or_create(topic, partition)
             if not log.accepts_appends:
                 self._rollback_failed_commit(transaction, was_prepared)
                 raise XAError(XA_RBOTHER, f"partition {log.name} refuses appends; rolled back.")
-            parts.append((log, b"".join(records)))
+            logs.append(log)
+        if not was_prepared:
+            self._journal_batches(transaction, XAER_RMFAIL)
+        batches = transaction.batches.values()
+        parts = [(log, records[0]) for log, records in zip(logs, batches, strict=True)]
         locations = tuple(
             BatchLocation(log.topic, log.partition, log.next_offset, len(data), _crc(data))
             for log, data in parts
@@ -384,9 +404,13 @@ class TransactionStore:
     # -- helpers -----------------------------------------------------------------------------
 
     def _journal_append(self, record: Any, transaction: Transaction, code: int) -> None:
+        """Append to the transaction's journal file (its first record starts one)."""
         number = transaction.location.number if transaction.location is not None else None
         try:
-            self.journal.append(record, number)
+            location = self.journal.append(record, number)
+            if number is None:
+                transaction.location = location
+                self.journal.retain(location.number)
         except MetaError as error:
             raise (
                 XAError(code, str(error)) if transaction.is_xa else TransactionError(str(error))

@@ -48,7 +48,6 @@ def test_an_open_transaction_is_rolled_back_by_a_crash(broker):
         fill(Wire(connection), "TX:sid:1")
     broker.kill()
     restart(broker)
-    assert "1 transactions rolled back" in broker.log()
     with broker.connect() as connection:
         wire = Wire(connection)
         assert wire.messages(0) == []
@@ -141,7 +140,6 @@ def test_a_torn_journal_tail_is_cut_and_recovery_completes(broker):
     restart(broker)
     log = broker.log()
     assert "cutting 90 bytes" in log
-    assert "1 transactions rolled back" in log
     with broker.connect() as connection:
         wire = Wire(connection)
         assert wire.messages(0) == MESSAGES

@@ -22,7 +22,6 @@ from meta.tx.records import (
     RollbackRecord,
     decode_body,
     encode,
-    encode_append,
     read_record,
 )
 
@@ -115,12 +114,6 @@ records = st.one_of(
 def test_every_record_kind_round_trips(record):
     data = encode(record)
     assert read_record(data, 0) == (record, len(data))
-
-
-@given(keys, keys, partitions, st.binary(max_size=200))
-def test_the_append_fast_path_encodes_like_encode(key, topic, partition, message):
-    expected = encode(AppendRecord(key, topic, partition, message))
-    assert encode_append(key, topic, partition, message) == expected
 
 
 @given(records)

@@ -25,6 +25,8 @@ from meta.tx.records import CommitRecord
 from tests.store.conftest import EIO, collect, record
 from tests.tx.conftest import LOCAL, XID, Done, TxBroker, journal_records, tx_config
 
+XID_2 = "XID:1:0b:0c:q"
+
 SEGMENT_0 = "test-0/00000000000000000000.meta"
 REDO_1 = "transactions/redo.1"
 
@@ -607,24 +609,43 @@ def test_committed_bytes_no_longer_count_against_the_bound(broker, monkeypatch):
 def test_a_finished_transaction_lets_its_old_journal_file_go(tmp_path):
     """Goal: a redo file is deleted once it is not current and its transactions finished.
 
-    Method: with a tiny file size, transaction 1 fills redo.1, transaction 2 starts in
-    redo.2; committing transaction 1 must delete redo.1.
+    Method: with a tiny file size, prepared branch 1 fills redo.1, branch 2 starts in
+    redo.2; committing branch 1 must delete redo.1.
     """
     broker = TxBroker(tx_config(tmp_path, tx_journal_file_bytes=40))
-    begun(broker, "TX:s:1").put("TX:s:1", [b"a"])
-    begun(broker, "TX:s:2").put("TX:s:2", [b"b"])
+    for key in (XID, XID_2):
+        begun(broker, key, None).put(key, [b"a"], session=None)
+        broker.prepare(key)
+        broker.run()
     assert broker.journal.file_numbers == [1, 2]
-    broker.commit("TX:s:1")
+    broker.commit(XID, None, one_phase=False)
+    broker.run()
     assert broker.journal.file_numbers == [2]
     assert not os.path.exists(os.path.join(broker.journal_directory, "redo.1"))
 
 
-def test_an_open_transaction_keeps_its_journal_file(tmp_path):
+def test_a_prepared_branch_keeps_its_journal_file(tmp_path):
     broker = TxBroker(tx_config(tmp_path, tx_journal_file_bytes=40))
-    begun(broker, "TX:s:1").put("TX:s:1", [b"a"])
-    begun(broker, "TX:s:2").put("TX:s:2", [b"b"])
-    broker.commit("TX:s:2")
+    for key in (XID, XID_2):
+        begun(broker, key, None).put(key, [b"a"], session=None)
+        broker.prepare(key)
+        broker.run()
+    broker.commit(XID_2, None, one_phase=False)
+    broker.run()
     assert 1 in broker.journal.file_numbers
+
+
+def test_an_open_transaction_journals_nothing_until_it_commits(broker):
+    """Messages are journaled at PREPARE or COMMIT, one APPEND record per partition."""
+    begun(broker).put(LOCAL, [b"a", b"b"])
+    broker.end_of_batch()
+    assert journal_records(broker.journal_directory) == []
+    broker.commit(LOCAL)
+    broker.run()
+    kinds = [
+        type(record).__name__ for _location, record in journal_records(broker.journal_directory)
+    ]
+    assert kinds == ["AppendRecord", "CommitRecord"]
 
 
 def test_threshold_mode_answers_a_commit_only_after_its_batch_is_written(tmp_path):
