@@ -78,6 +78,15 @@ class StoreManager:
         """The file layer every partition (and the transaction journal) uses."""
         return self._files
 
+    def set_config(self, config: BrokerConfig) -> None:
+        """Use a reloaded configuration for partitions created from now on.
+
+        Open partitions keep their files and flush settings; which topics and partition
+        numbers new puts may create is decided by ``config`` from now on.
+        """
+        self._config = config
+        self._accepted.clear()
+
     # -- loading -------------------------------------------------------------------------
 
     def load(self) -> None:
