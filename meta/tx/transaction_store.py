@@ -5,9 +5,14 @@ Processor`` with its ``JournalTransactionStore``; zk spec §4, wire spec §2.7).
 transactions live in their connection's session, XA branches in one broker-wide table, and
 operator-finished (heuristic) branches in a third table until FORGET.
 
+Messages are kept in memory until PREPARE or COMMIT, which journal them (one APPEND record
+per partition) ahead of the PREPARE / COMMIT record: a transaction that is neither prepared
+nor committed is rolled back by a crash anyway.
+
 Commit protocol (the heart of crash safety, docs/formats.md):
     1. each partition's batch gets its offset (the partition's next offset) and CRC;
-    2. the COMMIT record naming those locations is written to the journal;
+    2. the APPEND records (unless prepared before) and the COMMIT record naming those
+       locations are written to the journal;
     3. the offsets are reserved in the partitions (``PartitionLog.reserve``), in the same
        reactor turn, so they are exactly the offsets the record names;
     4. once the journal has synced the record (``flushTxLogAtCommit``), each batch fills its
@@ -16,8 +21,9 @@ A batch is therefore never written before its COMMIT record, and recovery, which
 named location by CRC, appends exactly the batches that are missing.
 
 Invariants:
-    * A transaction with journal records retains its first record's file until it is finished
-      (and, for a heuristic outcome, until FORGET); ``location`` orders checkpoints.
+    * A transaction with journal records (prepared, committing) retains its first record's
+      file until it is finished (and, for a heuristic outcome, until FORGET); ``location``
+      orders checkpoints. An open transaction has no record, pins nothing.
     * Messages of a transaction are in memory only while it is open: at most
       ``TRANSACTIONS_MAX`` open transactions and ``TRANSACTION_BYTES_MAX`` bytes in all.
     * A transaction is removed from its table only when FINISHED (or moved to the heuristic
@@ -337,7 +343,8 @@ class TransactionStore:
             log = self._store.get(topic, partition) or self._store.get_or_create(topic, partition)
             if not log.accepts_appends:
                 self._rollback_failed_commit(transaction, was_prepared)
-                raise XAError(XA_RBOTHER, f"partition {log.name} refuses appends; rolled back.")
+                text = f"partition {log.name} refuses appends; the transaction was rolled back."
+                raise _failure(transaction, XA_RBOTHER, text)
             logs.append(log)
         if not was_prepared:
             self._journal_batches(transaction, XAER_RMFAIL)
@@ -381,14 +388,11 @@ class TransactionStore:
             # The COMMIT record stands: the transaction stays COMMITTING (its journal file and
             # the checkpoint stay pinned), and recovery appends what is missing at restart.
             logger.error("commit of %s failed to store: %s", transaction.key, failures[0])
-            done(
-                None,
-                XAError(
-                    XAER_RMFAIL,
-                    f"Commit of '{transaction.key}' could not be stored: "
-                    f"{failures[0]}; a broker restart completes it.",
-                ),
+            text = (
+                f"Commit of '{transaction.key}' could not be stored: {failures[0]}; "
+                "a broker restart completes it."
             )
+            done(None, _failure(transaction, XAER_RMFAIL, text))
             return
         transaction.state = states.FINISHED
         self._finish(transaction, outcome)
@@ -472,6 +476,11 @@ class TransactionStore:
         """Cancel every timeout (the broker is stopping)."""
         for transaction in self.live_transactions():
             self._cancel_timer(transaction)
+
+
+def _failure(transaction: Transaction, code: int, text: str) -> MetaError:
+    """An XA error for a branch; plain text for a local transaction (as Java answers)."""
+    return XAError(code, text) if transaction.is_xa else TransactionError(text)
 
 
 def _crc(data: bytes) -> int:
