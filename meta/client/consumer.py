@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from meta.client.balance import STRATEGIES
 from meta.client.cluster import Partition, consumer_id_string, validate_group, validate_topic
+from meta.client.delivery import Subscription
 from meta.client.fetch import LONG_MAX, FetchManager, FetchSettings, RejectHandler
 from meta.client.message import Message
 from meta.client.recover import DEFAULT_DIRECTORY, RecoverManager, RecoverStore
@@ -172,13 +173,20 @@ class MessageConsumer:
         self._recover_store: RecoverStore | None = None
         self._recover_manager: RecoverManager | None = None
 
-    def subscribe(self, topic: str, max_size: int, listener: Any) -> MessageConsumer:
+    def subscribe(
+        self, topic: str, max_size: int, listener: Any, message_filter: Any = None
+    ) -> MessageConsumer:
         """Record a subscription (spec §3.2); fetching starts with ``complete_subscribe``.
 
         Args:
             topic: the topic.
             max_size: bytes asked for per fetch (> 0).
-            listener: ``listener(message)``, or an object with ``receive_messages(message)``.
+            listener: ``listener(message)``, or an object with ``receive_messages(message)``
+                and optionally an ``executor`` (``concurrent.futures.Executor``) that runs
+                its batches (see ``meta.client.delivery``).
+            message_filter: None, ``filter(group, message) -> bool`` or an object with
+                ``accept(group, message)``; rejected messages skip the listener but count
+                as consumed (spec §3.6).
 
         Raises:
             ClientError: after ``complete_subscribe``, a topic subscribed twice, or a bad
@@ -187,13 +195,21 @@ class MessageConsumer:
         validate_topic(topic)
         if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size <= 0:
             raise ClientError(f"max_size must be a positive int, got {max_size!r}")
+        if not callable(getattr(listener, "receive_messages", listener)):
+            raise ClientError(f"listener {listener!r} is neither callable nor has receive_messages")
+        accept = getattr(message_filter, "accept", message_filter)
+        if message_filter is not None and not callable(accept):
+            raise ClientError(
+                f"message_filter {message_filter!r} is neither callable nor has accept"
+            )
+        group = self.config.group
         with self._lock:
             self._check_open()
             if self._completed:
                 raise ClientError("subscribe after complete_subscribe")
             if topic in self._subscriptions:
                 raise ClientError(f"topic {topic} is already subscribed by this consumer")
-            self._subscriptions[topic] = (max_size, listener)
+            self._subscriptions[topic] = (max_size, Subscription(group, listener, message_filter))
         return self
 
     def get(self, topic: str, partition: Partition, offset: int, max_size: int = 1 << 20) -> Any:

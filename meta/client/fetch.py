@@ -382,7 +382,11 @@ class FetchManager:
         base = request.next_offset
         if request.retries > self._settings.max_fetch_retries and self._reject_head(request, data):
             return
-        batch = self._deliver(request, data, base)
+        executor = getattr(self._listeners[request.topic], "executor", None)
+        if executor is None:
+            batch = self._deliver(request, data, base)
+        else:  # the listener's executor runs the batch; this thread waits (partition order)
+            batch = executor.submit(self._deliver, request, data, base).result()
         self._finish(request, base, batch)
         if batch.invalid is not None:
             self._jump_to_segment_start(request, batch.invalid)

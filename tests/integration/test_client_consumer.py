@@ -7,6 +7,8 @@ owners. Every wait polls a condition with a deadline.
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
 import time
 
 import pytest
@@ -25,7 +27,9 @@ from tests.integration.client_helpers import (
     zk_config,
 )
 
-TOPICS = {name: {"numPartitions": 4} for name in ("all", "resume", "group", "poll")}
+TOPICS = {
+    name: {"numPartitions": 4} for name in ("all", "resume", "group", "poll", "filter", "executor")
+}
 PARTITIONS = sorted((f"{b}-{p}" for b in (1, 2) for p in range(4)), key=java_string_key)
 
 
@@ -132,3 +136,61 @@ def test_long_polling_delivers_a_new_message_before_the_backoff_would(factories)
     assert producer.send_message(Message("poll", b"wake up")).success
     wait_for(lambda: collector.messages, timeout_s=5.0, what="the message")
     assert collector.times[0] - sent_at < 3.0
+
+
+def test_a_message_filter_skips_rejected_messages_and_the_offset_moves_past_them(
+    factories, admin, cluster
+):
+    """Goal: rejected messages never reach the listener but count as consumed (spec §3.6).
+
+    Method: 20 messages, a filter accepting the even-numbered payloads; once the accepted
+    ones arrived and offsets are committed, every partition's committed offset is its end.
+    """
+    factory = factories()
+    produce(factory, "filter", 20)
+    collector = Collector()
+    asked = []
+
+    def even(group, message):
+        asked.append(group)
+        return int(message.data[1:]) % 2 == 0
+
+    consumer = factory.create_consumer(
+        ConsumerConfig("g-filter", zk_sync_s=0.5, commit_offset_period_ms=200)
+    )
+    consumer.subscribe("filter", 64 * 1024, collector, message_filter=even)
+    consumer.complete_subscribe()
+    wait_for(lambda: len(collector.messages) == 10, what="the 10 accepted messages")
+    assert sorted(int(m.data[1:]) for m in collector.messages) == list(range(0, 20, 2))
+    consumer.shutdown()
+    assert set(asked) == {"g-filter"} and len(asked) == 20
+    committed = {
+        name: parse_offset(
+            admin.get(f"{cluster}/consumers/g-filter/offsets/filter/{name}")[0].decode()
+        )
+        for name in admin.get_children(f"{cluster}/consumers/g-filter/offsets/filter")
+    }
+    record_bytes = [20 + len(b"m%d" % n) for n in range(20)]  # header + payload
+    assert sum(offset for _id, offset in committed.values()) == sum(record_bytes)
+
+
+def test_a_listener_with_an_executor_has_its_batches_run_there(factories):
+    factory = factories()
+    sent = produce(factory, "executor", 12)
+    threads = set()
+
+    class Listener(Collector):
+        executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="listener-pool")
+
+        def receive_messages(self, message):
+            threads.add(threading.current_thread().name)
+            super().receive_messages(message)
+
+    listener = Listener()
+    try:
+        consumer_of(factory, "executor", "g-executor", listener)
+        wait_for(lambda: listener.ids() == sent, what="all 12 messages")
+    finally:
+        factory.shutdown()
+        Listener.executor.shutdown()
+    assert threads and all(name.startswith("listener-pool") for name in threads)
