@@ -13,6 +13,7 @@ from meta.client.cluster import BrokerAddress, Partition
 from meta.client.consumer import ConsumerConfig, MessageConsumer
 from meta.client.factory import MetaClientConfig, MetaMessageSessionFactory
 from meta.client.fetch import PartitionControl, ReceivedMessage
+from meta.client.log_handler import MetaLogHandler
 from meta.client.message import Message, SendResult
 from meta.client.ordered import OrderedMessageProducer, parse_partitions_info
 from meta.client.producer import MessageProducer
@@ -38,6 +39,7 @@ __all__ = [
     "MessageIterator",
     "MessageConsumer",
     "MessageProducer",
+    "MetaLogHandler",
     "MetaClientConfig",
     "MetaMessageSessionFactory",
     "OrderedMessageProducer",

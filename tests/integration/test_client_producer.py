@@ -7,6 +7,7 @@ brokers run their own. Every wait polls a condition with a deadline.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -18,6 +19,7 @@ from meta.client import (
     HashPartitionSelector,
     Message,
     MetaClientConfig,
+    MetaLogHandler,
     MetaMessageSessionFactory,
     Partition,
 )
@@ -29,7 +31,7 @@ from tests.integration.broker_process import BrokerProcess, free_port
 from tests.integration.client_helpers import WAIT_S, make_root, wait_for, zk_config
 from tests.integration.zookeeper import expire_session, lose_connection
 
-TOPICS = {name: {"numPartitions": 2} for name in ("rr", "bytes", "hash", "async", "spread")}
+TOPICS = {name: {"numPartitions": 2} for name in ("rr", "bytes", "hash", "async", "spread", "logs")}
 
 
 def start_broker(directory, zookeeper, root: str, broker_id: int, topics=None) -> BrokerProcess:
@@ -328,3 +330,25 @@ def test_unpublishing_the_last_reference_releases_the_brokers(zookeeper, zk_root
         three = factory.create_producer()
         three.publish("fake")  # the old watch is reused
         assert factory._pool.uris() == ["meta://127.0.0.1:1111"]
+
+
+def test_the_log_handler_sends_application_records_to_a_topic(factory):
+    """MetaLogHandler with a real producer: every record arrives in the topic, formatted."""
+    handler = MetaLogHandler(factory.create_producer(), "logs")
+    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+    logger = logging.getLogger("app.integration")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        for n in range(5):
+            logger.info("event %d", n)
+        wait_for(lambda: handler.sent == 5, what="5 records sent")
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    stored = []
+    for partition in factory.get_partitions_for_topic("logs"):
+        result = factory.get("logs", partition, 0)
+        stored += [message.data for message in result or []]
+    assert sorted(stored) == [b"app.integration INFO event %d" % n for n in range(5)]
