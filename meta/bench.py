@@ -45,7 +45,7 @@ REPLY_TIMEOUT_S = 30.0
 RECEIVE_BYTES = 64 * 1024
 MAX_SIZE_DEFAULT = 1024 * 1024
 OPAQUE_MAX = 2**31 - 1
-SCENARIO_NAMES = ("sync", "pipelined", "concurrent", "client", "consume", "latency", "tx")
+SCENARIO_NAMES = ("sync", "pipelined", "concurrent", "client", "consume", "latency", "tx", "e2e")
 TOPICS = tuple(f"bench-{name}" for name in SCENARIO_NAMES)
 _LENGTH = struct.Struct(">i")
 

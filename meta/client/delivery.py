@@ -6,7 +6,7 @@ to, and ``ProcessedIds``, the process-wide LRU of messages already processed.
 For each message ``Subscription``:
     1. skips it when ``group + msgId`` is in the ``ProcessedIds`` cache (a message delivered
        again after a rebalance or a failed offset commit is not processed twice while it is
-       remembered; the cache holds ``PROCESSED_IDS_MAX`` entries, as Java's default);
+       remembered; the cache holds the last ``PROCESSED_IDS_MAX`` entries, Java's default);
     2. asks the message filter, if any: ``filter(group, message)`` or an object with
        ``accept(group, message)``; a rejected message, or one whose filter raised, is not
        given to the listener but still counts as consumed (Java's rule);
@@ -33,7 +33,10 @@ PROCESSED_IDS_MAX = 4096
 
 
 class ProcessedIds:
-    """A bounded, thread-safe LRU set of ``(group, msg_id)``."""
+    """A bounded, thread-safe set of the ``capacity`` most recently added ``(group, msg_id)``.
+
+    Lookups take no lock (a dict lookup is atomic); adds do. The oldest entry goes first.
+    """
 
     def __init__(self, capacity: int = PROCESSED_IDS_MAX) -> None:
         assert capacity > 0
@@ -42,18 +45,17 @@ class ProcessedIds:
         self._lock = threading.Lock()
 
     def __contains__(self, key: tuple[str, int]) -> bool:
-        with self._lock:
-            if key in self._entries:
-                self._entries.move_to_end(key)
-                return True
-            return False
+        return key in self._entries
 
     def add(self, key: tuple[str, int]) -> None:
         with self._lock:
-            self._entries[key] = None
-            self._entries.move_to_end(key)
-            if len(self._entries) > self._capacity:
-                self._entries.popitem(last=False)
+            entries = self._entries
+            if key in entries:
+                entries.move_to_end(key)
+                return
+            entries[key] = None
+            if len(entries) > self._capacity:
+                entries.popitem(last=False)
 
     def __len__(self) -> int:
         with self._lock:
@@ -87,16 +89,17 @@ class Subscription:
         return getattr(self.listener, "executor", None)
 
     def __call__(self, message: Any) -> None:
+        """Deliver one ``ReceivedMessage`` (see the module docstring)."""
         key = (self.group, message.id)
-        if key in self._processed:
+        processed = self._processed
+        if key in processed:
             return
         if self._accept is not None and not self._accepted(message):
             return
         self._receive(message)
-        control = getattr(message, "partition_control", None)
-        auto_ack = control is None or control.auto_ack
-        if auto_ack and not getattr(message, "rollback_only", False):
-            self._processed.add(key)
+        control = message.partition_control
+        if (control is None or control.auto_ack) and not message.rollback_only:
+            processed.add(key)
 
     def _accepted(self, message: Any) -> bool:
         try:

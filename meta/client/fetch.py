@@ -394,14 +394,16 @@ class FetchManager:
     def _deliver(self, request: FetchRequest, data: bytes, base: int) -> _Batch:
         """Call the listener on each complete message until one fails or the batch ends."""
         listener = self._listeners[request.topic]
+        receive = getattr(listener, "receive_messages", listener)
         control = request.control
+        topic, partition = request.topic, request.partition
         batch = _Batch()
         try:
             for record in iter_messages(data, base):
-                message = ReceivedMessage.from_record(request.topic, record, request.partition)
+                message = ReceivedMessage.from_record(topic, record, partition)
                 message.partition_control = control
                 try:
-                    call_listener(listener, message)
+                    receive(message)
                 except Exception:
                     log.exception("listener failed on %s/%s@%d", *request.key, record.offset)
                     message.rollback_only = True

@@ -12,11 +12,11 @@ def message(msg_id: int, data: bytes = b"d") -> ReceivedMessage:
     return received
 
 
-def test_the_lru_forgets_the_least_recently_used_entry():
+def test_the_cache_forgets_the_least_recently_added_entry():
     processed = ProcessedIds(2)
     processed.add(("g", 1))
     processed.add(("g", 2))
-    assert ("g", 1) in processed  # now the most recently used
+    processed.add(("g", 1))  # added again: now the newest
     processed.add(("g", 3))
     assert ("g", 2) not in processed
     assert ("g", 1) in processed and ("g", 3) in processed and len(processed) == 2
