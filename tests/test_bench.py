@@ -55,9 +55,15 @@ def test_quick_run_reports_every_scenario(tmp_path: Path):
     assert consume["mb_per_s"] > 0
     latency = rows[("latency", "0")]
     assert 0 < latency["p50_ms"] <= latency["p99_ms"] <= latency["p999_ms"]
+    consumer = rows[("consumer", "1000")]
+    assert consumer["messages"] == report["parameters"]["backlog_messages"]
+    assert consumer["msg_per_s"] > 0
+    e2e = rows[("e2e", "0")]
+    assert e2e["messages"] > 0 and 0 < e2e["p50_ms"] <= e2e["p99_ms"]
     for mode in ("0", "1", "1000"):
         tx = rows[("tx", mode)]
         assert tx["transactions"] > 0 and tx["messages"] == 10 * tx["transactions"]
-    assert {entry["scenario"] for entry in report["targets"]} >= {"pipelined", "consume", "tx"}
+    scenarios = {entry["scenario"] for entry in report["targets"]}
+    assert scenarios >= {"pipelined", "consume", "tx", "consumer", "e2e"}
     assert all(entry["ratio"] > 0 for entry in report["targets"])
     assert not list(tmp_path.glob("metaq-bench-*")), "temporary broker dirs were left behind"
