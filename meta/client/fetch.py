@@ -42,84 +42,23 @@ from typing import TYPE_CHECKING, Any
 
 from meta.client.cluster import BrokerAddress, Partition
 from meta.client.message import Message
+from meta.client.received import PartitionControl, ReceivedMessage
 from meta.errors import ClientError, InvalidRecordError
 from meta.protocol.commands import Data, Get, Offset, Result
-from meta.protocol.message import iter_messages
+from meta.protocol.message import HEADER_SIZE, iter_messages
 
 if TYPE_CHECKING:
     from meta.client.factory import ConnectionPool
 
 log = logging.getLogger("meta.client")
 
+FETCH_BYTES_MAX = 64 * 1024 * 1024
+"""The largest fetch size a request grows to (a client connection's reply limit)."""
 LONG_MAX = 2**63 - 1
 """Java's ``Long.MAX_VALUE``: a get at this offset is answered 301 with the max offset."""
 
 Listener = Callable[[Message], Any]
 RejectHandler = Callable[[Message], Any]
-
-
-class PartitionControl:
-    """Manual acknowledgement of one partition (Java's ``commons.cluster.Partition`` flags).
-
-    Owned by a ``FetchRequest``, so ``auto_ack`` persists across batches (until the next
-    rebalance builds new requests); ``acked`` and ``rolled_back`` last one batch.
-    """
-
-    def __init__(self) -> None:
-        self.auto_ack = True
-        self.acked = False
-        self.rolled_back = False
-
-    def set_auto_ack(self, auto_ack: bool) -> None:
-        """Switch between auto mode (default) and manual mode (``False``)."""
-        self.auto_ack = bool(auto_ack)
-
-    def ack(self) -> None:
-        """Commit this message and every one since the last ack; ends the batch.
-
-        Raises:
-            ClientError: in auto mode, or after ``rollback()`` in the same batch.
-        """
-        self._check_manual("ack", "rollback" if self.rolled_back else None)
-        self.acked = True
-
-    def rollback(self) -> None:
-        """Forget every message since the last ack (they are delivered again); ends the batch.
-
-        Raises:
-            ClientError: in auto mode, or after ``ack()`` in the same batch.
-        """
-        self._check_manual("rollback", "ack" if self.acked else None)
-        self.rolled_back = True
-
-    def reset(self) -> None:
-        """Clear the per-batch flags (the fetch loop calls this at the end of a batch)."""
-        self.acked = False
-        self.rolled_back = False
-
-    def _check_manual(self, call: str, earlier: str | None) -> None:
-        if self.auto_ack:
-            raise ClientError(f"{call}() is invalid in auto-ack mode: call set_auto_ack(False)")
-        if earlier is not None:
-            raise ClientError(f"{call}() after {earlier}() in the same batch")
-
-
-@dataclass(slots=True)
-class ReceivedMessage(Message):
-    """A message given to a listener: a ``Message`` plus its partition's ack handle.
-
-    Attributes:
-        partition_control: the partition's ``PartitionControl`` (a detached one in auto
-            mode for messages redelivered from the recover store).
-        rollback_only: set by ``set_rollback_only()``: the message counts as failed.
-    """
-
-    partition_control: PartitionControl | None = field(default=None, repr=False, compare=False)
-    rollback_only: bool = field(default=False, repr=False, compare=False)
-
-    def set_rollback_only(self) -> None:
-        """Fail this message without raising: the batch stops and it is fetched again."""
-        self.rollback_only = True
 
 
 @dataclass
@@ -160,6 +99,11 @@ class FetchRequest:
     retries: int = 0
     tmp_offset: int = -1
     control: PartitionControl = field(default_factory=PartitionControl, repr=False)
+    initial_max_size: int = 0  # the subscription's size; 0: max_size at creation
+
+    def __post_init__(self) -> None:
+        if not self.initial_max_size:
+            self.initial_max_size = self.max_size
 
     @property
     def key(self) -> tuple[str, str]:
@@ -390,6 +334,36 @@ class FetchManager:
         self._finish(request, base, batch)
         if batch.invalid is not None:
             self._jump_to_segment_start(request, batch.invalid)
+        elif not batch.consumed and not batch.failed and not request.control.rolled_back:
+            self._grow(request, data)
+        elif len(data) < request.max_size // 2 and request.max_size > request.initial_max_size:
+            # Shrink back toward the subscription's size (spec §3.6).
+            request.max_size = max(request.initial_max_size, request.max_size // 2)
+
+    def _grow(self, request: FetchRequest, data: bytes) -> None:
+        """Bytes came back without one whole message: fetch enough for the head message.
+
+        Java doubles the size after ``maxIncreaseFetchDataRetries`` tries; the head record's
+        length says exactly how much is needed, so the next fetch asks for that at once.
+        """
+        if len(data) < HEADER_SIZE:
+            return
+        needed = HEADER_SIZE + int.from_bytes(data[:4], "big", signed=True)
+        if needed <= request.max_size:
+            return
+        size = min(max(needed, 2 * request.max_size), FETCH_BYTES_MAX)
+        if size <= request.max_size:
+            log.error(
+                "%s/%s: the message at offset %d has %d bytes, more than a fetch may get",
+                *request.key, request.next_offset, needed,
+            )  # fmt: skip
+            return
+        log.info(
+            "%s/%s: fetch size %d -> %d for a message of %d bytes at offset %d",
+            *request.key, request.max_size, size, needed, request.next_offset,
+        )  # fmt: skip
+        request.max_size = size
+        request.delay_ms = 0
 
     def _deliver(self, request: FetchRequest, data: bytes, base: int) -> _Batch:
         """Call the listener on each complete message until one fails or the batch ends."""
