@@ -2,9 +2,10 @@
 
 What lives here: the safe integer-expression evaluator (Java evaluated int values with the
 Aviator expression language, so ``1024*1024*1024`` is a valid size), the two boolean rules, the
-``deletePolicy`` grammar (spec section 4.8), the ``deleteWhen`` field-count check, the filter
-target shape (DECISIONS 12), the closest-key suggestion, a Java ``.properties`` reader, and
-``KeySpec`` / ``convert_value``, which turn one raw ini value into a typed, range-checked one.
+``deletePolicy`` grammar (spec section 4.8), the ``deleteWhen`` check (a full Quartz parse by
+``meta.store.retention``), the filter target shape (DECISIONS 12), the closest-key suggestion, a
+Java ``.properties`` reader, and ``KeySpec`` / ``convert_value``, which turn one raw ini value
+into a typed, range-checked one.
 
 Invariants: every parser is pure and reads no file (``path`` values are resolved against the
 home directory and the current working directory), and reports a bad value by raising
@@ -170,23 +171,26 @@ def parse_delete_policy(text: str) -> DeletePolicySpec:
     return DeletePolicySpec(name=name, retention_ms=retention_ms, compress=compress)
 
 
-def check_cron_fields(text: str) -> str:
-    """Check that a Quartz cron expression has 6 or 7 white-space separated fields.
+def check_cron(text: str) -> str:
+    """Check that ``text`` is a Quartz cron expression the retention schedule can run.
 
-    Full evaluation of the expression belongs to the retention scheduler.
+    The whole expression is translated (``meta.store.retention.QuartzCron``), so a bad
+    ``deleteWhen`` stops start-up rather than the first retention run.
 
     Returns:
         The text, stripped.
 
     Raises:
-        ValueError: the field count is wrong.
+        ValueError: the field count is wrong or a field is malformed; the reason names the
+            field and the value.
     """
-    count = len(text.split())
-    if count not in (6, 7):
-        raise ValueError(
-            "a Quartz cron expression needs 6 or 7 fields "
-            f"(sec min hour day-of-month month day-of-week [year]), got {count}"
-        )
+    # Imported here: meta.store.retention imports this module (DeletePolicySpec).
+    from meta.store.retention import CronError, QuartzCron
+
+    try:
+        QuartzCron(text)
+    except CronError as error:
+        raise ValueError(f"not a Quartz cron expression: {error.reason}") from None
     return text.strip()
 
 
@@ -327,7 +331,7 @@ CONVERTERS: dict[str, Callable[[str], object]] = {
     "path": parse_path,
     "zk_root": parse_zk_root,
     "delete_policy": _check_delete_policy,
-    "cron": check_cron_fields,
+    "cron": check_cron,
 }
 _BOUNDS = {"int": (JAVA_INT_MIN, JAVA_INT_MAX), "long": (JAVA_LONG_MIN, JAVA_LONG_MAX)}
 

@@ -16,7 +16,8 @@ Output and backpressure (STYLE 3, 13):
   a queue. Reading from the peer stops while more than ``INFLIGHT_MAX`` requests are
   unanswered or more than ``QUEUED_BYTES_MAX`` reply bytes are queued, and resumes below half.
 * Malformed input closes the connection (Java sends nothing either); replies already queued
-  are still written first.
+  are still written first. A reply whose segment was closed by retention before it was sent
+  closes only its connection.
 
 Reactor thread only.
 """
@@ -30,7 +31,7 @@ from collections import deque
 from twisted.internet import protocol
 from twisted.python.failure import Failure
 
-from meta.errors import LocalProtocolError
+from meta.errors import LocalProtocolError, StoreError
 from meta.protocol.codec import HEADER_BYTES_MAX, NEED_DATA, Decoder
 from meta.protocol.commands import Quit
 from meta.server.handlers import HANDLERS
@@ -182,7 +183,14 @@ class BrokerProtocol(protocol.Protocol):
         sent = _sendfile_now(self.transport, segment, position, remaining)
         if sent == 0:
             size = min(remaining, CHUNK_BYTES)
-            chunk = segment.read(position, size)
+            try:
+                chunk = segment.read(position, size)
+            except StoreError as error:
+                # Retention closed the segment under this reply (its descriptor is gone):
+                # end this connection only; the consumer reconnects and gets 301.
+                log.warning("closing a connection streaming %s: %s", segment.path, error)
+                self._close()
+                return
             if len(chunk) != size:
                 log.error("segment %s shrank while streaming; closing the connection", segment)
                 self._close()

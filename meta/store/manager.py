@@ -3,7 +3,14 @@
 What lives here: ``StoreManager`` (MetaQ's ``MessageStoreManager``): loading every partition
 directory at start-up (spec 4.5 step 1, DECISIONS 10), ``get`` / ``get_or_create`` with the
 topic and partition checks of spec 2.1 step 4, the background flush timers of threshold mode
-(spec 4.6) and the orderly close.
+(spec 4.6), the retention schedule (spec 4.8) and the orderly close.
+
+Retention: ONE reactor timer, armed with ``callLater`` for the earliest next fire time of every
+distinct ``deleteWhen`` (``[system]`` and each ``[topic=NAME]``). When it fires, the partitions
+whose topic's ``deleteWhen`` is due join a queue that one runner works through, a partition at
+a time, with its topic's ``deletePolicy`` (``retention.retain_partition``); compression runs on
+the retention executor (the reactor's thread pool by default), never on the flusher thread. A
+failed partition is logged (WARNING) and the runner goes on with the next one.
 
 Invariants:
     * At most one ``PartitionLog`` per (topic, partition); all share one ``Flusher``, so one
@@ -11,7 +18,9 @@ Invariants:
     * A partition created here was checked: its topic passes ``config.is_legal_topic`` and its
       number is in ``[0, num_partitions)``. Partitions found on disk are loaded whatever the
       configuration says (Java does the same).
-    * After ``close`` no partition accepts appends and every file is closed.
+    * After ``close`` no partition accepts appends and every file is closed; the retention
+      timer is cancelled and a running archive is stopped before the files are closed.
+    * A partition is in the retention queue at most once, and only one runner works on it.
 
 Thread affinity: reactor thread only.
 """
@@ -20,13 +29,15 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, ensureDeferred, gatherResults
 from twisted.internet.task import LoopingCall
 
 from meta.config import BrokerConfig, FlushMode
 from meta.errors import InvalidTopicError, StoreError
+from meta.store import retention
 from meta.store.files import Files
 from meta.store.group_commit import Executor, Flusher, FlushPolicy, ThreadExecutor
 from meta.store.partition import PartitionLog
@@ -34,6 +45,8 @@ from meta.store.partition import PartitionLog
 logger = logging.getLogger("meta.store")
 
 PARTITION_MAX = 2**31 - 1  # partitions are Java ints
+# A cron time counts as due this early: a timer may fire a rounding error before its time.
+CRON_DUE_SLACK_S = 0.001
 
 
 class StoreManager:
@@ -49,6 +62,7 @@ class StoreManager:
         reactor: Any,
         files: Files | None = None,
         executor: Executor | None = None,
+        retention_executor: Executor | None = None,
     ) -> None:
         """Create an empty store; call ``load`` and then ``start``.
 
@@ -58,6 +72,8 @@ class StoreManager:
                 executor); ``task.Clock`` in tests.
             files: the file layer; the operating system by default.
             executor: runs flush batches off the reactor thread; one dedicated thread by default.
+            retention_executor: runs archive compression off the reactor thread; the
+                reactor's thread pool by default.
         """
         self._config = config
         self._reactor = reactor
@@ -72,6 +88,16 @@ class StoreManager:
         self._staged: list[PartitionLog] = []
         self._started = False
         self._closed = False
+        if retention_executor is None:
+            retention_executor = retention.thread_pool_executor(reactor)
+        self._retention_executor = retention_executor
+        self._crons: dict[str, retention.QuartzCron | None] = {}
+        self._cron_next_s: dict[str, float | None] = {}  # deleteWhen -> next fire time
+        self._retention_call: Any = None  # the one IDelayedCall
+        self._retention_queue: dict[PartitionLog, None] = {}  # an ordered set
+        self._retention_running = False
+        self._retention_runner: Deferred | None = None  # while a runner waits on an archive
+        self._retention_stop = threading.Event()  # set by close: stop an archive being written
 
     @property
     def files(self) -> Files:
@@ -86,6 +112,9 @@ class StoreManager:
         """
         self._config = config
         self._accepted.clear()
+        if self._started and not self._closed:
+            self._cron_next_s.clear()  # deleteWhen may have changed: reschedule
+            self._arm_retention()
 
     # -- loading -------------------------------------------------------------------------
 
@@ -234,10 +263,11 @@ class StoreManager:
     # -- timers and closing --------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the background flush timers of threshold-mode partitions (spec 4.6)."""
+        """Start the flush timers of threshold-mode partitions (spec 4.6) and retention's."""
         self._started = True
         for log in self._partitions.values():
             self._ensure_timer(log)
+        self._arm_retention()
 
     def _ensure_timer(self, log: PartitionLog) -> None:
         policy = log.policy
@@ -274,11 +304,17 @@ class StoreManager:
             if timer.running:
                 timer.stop()
         self._timers.clear()
+        self._stop_retention()
         for log in self._partitions.values():
             log.stop_appends()
             if log.failed is None and log.is_dirty:
                 log.request_flush()
-        idle = self.flusher.wait_idle()
+        waits = [self.flusher.wait_idle()]
+        if self._retention_runner is not None:
+            runner_done: Deferred = Deferred()
+            self._retention_runner.addBoth(lambda result: runner_done.callback(None) or result)
+            waits.append(runner_done)
+        idle = gatherResults(waits)
         idle.addCallback(self._close_files)
         return idle
 
@@ -288,3 +324,99 @@ class StoreManager:
         if self._own_executor is not None:
             self._own_executor.stop()
         logger.info("store closed")
+
+    # -- retention (spec 4.8) ------------------------------------------------------------
+
+    def _cron(self, expression: str) -> retention.QuartzCron | None:
+        """The parsed ``deleteWhen`` (validated at config load; None if it still fails)."""
+        if expression not in self._crons:
+            try:
+                self._crons[expression] = retention.QuartzCron(expression)
+            except retention.CronError as error:
+                logger.error("retention disabled for deleteWhen %r: %s", expression, error)
+                self._crons[expression] = None
+        return self._crons[expression]
+
+    def _arm_retention(self) -> None:
+        """(Re)arm the one retention timer for the earliest next fire of any ``deleteWhen``."""
+        config = self._config
+        expressions = {config.delete_when}
+        expressions.update(topic.delete_when for topic in config.topics if not topic.is_pattern)
+        now_s = self._reactor.seconds()
+        for expression in expressions - self._cron_next_s.keys():
+            cron = self._cron(expression)
+            next_s = cron.next_fire_s(now_s) if cron is not None else None
+            if cron is not None and next_s is None:
+                logger.warning("deleteWhen %r never fires again; no retention for it", expression)
+            self._cron_next_s[expression] = next_s
+        for expression in self._cron_next_s.keys() - expressions:
+            del self._cron_next_s[expression]
+        if self._retention_call is not None and self._retention_call.active():
+            self._retention_call.cancel()
+        self._retention_call = None
+        times = [next_s for next_s in self._cron_next_s.values() if next_s is not None]
+        if times:
+            delay_s = max(0.0, min(times) - now_s)
+            self._retention_call = self._reactor.callLater(delay_s, self._retention_fired)
+
+    def _retention_fired(self) -> None:
+        """Timer: queue every partition whose ``deleteWhen`` is due, re-arm, run the queue."""
+        self._retention_call = None
+        if self._closed:
+            return
+        now_s = self._reactor.seconds()
+        due = set()
+        for expression, next_s in list(self._cron_next_s.items()):
+            if next_s is not None and next_s <= now_s + CRON_DUE_SLACK_S:
+                due.add(expression)
+                del self._cron_next_s[expression]  # recomputed from now by _arm_retention
+        for log in self._partitions.values():
+            if self._config.topic_config(log.topic).delete_when in due:
+                self._retention_queue[log] = None
+        self._arm_retention()
+        if self._retention_queue and not self._retention_running:
+            self._retention_running = True
+            runner = ensureDeferred(self._run_retention())
+            # Deletion alone (or a synchronous executor) finishes before ensureDeferred returns.
+            self._retention_runner = None if runner.called else runner
+
+    async def _run_retention(self) -> None:
+        """Work through the retention queue one partition at a time."""
+        try:
+            while self._retention_queue and not self._closed:
+                log = next(iter(self._retention_queue))
+                del self._retention_queue[log]
+                await self._retain(log)
+        finally:
+            self._retention_running = False
+            self._retention_runner = None
+
+    async def _retain(self, log: PartitionLog) -> None:
+        """Apply the partition's topic ``deletePolicy``; log and swallow a failure."""
+        policy = self._config.topic_config(log.topic).delete_policy
+        try:
+            await retention.retain_partition(
+                log,
+                self._config.topic_config(log.topic).delete_policy_spec,
+                self._reactor.seconds(),
+                self._files,
+                self._retention_executor,
+                self._retention_stop,
+            )
+        except retention.RetentionStopped:
+            logger.info("retention of partition %s stopped: the store is closing", log.name)
+        except Exception as error:
+            logger.warning(
+                "retention (%s) of partition %s failed: %s; continuing with the next partition",
+                policy,
+                log.name,
+                error,
+            )
+
+    def _stop_retention(self) -> None:
+        """Cancel the timer, drop the queue and stop an archive being written (close)."""
+        if self._retention_call is not None and self._retention_call.active():
+            self._retention_call.cancel()
+        self._retention_call = None
+        self._retention_queue.clear()
+        self._retention_stop.set()

@@ -43,6 +43,7 @@ from meta.store.partition_parts import (
     PartitionFlushTask,
     Reservation,
     SliceResult,
+    take_filled,
 )
 from meta.store.segment import Segment, load_segments, segment_name
 
@@ -261,7 +262,8 @@ class PartitionLog:
         if not staged:
             return
         if self._reservations:
-            data = self._take_filled()
+            data, filled = take_filled(staged)
+            self._reservations -= filled
             if not data:
                 return
         else:
@@ -286,21 +288,6 @@ class PartitionLog:
             self._flush_requested_s = self._clock.seconds()
             self._flusher.request(self)
         self._release()
-
-    def _take_filled(self) -> bytes:
-        """Remove and join the staged entries before the first unfilled reservation."""
-        staged = self._staged
-        parts: list[bytes] = []
-        for entry in staged:
-            if entry.__class__ is Reservation:
-                if entry.data is None:
-                    break
-                self._reservations -= 1
-                parts.append(entry.data)
-            else:
-                parts.append(entry)
-        del staged[: len(parts)]
-        return b"".join(parts)
 
     def _refusal_error(self) -> StoreError:
         if self.failed is not None:
@@ -472,6 +459,19 @@ class PartitionLog:
         if offset >= self._visible_end:
             return self._visible_end
         return self._starts[bisect_right(self._starts, offset) - 1]
+
+    def drop_oldest_segment(self) -> Segment:
+        """Retention: take the first segment out of the log (``min_offset`` moves up).
+
+        The caller owns the returned segment and closes it. Never the last segment, and only
+        a durable one, so no flush batch still holds its descriptor.
+        """
+        segment = self._segments[0]
+        assert len(self._segments) > 1
+        assert segment.flushed_size == segment.written_size
+        del self._segments[0]
+        del self._starts[0]
+        return segment
 
     # -- closing ---------------------------------------------------------------------------
 

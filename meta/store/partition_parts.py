@@ -1,7 +1,8 @@
 """Small value types of ``PartitionLog``: read slices, reservations and flush tasks.
 
 ``SliceResult`` says where a read lands; ``Reservation`` holds log bytes for a batch given
-later (transaction commits); ``PartitionFlushTask`` is one partition's share of a flush batch.
+later (transaction commits), and ``take_filled`` joins what is staged before the first unfilled
+one; ``PartitionFlushTask`` is one partition's share of a flush batch.
 ``PartitionFlushTask.run`` runs on the flusher thread; everything else is reactor thread only.
 """
 
@@ -42,6 +43,26 @@ class Reservation:
         self.offset = offset
         self.length = length
         self.data: bytes | None = None
+
+
+def take_filled(staged: list[bytes | Reservation]) -> tuple[bytes, int]:
+    """Remove and join the staged entries before the first unfilled reservation.
+
+    Returns:
+        The joined bytes and how many (filled) reservations were among the removed entries.
+    """
+    parts: list[bytes] = []
+    filled = 0
+    for entry in staged:
+        if entry.__class__ is Reservation:
+            if entry.data is None:
+                break
+            filled += 1
+            parts.append(entry.data)
+        else:
+            parts.append(entry)
+    del staged[: len(parts)]
+    return b"".join(parts), filled
 
 
 class PartitionFlushTask:
