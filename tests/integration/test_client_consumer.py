@@ -28,7 +28,8 @@ from tests.integration.client_helpers import (
 )
 
 TOPICS = {
-    name: {"numPartitions": 4} for name in ("all", "resume", "group", "poll", "filter", "executor")
+    name: {"numPartitions": 4}
+    for name in ("all", "resume", "group", "poll", "filter", "executor", "big")
 }
 PARTITIONS = sorted((f"{b}-{p}" for b in (1, 2) for p in range(4)), key=java_string_key)
 
@@ -194,3 +195,20 @@ def test_a_listener_with_an_executor_has_its_batches_run_there(factories):
         factory.shutdown()
         Listener.executor.shutdown()
     assert threads and all(name.startswith("listener-pool") for name in threads)
+
+
+def test_a_message_larger_than_the_fetch_size_still_arrives(factories):
+    """The fetch size grows to the head message's length, then shrinks back (spec §3.6)."""
+    factory = factories()
+    producer = factory.create_producer()
+    producer.publish("big")
+    wait_for(lambda: factory.get_partitions_for_topic("big"), what="topic big registered")
+    sizes = [100, 200_000, 100, 300]
+    for size in sizes:
+        assert producer.send_message(Message("big", b"x" * size)).success
+    collector = Collector()
+    consumer = factory.create_consumer(ConsumerConfig("g-big", zk_sync_s=0.5))
+    consumer.subscribe("big", 4096, collector)
+    consumer.complete_subscribe()
+    wait_for(lambda: len(collector.messages) == len(sizes), what="all 4 messages")
+    assert sorted(len(m.data) for m in collector.messages) == sorted(sizes)
