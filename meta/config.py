@@ -275,19 +275,8 @@ SLAVE_KEYS: tuple[_Key, ...] = (
 
 # Field names of Java's MetaConfig that its key check accepts in [system]; ignored here.
 JAVA_INTERNAL_KEYS = frozenset(
-    [
-        "topics",
-        "slaveConfig",
-        "zkConfig",
-        "topicConfigMap",
-        "propertyChangeSupport",
-        "lastModified",
-        "path",
-        "configFileChecksum",
-        "closedPartitionMap",
-        "serialVersionUID",
-        "log",
-    ]
+    "topics slaveConfig zkConfig topicConfigMap propertyChangeSupport lastModified path "
+    "configFileChecksum closedPartitionMap serialVersionUID log".split()
 )
 _ZOOKEEPER_IGNORED = JAVA_INTERNAL_KEYS | {key.ini for key in SYSTEM_KEYS}
 _TOPIC_IGNORED = frozenset(("topic", "filterClassNames"))
@@ -299,7 +288,11 @@ _SYSTEM_SECTION = "system"
 _ZOOKEEPER_SECTION = "zookeeper"
 
 
-def load_config(path: str, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
+def load_config(
+    path: str,
+    overrides: Mapping[str, str] | None = None,
+    topic_defaults: BrokerConfig | None = None,
+) -> BrokerConfig:
     """Read and validate a ``server.ini``.
 
     Args:
@@ -307,6 +300,8 @@ def load_config(path: str, overrides: Mapping[str, str] | None = None) -> Broker
         overrides: ``{"system.hostName": "127.0.0.1", "zookeeper.zk.zkConnect": "..."}``,
             applied as if written in the file (``"topic=NAME.key"`` for a topic section).
             They do not change ``checksum``, which covers the file bytes only.
+        topic_defaults: for a reload (spec 5.6), the running config: topic keys a section
+            leaves blank take its ``[system]`` values, as in Java, not the file's.
 
     Returns:
         The frozen, validated configuration.
@@ -323,7 +318,10 @@ def load_config(path: str, overrides: Mapping[str, str] | None = None) -> Broker
     _check_sections(source, sections)
     system = _system_values(source, sections[_SYSTEM_SECTION])
     zookeeper = _zookeeper_config(source, sections[_ZOOKEEPER_SECTION])
-    topics = _topic_configs(source, sections, system)
+    defaults = system
+    if topic_defaults is not None:
+        defaults = {key.field: getattr(topic_defaults, key.field) for key in TOPIC_KEYS}
+    topics = _topic_configs(source, sections, defaults)
     return BrokerConfig(
         path=source.path, checksum=zlib.crc32(raw), zookeeper=zookeeper, topics=topics, **system
     )

@@ -3,7 +3,7 @@
 # shellcheck disable=SC2016
 # Start, stop and inspect a metaq-py broker, like Metamorphosis' bin/metaServer.sh.
 #
-#   tools/metaServer.sh start [local] | stop | restart [local] | status     (--help on each)
+#   tools/metaServer.sh start [local] | stop | restart [local] | reload | status  (--help on each)
 #
 # Run dir: $META_RUN_DIR or <checkout>/run (meta-server.pid, meta-server.log, and for `start
 # local` the ZooKeeper files plus the marker zookeeper.started-by-metaServer).
@@ -20,6 +20,7 @@ ZK_MARKER="$RUN_DIR/zookeeper.started-by-metaServer"
 ZK_LOCAL_PORT=2181
 START_TIMEOUT_S="${META_START_TIMEOUT_S:-60}"
 STOP_TIMEOUT_S="${META_STOP_TIMEOUT_S:-30}"
+RELOAD_TIMEOUT_S="${META_RELOAD_TIMEOUT_S:-60}"
 DEFAULT_PORT=8123
 
 if [ -n "${META_PYTHON:-}" ]; then
@@ -47,7 +48,8 @@ commands:
   stop           stop the broker (SIGTERM; SIGKILL after ${STOP_TIMEOUT_S} s) and the ZooKeeper
                  that 'start local' started
   restart [local]  stop the broker if it runs, then start [local]
-  reload         (not implemented yet)
+  reload         make the running broker re-read its config file (SIGHUP); the [topic=...]
+                 sections take effect, [system] and [zookeeper] changes wait for a restart
   status         print whether the broker runs, with pid and port
 
 Run dir: $RUN_DIR (\$META_RUN_DIR); log: meta-server.log there.
@@ -84,6 +86,25 @@ usage_restart() {
 usage: tools/metaServer.sh restart [local]
 
 Stops the broker if it runs (ZooKeeper keeps running), then does 'start [local]'.
+EOF
+}
+
+usage_reload() {
+    cat <<EOF
+usage: tools/metaServer.sh reload
+
+Sends SIGHUP to the running broker, found through its pid file
+    $PID_FILE
+The broker re-reads its config file and applies the [topic=...] sections: new topics are
+accepted and registered in ZooKeeper, changed ones are registered again, and
+master_config_checksum is rewritten. [system] and [zookeeper] changes are logged and take
+effect at the next restart. A file that does not load changes nothing: the broker keeps
+its running configuration and keeps serving.
+
+Then waits up to ${RELOAD_TIMEOUT_S} s (\$META_RELOAD_TIMEOUT_S) for the outcome in the log
+    $LOG_FILE
+and prints it. Exit 0 if the reload was applied; 1 if the broker refused the file, could
+not update ZooKeeper, or logged no outcome in time; 3 if the broker does not run.
 EOF
 }
 
@@ -263,6 +284,39 @@ do_restart() {
     do_start "$@"
 }
 
+do_reload() {
+    case "${1:-}" in
+        "") ;;
+        -h|--help) usage_reload; exit 0 ;;
+        *) usage_reload >&2; die "reload takes no arguments (got $*)" ;;
+    esac
+    local pid log_offset outcome="" waited=0
+    if ! pid="$(running_pid)"; then
+        say "meta-server is not running (no live meta-server pid in $PID_FILE)"
+        exit 3
+    fi
+    touch "$LOG_FILE"
+    # wc follows a symbolic link (stat -c %s would measure the link itself).
+    log_offset="$(wc -c <"$LOG_FILE")"
+    kill -HUP "$pid" || die "could not signal meta-server (pid $pid)"
+    say "reload requested (SIGHUP sent to pid $pid); waiting for the outcome in $LOG_FILE"
+    while :; do
+        outcome="$(tail -c +"$((log_offset + 1))" "$LOG_FILE" 2>/dev/null |
+            grep -m 1 -E 'config reload (done|failed)' || true)"
+        [ -z "$outcome" ] || break
+        running_pid >/dev/null || die "meta-server (pid $pid) exited; see $LOG_FILE"
+        if [ "$waited" -ge $((RELOAD_TIMEOUT_S * 10)) ]; then
+            die "no reload outcome in $LOG_FILE within ${RELOAD_TIMEOUT_S} s (it is logged at INFO)"
+        fi
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+    printf '%s\n' "$outcome"
+    case "$outcome" in
+        *" ERROR "*) exit 1 ;;
+    esac
+}
+
 do_status() {
     case "${1:-}" in
         "") ;;
@@ -300,6 +354,6 @@ case "$command_name" in
     stop) do_stop "$@" ;;
     restart) do_restart "$@" ;;
     status) do_status "$@" ;;
-    reload) not_implemented reload ;;
+    reload) do_reload "$@" ;;
     *) usage >&2; die "unknown command: $command_name" ;;
 esac

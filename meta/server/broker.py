@@ -8,24 +8,46 @@ spec §1.3 step 1). ``stop()`` stops accepting connections, deregisters, waits
 checkpoint, flushes and closes the store (which answers every waiting put), then closes
 connections.
 
+Reload (``reload()``, spec §5.6, zk spec §1.3 step 3): the topic sections of the re-read
+``server.ini`` replace the running ones; ``[system]`` and ``[zookeeper]`` keep their running
+values until restart (each changed key is logged), and topic keys a section leaves blank
+keep inheriting the running ``[system]`` values. The rule for topics is "as a restart with
+the new file would have it":
+
+* new topics are accepted and registered in ZooKeeper at once; a topic whose section changed
+  is registered again (its three nodes deleted and re-created) with the new settings;
+* a removed topic keeps its partitions: its data stays on disk and is still served to
+  consumers, partitions that exist still take puts, new partitions are refused (the topic
+  is no longer legal). In ZooKeeper a removed topic that has data stays registered, now with
+  the ``[system]`` defaults (what a restart registers for a topic found on disk; Java's
+  reload does the same); one without data is unregistered (Java keeps its nodes until
+  restart, but nothing here would accept it any more);
+* ``master_config_checksum`` is rewritten with the new file's CRC-32;
+* open partitions keep their files and flush settings (``StoreManager.set_config``); new
+  settings apply to partitions created from now on.
+
+Reloads are serialised with each other and with ``start`` (one ``DeferredLock``); a
+ZooKeeper error does not undo the reload: it is logged and named in the outcome.
+
 The reactor is injected (STYLE 11); everything here runs on the reactor thread. Kazoo lives
 only in ``registry.py`` and never runs on this thread.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from twisted.internet import defer, task
 
 from meta import __version__
-from meta.config import BrokerConfig
-from meta.errors import InvalidTopicError
+from meta.config import SYSTEM_KEYS, TOPIC_KEYS, ZOOKEEPER_KEYS, BrokerConfig
+from meta.errors import InvalidTopicError, MetaError
 from meta.message_id import IdWorker
 from meta.server.protocol import BrokerFactory
 from meta.server.stats import (
@@ -45,6 +67,80 @@ WIRE_VERSION = f"1.4.6.3-metaq-py-{__version__}"
 """The ``version`` reply: the Java protocol level this broker speaks, then our own version."""
 
 DATA_WAITERS_MAX = 100_000
+
+RELOAD_DONE = "config reload done"
+"""Starts the log line of every applied reload (``tools/metaServer.sh reload`` looks for it)."""
+RELOAD_FAILED = "config reload failed"
+"""Starts the log line of every refused reload (the running configuration is kept)."""
+# Topic keys whose new value reaches only partitions created after a reload.
+NEW_PARTITIONS_ONLY = tuple(
+    key
+    for key in TOPIC_KEYS
+    if key.field in ("unflush_threshold", "unflush_interval_ms", "data_path")
+)
+
+
+class ReloadRefused(MetaError):
+    """A reload was not applied (the broker is stopping); the running config is kept."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReloadOutcome:
+    """What a reload changed.
+
+    Attributes:
+        added: topic sections that are new, sorted; ``changed`` and ``removed`` likewise.
+        at_restart: what waits for a restart: ``[system]`` and ``[zookeeper]`` keys, and
+            flush settings and ``dataPath`` of topics with open partitions, as
+            ``"[system] numPartitions changed to 4 (running: 1)"``.
+        checksum: the new file's CRC-32.
+        problems: ZooKeeper updates that failed, one text each.
+    """
+
+    added: tuple[str, ...]
+    changed: tuple[str, ...]
+    removed: tuple[str, ...]
+    at_restart: tuple[str, ...]
+    checksum: int
+    problems: tuple[str, ...] = ()
+
+
+def reload_outcome(
+    running: BrokerConfig, reread: BrokerConfig, open_topics: Collection[str] = ()
+) -> ReloadOutcome:
+    """Compare the running config with the re-read file (pure).
+
+    Args:
+        running: the configuration the broker runs with.
+        reread: the file as re-read.
+        open_topics: topics that have open partitions.
+    """
+    old = {topic.name: topic for topic in running.topics}
+    new = {topic.name: topic for topic in reread.topics}
+    changed = tuple(sorted(name for name in new.keys() & old.keys() if new[name] != old[name]))
+    compared = [
+        ("[system]", SYSTEM_KEYS, running, reread, ""),
+        ("[zookeeper]", ZOOKEEPER_KEYS, running.zookeeper, reread.zookeeper, ""),
+    ]
+    compared += [
+        (f"[topic={name}]", NEW_PARTITIONS_ONLY, old[name], new[name], " for open partitions")
+        for name in changed
+        if name in open_topics
+    ]
+    at_restart = [
+        f"{section} {key.ini} changed to {getattr(after, key.field)} "
+        f"(running: {getattr(before, key.field)}){scope}"
+        for section, keys, before, after, scope in compared
+        for key in keys
+        if getattr(before, key.field) != getattr(after, key.field)
+    ]
+    return ReloadOutcome(
+        added=tuple(sorted(new.keys() - old.keys())),
+        changed=changed,
+        removed=tuple(sorted(old.keys() - new.keys())),
+        at_restart=tuple(at_restart),
+        checksum=reread.checksum,
+    )
 
 
 def advertised_host(config: BrokerConfig) -> str:
@@ -110,12 +206,17 @@ class Broker:
         self.store.flusher.on_batch_done = self.flush_output
         self._waiter_count = 0
         self._stopping: defer.Deferred | None = None
+        # Held by start() and by each reload, so they never interleave.
+        self._config_lock = defer.DeferredLock()
 
     # --- lifecycle ------------------------------------------------------------------------------
 
-    @defer.inlineCallbacks
-    def start(self, listen: bool = True):
+    def start(self, listen: bool = True) -> defer.Deferred:
         """Recover the store, listen, and register in ZooKeeper."""
+        return self._config_lock.run(self._start, listen)
+
+    @defer.inlineCallbacks
+    def _start(self, listen: bool):
         self.store.load()
         self.store.start()
         yield self.tx.open()
@@ -171,6 +272,88 @@ class Broker:
         for connection in list(self.connections):
             connection.transport.loseConnection()
         log.info("broker %d stopped", self.config.broker_id)
+
+    # --- reload ---------------------------------------------------------------------------------
+
+    def reload(self, reread: BrokerConfig) -> defer.Deferred:
+        """Apply a re-read ``server.ini``: its topic sections take effect now (spec §5.6).
+
+        See the module docstring for what changes and what waits for a restart.
+
+        Args:
+            reread: the file as re-read, best with ``load_config(path, overrides,
+                topic_defaults=broker.config)``, so that blank topic keys inherit the running
+                ``[system]`` values (as in Java).
+
+        Returns:
+            A Deferred that fires with a ``ReloadOutcome`` once ZooKeeper is updated (failed
+            ZooKeeper updates are in its ``problems``), or fails with ``ReloadRefused`` when
+            the broker is stopping.
+        """
+        return self._config_lock.run(lambda: defer.ensureDeferred(self._reload(reread)))
+
+    async def _reload(self, reread: BrokerConfig) -> ReloadOutcome:
+        if self._stopping is not None:
+            raise ReloadRefused("the broker is stopping")
+        running = self.config
+        open_topics = {partition_log.topic for partition_log in self.store.partitions()}
+        outcome = reload_outcome(running, reread, open_topics)
+        for change in outcome.at_restart:
+            log.warning("config reload: %s, takes effect at restart", change)
+        config = running.with_overrides(topics=reread.topics, checksum=reread.checksum)
+        self.config = config
+        self._stat_topics.clear()
+        self.store.set_config(config)
+        if self._registry is not None:
+            problems = await self._reload_registry(config)
+            outcome = dataclasses.replace(outcome, problems=tuple(problems))
+        self._log_reload(outcome)
+        return outcome
+
+    async def _reload_registry(self, config: BrokerConfig) -> list[str]:
+        """Register configured topics and topics with data again (forced), unregister the
+        other registered topics, rewrite the checksum; return what failed."""
+        registry = self._registry
+        registry.set_config(config)
+        configured = sorted(topic.name for topic in config.topics)
+        with_data = sorted({log_.topic for log_ in self.store.partitions()} - set(configured))
+        problems: list[str] = []
+        for topic in configured + with_data:
+            try:
+                await registry.register_topic(topic, force=True)
+            except Exception as error:  # RegistryError or a kazoo error: report, go on.
+                problems.append(f"registering topic {topic} failed: {error!r}")
+        for topic in sorted(set(registry.registered_topics) - set(configured) - set(with_data)):
+            try:
+                await registry.unregister_topic(topic)
+            except Exception as error:
+                problems.append(f"unregistering topic {topic} failed: {error!r}")
+        try:
+            await registry.update_config_checksum(config.checksum)
+        except Exception as error:
+            problems.append(f"writing master_config_checksum failed: {error!r}")
+        return problems
+
+    def _log_reload(self, outcome: ReloadOutcome) -> None:
+        def names(topics: tuple[str, ...]) -> str:
+            return ", ".join(topics) or "none"
+
+        summary = (
+            f"{self.config.path} (checksum {outcome.checksum}); topics added: "
+            f"{names(outcome.added)}; changed: {names(outcome.changed)}; removed: "
+            f"{names(outcome.removed)}"
+        )
+        if outcome.at_restart:
+            summary += f"; {len(outcome.at_restart)} change(s) wait for a restart"
+        if not outcome.problems:
+            log.info("%s: %s", RELOAD_DONE, summary)
+            return
+        log.error(
+            "%s, but ZooKeeper is not up to date (reload again once it is reachable): %s; %s",
+            RELOAD_DONE,
+            summary,
+            "; ".join(outcome.problems),
+        )
 
     # --- used by handlers -------------------------------------------------------------------------
 

@@ -3,9 +3,17 @@
 Parses arguments, loads the config (a ``ConfigError`` exits with status 2 and a message that
 names the file, section and key), sets up logging to stderr, starts the ``Broker`` on the
 global reactor and installs signal handlers: SIGTERM and SIGINT stop gracefully (flush,
-deregister, close); SIGHUP is logged and ignored until config reload exists.
+deregister, close); SIGHUP reloads the config file (``tools/metaServer.sh reload`` sends it).
 
-Runs on the main thread, which becomes the reactor thread.
+Reload (``ConfigReloader``): the file is re-read in a thread with the same ``--local``
+overrides and handed to ``Broker.reload`` (what takes effect is described there). A file that
+does not load (syntax, unknown key, bad value) changes nothing: the broker keeps serving on
+its running config and logs ``config reload failed, keeping the running configuration:`` and
+the ``ConfigError`` text, which names file, section and key. Unlike Java, the file is re-read
+even when its mtime did not change, and a broken file is read again by the next reload.
+
+Runs on the main thread, which becomes the reactor thread. Signal handlers only schedule work
+on the reactor (``callFromThread``); ``ConfigReloader`` is reactor thread only.
 """
 
 from __future__ import annotations
@@ -14,9 +22,13 @@ import argparse
 import logging
 import signal
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from meta import __version__
 from meta.errors import ConfigError
+
+log = logging.getLogger("meta.server")
 
 LOCAL_OVERRIDES = {"system.hostName": "127.0.0.1", "zookeeper.zk.zkConnect": "127.0.0.1:2181"}
 
@@ -58,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(arguments.log_level)
     from meta.config import load_config
 
+    overrides = LOCAL_OVERRIDES if arguments.local else None
     try:
-        config = load_config(arguments.config, LOCAL_OVERRIDES if arguments.local else None)
+        config = load_config(arguments.config, overrides)
     except ConfigError as error:
         print(f"meta-server: configuration error: {error}", file=sys.stderr)
         return 2
@@ -69,26 +82,94 @@ def main(argv: list[str] | None = None) -> int:
 
     broker = Broker(config, reactor)
     outcome = {"status": 0}
+    reloader = ConfigReloader(broker, lambda running: _load_in_thread(running, overrides))
 
     def started_failed(failure) -> None:
-        logging.getLogger("meta.server").error("broker failed to start: %s", failure.value)
+        log.error("broker failed to start: %s", failure.value)
         outcome["status"] = 1
         broker.stop().addBoth(lambda _: reactor.stop())
 
     def request_stop(signum: int, frame: object) -> None:
-        logging.getLogger("meta.server").info("signal %d received", signum)
+        log.info("signal %d received", signum)
         reactor.callFromThread(_stop_then_exit, broker, reactor)
 
-    def ignore_hup(signum: int, frame: object) -> None:
-        log = logging.getLogger("meta.server")
-        log.warning("SIGHUP ignored: config reload is not supported yet")
+    def request_reload(signum: int, frame: object) -> None:
+        reactor.callFromThread(reloader.request)
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    signal.signal(signal.SIGHUP, ignore_hup)
+    signal.signal(signal.SIGHUP, request_reload)
     reactor.callWhenRunning(lambda: broker.start().addErrback(started_failed))
     reactor.run(installSignalHandlers=False)
     return outcome["status"]
+
+
+class ConfigReloader:
+    """Serves reload requests: re-reads the config file and hands it to ``Broker.reload``.
+
+    One reload runs at a time. Requests that arrive meanwhile are folded into one more
+    reload after it, which reads the file again: every request is followed by a reload that
+    read the file after the request came. Reactor thread only.
+
+    Args:
+        broker: the running ``Broker``.
+        load: called with the running config; returns a Deferred that fires with the file
+            re-read (``load_config(..., topic_defaults=running)``) or fails with
+            ``ConfigError``.
+    """
+
+    def __init__(self, broker: Any, load: Callable[[Any], Any]) -> None:
+        self._broker = broker
+        self._load = load
+        self._running = False
+        self._again = False
+
+    @property
+    def running(self) -> bool:
+        """Whether a reload is under way."""
+        return self._running
+
+    def request(self) -> None:
+        """Reload now, or right after the reload that is under way."""
+        if self._running:
+            self._again = True
+            return
+        self._running = True
+        self._reload()
+
+    def _reload(self) -> None:
+        from twisted.internet import defer
+
+        self._again = False
+        log.info("config reload requested: reading %s", self._broker.config.path)
+        reloaded = defer.maybeDeferred(self._load, self._broker.config)
+        reloaded.addCallback(self._broker.reload)
+        reloaded.addErrback(self._failed)
+        reloaded.addBoth(self._done)
+
+    def _failed(self, failure: Any) -> None:
+        from meta.server.broker import RELOAD_FAILED, ReloadRefused
+
+        if failure.check(ConfigError, ReloadRefused):
+            reason = failure.getErrorMessage()
+        else:
+            reason = failure.getTraceback()
+        log.error("%s, keeping the running configuration: %s", RELOAD_FAILED, reason)
+
+    def _done(self, _: object) -> None:
+        if self._again:
+            self._reload()
+        else:
+            self._running = False
+
+
+def _load_in_thread(running: Any, overrides: dict[str, str] | None) -> Any:
+    """Re-read ``running.path`` on the reactor's thread pool (it is blocking file I/O)."""
+    from twisted.internet import threads
+
+    from meta.config import load_config
+
+    return threads.deferToThread(load_config, running.path, overrides, running)
 
 
 def _stop_then_exit(broker, reactor) -> None:

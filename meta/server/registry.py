@@ -12,6 +12,11 @@ Invariants:
   waited out for at most the session timeout plus a margin (DECISIONS 6), then start fails.
 * ``registered_topics`` holds, per topic, the ``TopicConfig`` its nodes were written from; a
   new session re-creates the broker node, the checksum node and exactly those topics.
+* At most one ZooKeeper operation per topic is in flight (``_in_flight``); a later call for
+  the same topic waits for it, then decides again from the recorded state.
+* After a reload (``set_config``), ``register_topic(topic, force=True)`` rewrites a topic
+  whose settings changed and ``unregister_topic`` deletes one the broker no longer serves;
+  which topics those are is the broker's decision (``Broker.reload``).
 * With ``zk.zkEnable=false`` every method is a no-op that returns a fired Deferred.
 
 Thread affinity: ``BrokerRegistry`` belongs to the reactor thread. Every ZooKeeper operation
@@ -178,6 +183,33 @@ class BrokerRegistry:
         registered.addBoth(self._register_topic_done, topic, topic_config)
         return _fork(registered)
 
+    def unregister_topic(self, topic: str) -> defer.Deferred:
+        """Delete ``topic``'s three nodes and forget it (a reload left it without a section
+        and without data, so a restart would not register it either).
+
+        Returns:
+            A Deferred that fires with None once the nodes are gone (at once when the topic
+            is not registered), or fails with ``RegistryError`` or a kazoo error; then the
+            topic stays recorded, so ``stop`` and a new session still cover it.
+        """
+        if not self.enabled:
+            return defer.succeed(None)
+        if not self._started or self._stopping:
+            error = RegistryError(f"cannot unregister topic {topic}: the registry is not running")
+            return defer.fail(error)
+        pending = self._in_flight.get(topic)
+        if pending is not None:
+            return _fork(pending).addBoth(lambda _: self.unregister_topic(topic))
+        # Forget it before the delete runs, so a re-registration after a new session that
+        # starts meanwhile does not write the nodes back.
+        topic_config = self._registered.pop(topic, None)
+        if topic_config is None:
+            return defer.succeed(None)
+        deleted = self._run(self._nodes.delete_topic, topic)
+        self._in_flight[topic] = deleted
+        deleted.addBoth(self._unregister_topic_done, topic, topic_config)
+        return _fork(deleted)
+
     def set_config(self, config: BrokerConfig) -> None:
         """Use ``config`` for later registrations (after a reload); writes nothing by itself.
 
@@ -307,6 +339,14 @@ class BrokerRegistry:
             )
         return result
 
+    def _unregister_topic_done(self, result: Any, topic: str, topic_config: TopicConfig) -> Any:
+        del self._in_flight[topic]
+        if isinstance(result, Failure):
+            self._registered.setdefault(topic, topic_config)
+        else:
+            log.info("unregistered topic %s as %s", topic, self._suffix)
+        return result
+
     def _topic_config(self, topic: str) -> TopicConfig:
         # A wildcard section registers under its literal name with its own settings (Java's
         # topic map is keyed by section name); topic_config() does not look patterns up.
@@ -364,8 +404,15 @@ class BrokerRegistry:
     async def _reregister(self, session: int) -> None:
         log.info("new ZooKeeper session 0x%x: registering broker %s again", session, self._suffix)
         await self._register_broker()
-        for topic, topic_config in sorted(self._registered.items()):
-            await self._run(self._nodes.write_topic, topic, topic_config, False)
+        for topic in sorted(set(self._registered) | set(self._in_flight)):
+            # A (re-)registration or unregistration in flight decides what is written: wait
+            # for it, then write what is recorded now, if anything.
+            pending = self._in_flight.get(topic)
+            if pending is not None:
+                await _fork(pending).addErrback(lambda _: None)
+            topic_config = self._registered.get(topic)
+            if topic_config is not None:
+                await self._run(self._nodes.write_topic, topic, topic_config, False)
         self._registered_session = session
         self._reregistering = False
         self._connected = True

@@ -263,6 +263,11 @@ class BrokerNodes:
             else:
                 self.delete_if_exists(path)
 
+    def delete_topic(self, topic: str) -> None:
+        """Delete the three nodes of ``topic``; missing ones are fine."""
+        for path in topic_paths(self._zookeeper.root, topic, self.suffix):
+            self.delete_if_exists(path)
+
     def unregister_and_close(self, topics: list[str]) -> None:
         """Delete our nodes if connected (zk spec 1.3 step 5), then close the client.
 
@@ -301,8 +306,7 @@ class BrokerNodes:
                     # Slaves are still registered below it: keep the node, clear the URI.
                     self.set_persistent(self.ids_path, "")
         for topic in topics:
-            for path in topic_paths(self._zookeeper.root, topic, self.suffix):
-                self.delete_if_exists(path)
+            self.delete_topic(topic)
 
     def _connected_client(self) -> KazooClient:
         if self._client is None:
