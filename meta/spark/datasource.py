@@ -1,0 +1,99 @@
+"""The ``metaq`` PySpark data source: batch reads and batch writes of MetaQ topics.
+
+``MetaQDataSource`` (``name() == "metaq"``) is a ``pyspark.sql.datasource.DataSource``.
+Its ``reader`` plans on the driver (``meta.spark.planning``: ZooKeeper ``topics-sub``, broker
+offsets, one ``RangePartition`` per broker, topic, partition and offset range) and reads on
+executors (``meta.spark.reading``: the blocking client over the shared codec, no reactor, no
+ZooKeeper, Arrow batches). Its ``writer`` sends rows through a producer per task
+(``meta.spark.writing``).
+
+Options are parsed when the reader or writer is made, so a malformed option fails the
+``load()`` or ``save()`` call with an ``OptionError`` naming it; the plan (ZooKeeper and
+broker round trips) runs once, in ``partitions()``.
+
+Thread-affinity: PySpark creates, pickles and calls these objects in its Python workers; an
+instance is used by one thread at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from meta.spark.options import ReadOptions, WriteOptions, parse_read_options, parse_write_options
+from meta.spark.planning import RangePartition, plan_ranges
+from meta.spark.schema import SPARK_SCHEMA
+
+SOURCE_NAME = "metaq"
+
+
+class MetaQDataSource(DataSource):
+    """``spark.read.format("metaq")`` and ``df.write.format("metaq")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return SPARK_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return MetaQBatchReader(parse_read_options(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from meta.spark.writing import check_write_schema
+
+        options = parse_write_options(self.options)
+        check_write_schema(schema, options)
+        return MetaQBatchWriter(options, "key" in schema.fieldNames())
+
+
+class MetaQBatchReader(DataSourceReader):
+    """Plans once on the driver; ``read`` runs on executors."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        return list(plan_ranges(self.options))
+
+    def read(self, partition: InputPartition) -> Iterator:
+        if not isinstance(partition, RangePartition):
+            return iter(())  # Spark's single empty partition when the plan is empty.
+        from meta.spark.reading import read_range
+
+        options = self.options
+        return read_range(
+            partition,
+            options.request_group,
+            options.fetch_bytes,
+            options.broker_timeout_s,
+            options.fail_on_data_loss,
+        )
+
+
+class MetaQBatchWriter(DataSourceWriter):
+    """Each task writes its rows through its own producer."""
+
+    def __init__(self, options: WriteOptions, keyed: bool) -> None:
+        self.options = options
+        self.keyed = keyed
+
+    def write(self, iterator: Iterator) -> WriterCommitMessage:
+        from meta.spark.writing import write_rows
+
+        return write_rows(iterator, self.options, self.keyed)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Nothing to do: every message was stored when its task ended."""
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Nothing can be undone: stored messages stay (at-least-once delivery)."""
