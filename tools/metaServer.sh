@@ -3,17 +3,20 @@
 # shellcheck disable=SC2016
 # Start, stop and inspect a metaq-py broker, like Metamorphosis' bin/metaServer.sh.
 #
-#   tools/metaServer.sh start [local] | stop | restart [local] | reload | status  (--help on each)
+#   tools/metaServer.sh start [local|slave] | stop | restart [local|slave] | reload | status
+#   (--help on each)
 #
 # Run dir: $META_RUN_DIR or <checkout>/run (meta-server.pid, meta-server.log, and for `start
 # local` the ZooKeeper files plus the marker zookeeper.started-by-metaServer).
-# Config:  $META_CONF or <checkout>/conf/server.ini.
+# Config:  $META_CONF or <checkout>/conf/server.ini; for `start slave` also
+#          $META_SLAVE_CONF or <checkout>/conf/async_slave.properties.
 # Python:  $META_PYTHON, else <checkout>/.venv/bin/python, else python3.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RUN_DIR="${META_RUN_DIR:-$ROOT/run}"
 CONF="${META_CONF:-$ROOT/conf/server.ini}"
+SLAVE_CONF="${META_SLAVE_CONF:-$ROOT/conf/async_slave.properties}"
 PID_FILE="$RUN_DIR/meta-server.pid"
 LOG_FILE="$RUN_DIR/meta-server.log"
 ZK_MARKER="$RUN_DIR/zookeeper.started-by-metaServer"
@@ -44,10 +47,11 @@ commands:
   start local    set up the environment, start ZooKeeper on 127.0.0.1:$ZK_LOCAL_PORT if none
                  answers, then start the broker with --local (hostName=127.0.0.1,
                  zk.zkConnect=127.0.0.1:$ZK_LOCAL_PORT)
-  start slave    (not implemented yet)
+  start slave    start the broker as an async slave (also reads \$META_SLAVE_CONF or
+                 conf/async_slave.properties): it copies the master with the same brokerId
   stop           stop the broker (SIGTERM; SIGKILL after ${STOP_TIMEOUT_S} s) and the ZooKeeper
                  that 'start local' started
-  restart [local]  stop the broker if it runs, then start [local]
+  restart [local|slave]  stop the broker if it runs, then start [local|slave]
   reload         make the running broker re-read its config file (SIGHUP); the [topic=...]
                  sections take effect, [system] and [zookeeper] changes wait for a restart
   status         print whether the broker runs, with pid and port
@@ -59,7 +63,7 @@ EOF
 
 usage_start() {
     cat <<EOF
-usage: tools/metaServer.sh start [local]
+usage: tools/metaServer.sh start [local|slave]
 
 Starts the broker in the background, in its own session:
     $PY -m meta.server -f $CONF
@@ -68,6 +72,16 @@ its serverPort accepts connections. Fails, printing the log tail, if it exits fi
 
   local   first run tools/setup-env.sh, start ZooKeeper on 127.0.0.1:$ZK_LOCAL_PORT (data in the
           run dir; skipped if one already answers there) and pass --local to the broker.
+  slave   start an async slave (Java: -Fmetaslave=FILE):
+              $PY -m meta.server -f $CONF --slave $SLAVE_CONF
+          (\$META_SLAVE_CONF). Keys: slaveId (required, >= 0), slaveGroup (default
+          meta-slave-group_<slaveId>), slaveMaxDelayInMills (default 500),
+          autoSyncMasterConfig (read, not acted on yet). server.ini must have the master's
+          brokerId (usually a copy of the master's file) and its own serverPort and dataPath.
+          The slave registers as ids/<brokerId>/slave<slaveId> in ZooKeeper, copies every
+          topic and partition of its master byte for byte (resuming from its local data after
+          a restart), serves gets and offsets, and answers puts with 403. To run a master and
+          a slave on one machine, give each its own \$META_RUN_DIR.
 EOF
 }
 
@@ -83,9 +97,9 @@ EOF
 
 usage_restart() {
     cat <<EOF
-usage: tools/metaServer.sh restart [local]
+usage: tools/metaServer.sh restart [local|slave]
 
-Stops the broker if it runs (ZooKeeper keeps running), then does 'start [local]'.
+Stops the broker if it runs (ZooKeeper keeps running), then does 'start [local|slave]'.
 EOF
 }
 
@@ -115,11 +129,6 @@ usage: tools/metaServer.sh status
 Prints whether the broker runs, with its pid and port. Exit 0 if it runs, 1 if its pid file is
 stale, 3 if it does not run.
 EOF
-}
-
-not_implemented() {
-    printf 'metaServer: %s: not implemented yet\n' "$1" >&2
-    exit 2
 }
 
 # Prints the broker pid if the pid file names a live meta.server process; fails otherwise.
@@ -199,11 +208,11 @@ stop_broker() {
 }
 
 do_start() {
-    local local_flag=0 pid host port log_offset started_zk=0 waited=0
+    local local_flag=0 slave_flag=0 pid host port log_offset started_zk=0 waited=0
     case "${1:-}" in
         "") ;;
         local) local_flag=1 ;;
-        slave) not_implemented "start slave" ;;
+        slave) slave_flag=1 ;;
         -h|--help) usage_start; exit 0 ;;
         *) usage_start >&2; die "unknown start mode: $1" ;;
     esac
@@ -216,6 +225,9 @@ do_start() {
         rm -f "$PID_FILE"
     fi
     [ -f "$CONF" ] || die "config file $CONF not found (set META_CONF)"
+    if [ "$slave_flag" -eq 1 ] && [ ! -f "$SLAVE_CONF" ]; then
+        die "slave config file $SLAVE_CONF not found (set META_SLAVE_CONF)"
+    fi
     mkdir -p "$RUN_DIR"
     if [ "$local_flag" -eq 1 ]; then
         "$ROOT/tools/setup-env.sh" || die "tools/setup-env.sh failed"
@@ -233,6 +245,7 @@ do_start() {
 
     local args=(-m meta.server -f "$CONF")
     [ "$local_flag" -eq 0 ] || args+=(--local)
+    [ "$slave_flag" -eq 0 ] || args+=(--slave "$SLAVE_CONF")
     touch "$LOG_FILE"
     log_offset="$(stat -c %s "$LOG_FILE")"
     printf '=== %s tools/metaServer.sh start: %s %s ===\n' "$(date -Is)" "$PY" "${args[*]}" \
@@ -275,9 +288,8 @@ do_stop() {
 
 do_restart() {
     case "${1:-}" in
-        ""|local) ;;
+        ""|local|slave) ;;
         -h|--help) usage_restart; exit 0 ;;
-        slave) not_implemented "restart slave" ;;
         *) usage_restart >&2; die "unknown restart mode: $1" ;;
     esac
     stop_broker || say "meta-server was not running"

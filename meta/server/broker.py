@@ -173,6 +173,8 @@ class Broker:
         reactor: the reactor to use (default: the global one).
         registry: a ``BrokerRegistry``-like object, or None to build one from the config.
         store: a ``StoreManager`` (tests inject one with a recording file layer), or None.
+        slave_id: -1 for a master; ``N >= 0`` for async slave N (zk spec 6: registers as
+            ``ids/B/slave<N>`` and ``B-s<N>``, answers puts 403; ``meta.slave`` copies).
     """
 
     def __init__(
@@ -181,10 +183,12 @@ class Broker:
         reactor: Any = None,
         registry: Any = None,
         store: StoreManager | None = None,
+        slave_id: int = -1,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor
         self.config = config
+        self.slave_id = slave_id
         self._reactor = reactor
         self.store = store if store is not None else StoreManager(config, reactor)
         self.ids = IdWorker(config.broker_id)
@@ -196,7 +200,7 @@ class Broker:
         self.connections: set = set()
         self.host = advertised_host(config)
         self.uri = broker_uri(self.host, config.server_port)
-        self._registry = registry
+        self.registry = registry
         self._port = None
         self._started_at = reactor.seconds()
         self._stat_topics: dict[str, bool] = {}
@@ -227,13 +231,13 @@ class Broker:
             )
             port = self._port.getHost().port
             self.uri = broker_uri(self.host, port)
-        if self._registry is None and self.config.zookeeper.enabled:
+        if self.registry is None and self.config.zookeeper.enabled:
             from meta.server.registry import BrokerRegistry
 
-            self._registry = BrokerRegistry(self.config, self._reactor, self.uri)
-        if self._registry is not None:
+            self.registry = BrokerRegistry(self.config, self._reactor, self.uri, self.slave_id)
+        if self.registry is not None:
             topics = sorted({log_.topic for log_ in self.store.partitions()})
-            yield self._registry.start(topics)
+            yield self.registry.start(topics)
         log.info(
             "broker %d serving %s (data in %s, %d partitions loaded, zookeeper %s)",
             self.config.broker_id,
@@ -257,9 +261,9 @@ class Broker:
         log.info("broker %d stopping", self.config.broker_id)
         if self._port is not None:
             await defer.maybeDeferred(self._port.stopListening)
-        if self._registry is not None:
+        if self.registry is not None:
             try:
-                await self._registry.stop()
+                await self.registry.stop()
             except Exception:
                 log.exception("could not deregister from ZooKeeper")
             delay_s = self.config.zookeeper.sync_time_ms / 1000
@@ -304,7 +308,7 @@ class Broker:
         self.config = config
         self._stat_topics.clear()
         self.store.set_config(config)
-        if self._registry is not None:
+        if self.registry is not None:
             problems = await self._reload_registry(config)
             outcome = dataclasses.replace(outcome, problems=tuple(problems))
         self._log_reload(outcome)
@@ -313,7 +317,7 @@ class Broker:
     async def _reload_registry(self, config: BrokerConfig) -> list[str]:
         """Register configured topics and topics with data again (forced), unregister the
         other registered topics, rewrite the checksum; return what failed."""
-        registry = self._registry
+        registry = self.registry
         registry.set_config(config)
         configured = sorted(topic.name for topic in config.topics)
         with_data = sorted({log_.topic for log_ in self.store.partitions()} - set(configured))
@@ -365,8 +369,8 @@ class Broker:
         if not self.config.is_legal_topic(topic):
             raise InvalidTopicError(f"The server do not accept topic {topic}")
         partition_log = self.store.get_or_create(topic, partition)
-        if self._registry is not None:
-            registered = self._registry.register_topic(topic)
+        if self.registry is not None:
+            registered = self.registry.register_topic(topic)
             registered.addErrback(self._topic_registration_failed, topic)
         return partition_log
 
@@ -485,7 +489,7 @@ class Broker:
             started_at=self._started_at,
             now=self._reactor.seconds(),
             version=self.version,
-            slave=False,
+            slave=self.slave_id >= 0,
             curr_connections=len(self.connections),
             threads=threading.active_count(),
             counters=self.counters,

@@ -57,6 +57,8 @@ def handle_put(broker, command: Put, connection) -> Reply:
     """Stage one message; the reply is sent when the store acknowledges it (DECISIONS 1-4)."""
     broker.counters.cmd_put += 1
     topic = command.topic
+    if broker.slave_id >= 0:
+        return _put_to_slave(broker, command)
     if command.tx_key is not None:
         return handle_transactional_put(broker, command, connection)
     partition = command.partition
@@ -97,6 +99,17 @@ def _put_failed(broker, command: Put, partition: int, detail: str | None) -> byt
     broker.record_put_failed(command.topic, partition)
     body = put_failure_text(broker, command.topic, partition, detail)
     return encode_result(500, body, command.opaque)
+
+
+def _put_to_slave(broker, command: Put) -> bytes:
+    """DECISIONS 13: an async slave takes no writes (Java's slave accepts them)."""
+    broker.counters.put_failed += 1
+    detail = (
+        f"this broker is async slave {broker.slave_id} of broker {broker.config.broker_id}; "
+        "only the master takes puts"
+    )
+    body = put_failure_text(broker, command.topic, command.partition, detail)
+    return encode_result(403, body, command.opaque)
 
 
 def handle_body_too_large(broker, event: BodyTooLarge, connection) -> Reply:

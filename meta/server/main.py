@@ -1,5 +1,10 @@
 """Entry point of the broker: ``meta-server -f server.ini`` / ``python -m meta.server``.
 
+``--slave async_slave.properties`` (or Java's ``-Fmetaslave=async_slave.properties``) starts
+an async slave (zk spec 6): the broker registers as ``ids/B/slave<N>``, refuses puts with
+403, and a ``meta.slave.replicator.Replicator`` copies the master once the broker serves;
+at a stop, replication stops first (its batches in progress are appended), then the broker.
+
 Parses arguments, loads the config (a ``ConfigError`` exits with status 2 and a message that
 names the file, section and key), sets up logging to stderr, starts the ``Broker`` on the
 global reactor and installs signal handlers: SIGTERM and SIGINT stop gracefully (flush,
@@ -40,6 +45,21 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("-f", "--config", required=True, help="path of server.ini")
     parser.add_argument(
+        "-s",
+        "--slave",
+        metavar="FILE",
+        help="run as an async slave configured by FILE (async_slave.properties): copy the "
+        "master with the same brokerId, serve gets, answer puts with 403",
+    )
+    parser.add_argument(
+        "-F",
+        dest="plugins",
+        action="append",
+        default=[],
+        metavar="PLUGIN=FILE",
+        help="Java's plugin form: -Fmetaslave=FILE is --slave FILE (no other plugin exists)",
+    )
+    parser.add_argument(
         "-l",
         "--local",
         action="store_true",
@@ -53,7 +73,15 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         help="logging level (default INFO)",
     )
     parser.add_argument("--version", action="version", version=f"metaq-py {__version__}")
-    return parser.parse_args(argv)
+    arguments = parser.parse_args(argv)
+    for plugin in arguments.plugins:
+        name, _, path = plugin.partition("=")
+        if name != "metaslave" or not path:
+            parser.error(f"-F{plugin}: the only plugin is metaslave, as -Fmetaslave=FILE")
+        if arguments.slave is not None and arguments.slave != path:
+            parser.error(f"-F{plugin} and --slave {arguments.slave} name different files")
+        arguments.slave = path
+    return arguments
 
 
 def configure_logging(level: str) -> None:
@@ -73,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = LOCAL_OVERRIDES if arguments.local else None
     try:
         config = load_config(arguments.config, overrides)
+        slave = _load_slave(config, arguments.slave)
     except ConfigError as error:
         print(f"meta-server: configuration error: {error}", file=sys.stderr)
         return 2
@@ -80,9 +109,18 @@ def main(argv: list[str] | None = None) -> int:
 
     from meta.server.broker import Broker
 
-    broker = Broker(config, reactor)
+    broker = Broker(config, reactor, slave_id=-1 if slave is None else slave.slave_id)
+    replicator = None
+    if slave is not None:
+        from meta.slave.replicator import Replicator
+
+        replicator = Replicator(broker, slave, reactor)
     outcome = {"status": 0}
     reloader = ConfigReloader(broker, lambda running: _load_in_thread(running, overrides))
+
+    def started(_: object) -> None:
+        if replicator is not None:
+            replicator.start()
 
     def started_failed(failure) -> None:
         log.error("broker failed to start: %s", failure.value)
@@ -91,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def request_stop(signum: int, frame: object) -> None:
         log.info("signal %d received", signum)
-        reactor.callFromThread(_stop_then_exit, broker, reactor)
+        reactor.callFromThread(_stop_then_exit, broker, reactor, replicator)
 
     def request_reload(signum: int, frame: object) -> None:
         reactor.callFromThread(reloader.request)
@@ -99,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGHUP, request_reload)
-    reactor.callWhenRunning(lambda: broker.start().addErrback(started_failed))
+    reactor.callWhenRunning(lambda: broker.start().addCallbacks(started, started_failed))
     reactor.run(installSignalHandlers=False)
     return outcome["status"]
 
@@ -172,13 +210,39 @@ def _load_in_thread(running: Any, overrides: dict[str, str] | None) -> Any:
     return threads.deferToThread(load_config, running.path, overrides, running)
 
 
-def _stop_then_exit(broker, reactor) -> None:
+def _load_slave(config: Any, path: str | None) -> Any:
+    """Read and check ``async_slave.properties`` (None when not a slave).
+
+    Raises:
+        ConfigError: the file, a key or its value is wrong, or the set-up cannot work.
+    """
+    if path is None:
+        return None
+    from meta.config import load_slave_config
+    from meta.slave.plan import check_slave_setup
+
+    slave = load_slave_config(path)
+    check_slave_setup(config, slave, path)
+    return slave
+
+
+def _stop_then_exit(broker, reactor, replicator=None) -> None:
     def done(result) -> None:
         if reactor.running:
             reactor.stop()
         return result
 
-    broker.stop().addBoth(done)
+    from twisted.python.failure import Failure
+
+    def replication_stopped(result) -> Any:
+        if isinstance(result, Failure):
+            log.error("stopping replication failed: %s", result.getErrorMessage())
+        return broker.stop()
+
+    if replicator is None:
+        broker.stop().addBoth(done)
+    else:
+        replicator.stop().addBoth(replication_stopped).addBoth(done)
 
 
 if __name__ == "__main__":

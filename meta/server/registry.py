@@ -234,6 +234,16 @@ class BrokerRegistry:
             return defer.succeed(None)
         return self._run(self._nodes.write_checksum, checksum)
 
+    def read_master(self) -> defer.Deferred:
+        """Read the master of our broker id and its topics (``BrokerNodes.read_master``).
+
+        Returns:
+            A Deferred firing with ``(master data or None, {topic: topics-sub B-m data})``.
+        """
+        if not self.enabled or not self._started or self._stopping:
+            return defer.fail(RegistryError("the ZooKeeper registry is not running"))
+        return self._run(self._nodes.read_master)
+
     def stop(self) -> defer.Deferred:
         """Unregister (zk spec 1.3 step 5), close the session and stop the worker. Idempotent.
 

@@ -13,6 +13,9 @@ broker node, writes, rewrites and deletes topic nodes, unregisters and closes. T
   ``R/brokers/topics-pub/T/B-x`` / ``R/brokers/topics-sub/T/B-x`` = compact JSON
   ``{"numParts":n,"broker":"B-x"}``, each only while ``acceptPublish`` / ``acceptSubscribe``.
 
+An async slave also reads, through the same session, its master's node and the master's
+``topics-sub`` entries (``read_master``; the slave's replicator interprets them).
+
 Invariants:
 
 * Every missing parent is created persistent with empty data (kazoo ``makepath``).
@@ -104,6 +107,7 @@ class BrokerNodes:
         self._is_master = slave_id < 0
         self._kazoo_factory = kazoo_factory or KazooClient
         self.suffix = broker_suffix(broker_id, slave_id)
+        self.master_suffix = broker_suffix(broker_id)
         self.ids_path = f"{zookeeper.root}/brokers/ids/{broker_id}"
         node = "master" if self._is_master else f"slave{slave_id}"
         self.broker_path = f"{self.ids_path}/{node}"
@@ -267,6 +271,40 @@ class BrokerNodes:
         """Delete the three nodes of ``topic``; missing ones are fine."""
         for path in topic_paths(self._zookeeper.root, topic, self.suffix):
             self.delete_if_exists(path)
+
+    def read_master(self) -> tuple[bytes | None, dict[str, bytes]]:
+        """Read what an async slave copies (zk spec 1.4, "slave's view of its master").
+
+        Returns:
+            ``(master, topics)``: the data of ``ids/B/master`` (None when it is missing) and,
+            for every topic whose ``topics-sub/T`` has a ``B-m`` child, that child's data
+            (the ``{"numParts":n,...}`` JSON, parsed by the caller). Nodes that vanish while
+            being read are left out.
+        """
+        client = self._connected_client()
+        master = self._read_or_none(client, f"{self.ids_path}/master")
+        subscribe_root = f"{self._zookeeper.root}/brokers/topics-sub"
+        try:
+            names = self._wait(client.get_children_async(subscribe_root))
+        except NoNodeError:
+            names = []
+        reads = {
+            name: client.get_async(f"{subscribe_root}/{name}/{self.master_suffix}")
+            for name in names
+        }
+        topics: dict[str, bytes] = {}
+        for name, pending in sorted(reads.items()):
+            try:
+                topics[name] = self._wait(pending)[0]
+            except NoNodeError:
+                continue
+        return master, topics
+
+    def _read_or_none(self, client: KazooClient, path: str) -> bytes | None:
+        try:
+            return self._wait(client.get_async(path))[0]
+        except NoNodeError:
+            return None
 
     def unregister_and_close(self, topics: list[str]) -> None:
         """Delete our nodes if connected (zk spec 1.3 step 5), then close the client.

@@ -1,0 +1,261 @@
+"""``Replicator``: an async slave copying its master, byte for byte (zk spec 6.1-6.3).
+
+The slave is an ordinary client of its master (STYLE 24): every ``POLL_INTERVAL_S`` it reads
+through its ``BrokerRegistry`` the master with its own ``brokerId`` (``ids/B/master``) and the
+topics that master serves to subscribers (``topics-sub/T/B-m``, partitions
+``0..numParts-1``), and runs a ``SlaveFetchManager`` (the client's fetch loop) on exactly those
+partitions, as consumer group ``slaveGroup``, with ``slaveMaxDelayInMills`` as the fetch
+back-off maximum (and as the long-polling wait, DECISIONS 16). When the master, its address,
+or its topics and partitions change (a topic created on the master, a master restarted), the
+fetch loop is stopped and started again on the new set.
+
+Offsets: every partition is fetched from the **local** end of its log (0 when there is no
+local partition yet), never from ZooKeeper (zk spec 6.2, ``SlaveOffsetStorage``). Each fetched
+record is appended verbatim (same header, id, flag and payload) through the broker's store,
+one record at a time, so segments roll at the same records as on the master and every file
+stays byte-identical; the append checks first that the local end equals the fetched offset.
+A partition that cannot go on (see ``meta.slave.fetcher``) is stopped with an ERROR until the
+slave restarts; the others go on.
+
+Not done yet (issue 6): ``autoSyncMasterConfig`` (read and validated, but not acted on), the
+consumer-id node of ``slaveGroup`` (zk spec 6.2), a first local segment starting at the
+master's first offset when the master's data no longer starts at 0 (zk spec 6.1 step 6.3:
+such a partition is stopped with an ERROR instead), lag in stats.
+
+Thread affinity: reactor thread only; the fetch threads reach it through ``callFromThread``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from twisted.internet import defer, task, threads
+
+from meta.client.cluster import Partition
+from meta.client.factory import ConnectionPool
+from meta.client.fetch import LONG_MAX, FetchRequest, FetchSettings
+from meta.config import SlaveConfig
+from meta.errors import MetaError
+from meta.slave.fetcher import ReplicationHalted, SlaveFetchManager
+from meta.slave.plan import NO_MASTER, MasterView, master_view
+
+log = logging.getLogger("meta.slave")
+
+POLL_INTERVAL_S = 1.0
+"""How often ZooKeeper is read for the master and its topics."""
+FETCH_BYTES = 1024 * 1024
+"""Fetch size per get (Java's slave subscribes with 1 MiB); grows for a larger record."""
+FETCH_THREADS_MAX = 16
+FETCH_TIMEOUT_S = 10.0
+LONG_POLL_MAX_MS = 5000
+
+
+class Replicator:
+    """Copies the master of ``broker``'s id into ``broker``'s store.
+
+    Args:
+        broker: the started slave ``Broker`` (``slave_id >= 0``, ZooKeeper enabled).
+        slave: the ``async_slave.properties`` settings.
+        reactor: the reactor (the broker's).
+        poll_interval_s: how often ZooKeeper is read.
+    """
+
+    def __init__(
+        self,
+        broker: Any,
+        slave: SlaveConfig,
+        reactor: Any,
+        poll_interval_s: float = POLL_INTERVAL_S,
+    ) -> None:
+        self._broker = broker
+        self._slave = slave
+        self._reactor = reactor
+        self._poll_interval_s = poll_interval_s
+        self._pool = ConnectionPool(connect_timeout_s=FETCH_TIMEOUT_S)
+        self._view: MasterView = NO_MASTER
+        self._problems: tuple[str, ...] = ()
+        self._fetcher: SlaveFetchManager | None = None
+        self._halted: dict[tuple[str, str], str] = {}
+        self._lock = defer.DeferredLock()
+        self._loop: task.LoopingCall | None = None
+        self._stopped = False
+
+    @property
+    def halted(self) -> dict[tuple[str, str], str]:
+        """Stopped partitions, ``(topic, "B-P")`` -> why."""
+        return dict(self._halted)
+
+    def start(self) -> None:
+        """Start following the master (the first ZooKeeper read happens now)."""
+        assert self._loop is None, "start() may be called once"
+        if self._stopped:
+            return  # stopped before the broker finished starting
+        log.info(
+            "async slave %d of broker %d: copying its master as group %s (slaveMaxDelayInMills "
+            "%d, autoSyncMasterConfig %s: not supported yet, ignored)",
+            self._slave.slave_id,
+            self._broker.config.broker_id,
+            self._slave.slave_group,
+            self._slave.slave_max_delay_ms,
+            self._slave.auto_sync_master_config,
+        )
+        self._loop = task.LoopingCall(self._poll)
+        self._loop.clock = self._reactor
+        self._loop.start(self._poll_interval_s, now=True)
+
+    def stop(self) -> defer.Deferred:
+        """Stop fetching (batches in progress are appended first) and close connections."""
+        self._stopped = True
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        stopped = self._lock.run(lambda: defer.ensureDeferred(self._stop_fetcher()))
+        stopped.addBoth(lambda result: self._pool.close() or result)
+        return stopped
+
+    # --- following the master -----------------------------------------------------------------
+
+    def _poll(self) -> defer.Deferred | None:
+        if self._lock.locked or self._stopped:
+            return None  # the previous refresh is still running: skip this tick
+        refreshed = self._lock.run(lambda: defer.ensureDeferred(self._refresh()))
+        refreshed.addErrback(self._refresh_failed)
+        return refreshed
+
+    def _refresh_failed(self, failure: Any) -> None:
+        # Keep copying with what we know; the next tick reads again.
+        log.warning("cannot read the master from ZooKeeper: %s", failure.getErrorMessage())
+
+    async def _refresh(self) -> None:
+        master, topics = await self._broker.registry.read_master()
+        view = master_view(master, topics)
+        if view.problems != self._problems:
+            self._problems = view.problems
+            for problem in view.problems:
+                log.warning("master of broker %d: %s", self._broker.config.broker_id, problem)
+        if self._stopped or (view.address, view.partitions) == (
+            self._view.address,
+            self._view.partitions,
+        ):
+            return
+        await self._stop_fetcher()
+        self._view = view
+        if view.address is None:
+            log.warning(
+                "broker %d has no master in ZooKeeper: replication waits for one",
+                self._broker.config.broker_id,
+            )
+            return
+        if not self._stopped:
+            self._start_fetcher(view)
+
+    def _start_fetcher(self, view: MasterView) -> None:
+        broker_id = self._broker.config.broker_id
+        requests = []
+        for topic, partition in view.partitions:
+            key = (topic, f"{broker_id}-{partition}")
+            if key in self._halted:
+                continue
+            partition_log = self._broker.store.get(topic, partition)
+            offset = partition_log.next_offset if partition_log is not None else 0
+            source = Partition(broker_id, partition)
+            requests.append(FetchRequest(topic, source, view.address, offset, max_size=FETCH_BYTES))
+        delay_ms = self._slave.slave_max_delay_ms
+        settings = FetchSettings(
+            group=self._slave.slave_group,
+            fetch_timeout_s=FETCH_TIMEOUT_S,
+            max_delay_fetch_ms=delay_ms,
+            long_poll_ms=min(delay_ms, LONG_POLL_MAX_MS),
+            offset_reset="error",
+            fetch_threads=max(1, min(len(requests), FETCH_THREADS_MAX)),
+            max_fetch_retries=LONG_MAX,
+        )
+        fetcher = SlaveFetchManager(self._pool, settings, self._reactor, self._append, self._halt)
+        fetcher.start(requests)
+        self._fetcher = fetcher
+        topics = sorted({request.topic for request in requests})
+        log.info(
+            "copying %d partitions of %d topics from master %s: %s",
+            len(requests),
+            len(topics),
+            view.address.uri,
+            ", ".join(topics) or "none",
+        )
+
+    async def _stop_fetcher(self) -> None:
+        fetcher, self._fetcher = self._fetcher, None
+        if fetcher is not None:
+            # Off the reactor: the fetch threads wait for their appends, which run here.
+            await threads.deferToThread(fetcher.stop)
+
+    # --- called by the fetch threads through callFromThread ------------------------------------
+
+    def _halt(self, key: tuple[str, str], reason: str) -> None:
+        self._halted[key] = reason
+        log.error(
+            "replication of %s partition %s stopped: %s; the other partitions go on; restart "
+            "the slave once the cause is fixed",
+            key[0],
+            key[1],
+            reason,
+        )
+
+    def _append(
+        self, topic: str, partition: int, base: int, records: bytes, sizes: list[int]
+    ) -> defer.Deferred:
+        """Append ``records`` verbatim at ``base``; fire with their byte count once acked.
+
+        Raises:
+            ReplicationHalted: the local partition cannot be created, takes no appends, or
+                its end is not ``base``.
+        """
+        broker = self._broker
+        try:
+            partition_log = broker.partition_for_put(topic, partition)
+        except MetaError as error:
+            raise ReplicationHalted(
+                f"cannot create the local partition: {error} (see the [topic=...] sections of "
+                f"{broker.config.path})"
+            ) from None
+        if partition_log.next_offset != base:
+            raise ReplicationHalted(
+                f"the local end {partition_log.next_offset} differs from the master's offset "
+                f"{base}: this slave's data is not a copy of the master's"
+            )
+        if not partition_log.accepts_appends:
+            raise ReplicationHalted(f"the local partition takes no appends ({partition_log})")
+        acknowledged = _BatchAck(base, sizes)
+        position = 0
+        for size in sizes:
+            partition_log.stage(records[position : position + size], acknowledged.ack)
+            position += size
+        broker.store.commit_staged()
+        broker.flush_output()  # replies to long-polling gets woken by these appends
+        return acknowledged.done
+
+
+class _BatchAck:
+    """Collects the acknowledgements of one batch's records; they come in append order."""
+
+    def __init__(self, base: int, sizes: list[int]) -> None:
+        self.done: defer.Deferred = defer.Deferred()
+        self._base = base
+        self._sizes = sizes
+        self._expected = base
+        self._index = 0
+
+    def ack(self, offset: int | None, error: BaseException | None) -> None:
+        if self.done.called:
+            return
+        if error is not None:
+            self.done.errback(error)
+            return
+        if offset != self._expected:
+            self.done.errback(
+                ReplicationHalted(f"a record was stored at {offset}, expected {self._expected}")
+            )
+            return
+        self._expected += self._sizes[self._index]
+        self._index += 1
+        if self._index == len(self._sizes):
+            self.done.callback(self._expected - self._base)
