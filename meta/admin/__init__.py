@@ -1,6 +1,8 @@
-"""``meta-admin``: the operator tool of a running broker (``meta.admin.main``).
+"""``meta-admin``: the operator tool of a metaq-py (MetaQ 1.x) cluster (``meta.admin.main``).
 
-Subcommand groups live in their own modules (``meta.admin.tx``: transactions) and talk to a
-live broker over the wire through ``meta.admin.client``. Importing this package has no side
-effects: no reactor, no kazoo, no socket.
+Commands live in their own modules: ``tx`` (transactions, one broker over the wire),
+``cluster`` (brokers, topics, partitions, stats), ``groups`` (groups, lag, reset-offsets) and
+``messages`` (browse, find-message). The cluster commands read ZooKeeper (``zk``) and the
+brokers (``reads``) within one ``session``; ``output`` prints tables, JSON and progress bars.
+Importing this package has no side effects: no reactor, no kazoo, no socket.
 """

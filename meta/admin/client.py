@@ -6,8 +6,9 @@ broker address that could not be reached, or the command the broker refused toge
 broker's own text (an ``XAException:code=N,msg=...`` body is decoded into a line such as
 ``XAER_NOTA (-4, unknown or finished transaction): ...``).
 
-Exit statuses: ``BrokerRefusedError`` gives 1 (the broker answered and said no); every other
-``AdminError`` gives 2 (bad usage, or the broker could not be reached or stopped answering).
+Exit statuses: ``BrokerRefusedError``, ``NotFoundError`` and ``RefusedError`` give 1 (the broker
+or the tool said no, or what the command names does not exist); every other ``AdminError``
+gives 2 (bad usage, or the broker or ZooKeeper could not be reached or stopped answering).
 
 Invariants: one request in flight at a time, and its reply must carry its opaque; every
 socket operation is bounded by the client's timeout. Single-threaded (one CLI invocation).
@@ -21,7 +22,7 @@ import socket
 from meta.client.connection import BrokerConnection
 from meta.errors import MetaError
 from meta.protocol import xa
-from meta.protocol.commands import Command, Data, Result, Stats, Transaction
+from meta.protocol.commands import Command, Data, Get, Offset, Result, Stats, Transaction
 from meta.protocol.xa import parse_xa_error
 
 EXIT_OK = 0
@@ -30,6 +31,9 @@ EXIT_USAGE = 2
 
 DEFAULT_BROKER = "127.0.0.1:8123"
 DEFAULT_TIMEOUT_S = 10.0
+
+ADMIN_GROUP = "meta-admin"
+"""The consumer group ``get`` and ``offset`` requests name (broker statistics only)."""
 
 XA_CODE_NAMES: dict[int, str] = {
     value: name
@@ -71,6 +75,22 @@ class BrokerRefusedError(AdminError):
     """The broker answered and refused the command."""
 
     exit_status = EXIT_REFUSED
+
+
+class NotFoundError(AdminError):
+    """What the command names does not exist (a group, topic, broker, partition, message)."""
+
+    exit_status = EXIT_REFUSED
+
+
+class RefusedError(AdminError):
+    """The tool refuses to act (e.g. a consumer group still has live members)."""
+
+    exit_status = EXIT_REFUSED
+
+
+class ZooKeeperUnreachableError(AdminError):
+    """ZooKeeper could not be connected to, or stopped answering within the timeout."""
 
 
 def parse_broker_address(text: str) -> tuple[str, int]:
@@ -148,6 +168,19 @@ class AdminClient:
         """Send ``stats <item> <opaque>``; return its reply."""
         return self.request(Stats(item, self._connection.next_opaque()), f"stats {item}")
 
+    def get(self, topic: str, partition: int, offset: int, max_size: int) -> Result | Data:
+        """Send ``get``; return the data frame or the ``result`` (301, 403, 404...)."""
+        command = Get(
+            topic, ADMIN_GROUP, partition, offset, max_size, self._connection.next_opaque()
+        )
+        return self.exchange(command, f"get {topic}-{partition}@{offset}")
+
+    def offset(self, topic: str, partition: int, offset: int) -> Result:
+        """Send ``offset``; return its reply (200 with the segment start, or 404)."""
+        opaque = self._connection.next_opaque()
+        command = Offset(topic, ADMIN_GROUP, partition, offset, opaque)
+        return self.request(command, f"offset {topic}-{partition}@{offset}")
+
     def request(self, command: Command, what: str) -> Result:
         """Send one command and return its ``result`` frame, whatever its code.
 
@@ -156,8 +189,19 @@ class AdminClient:
             BrokerRefusedError: the broker closed the connection instead of answering (a
                 broker that does not know the command does that), or sent something else.
         """
+        reply = self.exchange(command, what)
+        if isinstance(reply, Data):
+            raise BrokerRefusedError(f"broker {self.name} answered {what} with a data frame")
+        return reply
+
+    def exchange(self, command: Command, what: str) -> Result | Data:
+        """Send one command and return its reply frame (``result`` or ``value``).
+
+        Raises:
+            BrokerUnreachableError, BrokerRefusedError: as ``request``.
+        """
         try:
-            reply = self._connection.request(command)
+            return self._connection.request(command)
         except TimeoutError:
             raise BrokerUnreachableError(
                 f"no reply to {what} from broker {self.name} within {self._timeout_s:g} s"
@@ -171,9 +215,6 @@ class AdminClient:
                 f"broker {self.name} gave no reply to {what} ({error}); "
                 "a broker that does not know a command closes the connection"
             ) from None
-        if isinstance(reply, Data):
-            raise BrokerRefusedError(f"broker {self.name} answered {what} with a data frame")
-        return reply
 
     def close(self) -> None:
         self._connection.close()

@@ -1,14 +1,23 @@
-"""Entry point of the operator tool: ``meta-admin <group> <command>``, ``python -m meta.admin``.
+"""Entry point of the operator tool: ``meta-admin <command> ...``, ``python -m meta.admin``.
 
-Argument parsing with one argparse subparser per command group (``COMMAND_GROUPS``: each
-module offers ``add_parser(commands, connection)`` and sets ``run(arguments, client)`` on its
-leaves), so a later group is one more module and one more entry. Every command and group
-has ``--help``. ``--broker HOST:PORT`` and ``--timeout SECONDS`` are accepted before the group
-or after the command.
+Argument parsing with one argparse subparser per command (``COMMAND_GROUPS``: each module
+offers ``add_parser(commands, connection)`` and sets ``run(arguments, session)`` on its
+leaves), so a later group is one more module and one more entry. Every command has ``--help``.
 
-``main(argv)`` returns the exit status instead of exiting: 0 done, 1 the broker refused, 2 bad
-usage or the broker could not be reached (``meta.admin.client``). Errors go to stderr as one
-line naming what is wrong; results go to stdout. Single-threaded; no reactor, no kazoo.
+Two kinds of leaves:
+
+* the ``tx`` group talks to one broker: ``--broker HOST:PORT`` and ``--timeout SECONDS``
+  (accepted before the group or after the command); ``run`` gets an ``AdminClient``;
+* the cluster commands (``brokers``, ``topics``, ``partitions``, ``groups``, ``lag``,
+  ``reset-offsets``, ``browse``, ``find-message``, ``stats``) find brokers through ZooKeeper:
+  ``--zk-connect HOST:PORT[,...]``, ``--zk-root PATH`` and ``--timeout`` (also accepted before
+  the command) and ``--json``; they set ``open_session`` and ``run`` gets a
+  ``meta.admin.session.ClusterSession``.
+
+``main(argv)`` returns the exit status instead of exiting: 0 done, 1 refused or not found, 2
+bad usage or a broker or ZooKeeper could not be reached (``meta.admin.client``). Errors go to
+stderr as one line naming what is wrong; results go to stdout; progress bars go to stderr,
+only on a terminal. Single-threaded; no reactor.
 """
 
 from __future__ import annotations
@@ -17,75 +26,42 @@ import argparse
 import sys
 
 from meta import __version__
-from meta.admin import tx
-from meta.admin.client import (
-    DEFAULT_BROKER,
-    DEFAULT_TIMEOUT_S,
-    EXIT_USAGE,
-    AdminClient,
-    AdminError,
-    UsageError,
-    parse_broker_address,
+from meta.admin import cluster, groups, messages, tx
+from meta.admin.client import EXIT_USAGE, AdminClient, AdminError
+from meta.admin.options import (
+    broker_argument,
+    broker_options,
+    timeout_argument,
+    zookeeper_options,
 )
 
-COMMAND_GROUPS = (tx,)
-"""Modules registering a command group; add new groups here."""
+COMMAND_GROUPS = (tx, cluster, groups, messages)
+"""Modules registering commands; add new groups here."""
 
-EPILOG = "Exit status: 0 done, 1 the broker refused, 2 bad usage or broker unreachable."
+EPILOG = (
+    "Exit status: 0 done, 1 refused or not found, 2 bad usage or a broker or ZooKeeper unreachable."
+)
 
-
-def broker_argument(text: str) -> tuple[str, int]:
-    """argparse type of ``--broker``."""
-    try:
-        return parse_broker_address(text)
-    except UsageError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def timeout_argument(text: str) -> float:
-    """argparse type of ``--timeout``: positive seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"invalid timeout {text!r}: expected positive seconds")
-    return value
+__all__ = ["broker_argument", "build_parser", "connection_options", "main", "timeout_argument"]
 
 
 def connection_options(with_defaults: bool) -> argparse.ArgumentParser:
-    """``--broker`` and ``--timeout``; without defaults (on commands) they override the
-    values given before the group only when given."""
-    options = argparse.ArgumentParser(add_help=False)
-    broker = DEFAULT_BROKER if with_defaults else argparse.SUPPRESS
-    timeout = DEFAULT_TIMEOUT_S if with_defaults else argparse.SUPPRESS
-    options.add_argument(
-        "--broker",
-        type=broker_argument,
-        default=broker,
-        metavar="HOST:PORT",
-        help=f"broker to talk to (default {DEFAULT_BROKER})",
-    )
-    options.add_argument(
-        "--timeout",
-        type=timeout_argument,
-        default=timeout,
-        metavar="SECONDS",
-        help=f"bound on connecting and on each reply (default {DEFAULT_TIMEOUT_S:g})",
-    )
-    return options
+    """``--broker`` and ``--timeout`` (see ``meta.admin.options.broker_options``)."""
+    return broker_options(with_defaults)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="meta-admin",
-        parents=[connection_options(with_defaults=True)],
-        description="Operator tool of a running metaq-py broker.",
+        parents=[broker_options(with_defaults=True), zookeeper_options(with_defaults=True)],
+        description="Operator tool of a metaq-py (MetaQ 1.x) cluster: what is in the cluster, "
+        "how far behind consumer groups are, what partitions hold; move a stopped group's "
+        "offsets, find a message, finish XA transactions.",
         epilog=EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"metaq-py {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    leaf_options = connection_options(with_defaults=False)
+    leaf_options = broker_options(with_defaults=False)
     for group in COMMAND_GROUPS:
         group.add_parser(commands, leaf_options)
     return parser
@@ -99,11 +75,18 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:
         return _exit_status(exit_.code)
     try:
-        with AdminClient(arguments.broker, arguments.timeout) as client:
-            return arguments.run(arguments, client)
+        open_session = getattr(arguments, "open_session", None)
+        if open_session is None:
+            with AdminClient(arguments.broker, arguments.timeout) as client:
+                return arguments.run(arguments, client)
+        with open_session(arguments) as session:
+            return arguments.run(arguments, session)
     except AdminError as error:
         print(f"meta-admin: {error}", file=sys.stderr)
         return error.exit_status
+    except KeyboardInterrupt:
+        print("meta-admin: interrupted", file=sys.stderr)
+        return 130
 
 
 def _exit_status(code: object) -> int:

@@ -1,0 +1,275 @@
+"""What ``meta-admin`` reads from brokers over the wire: stats items, partition bounds,
+segment starts, records, and the search of a partition by message-id time.
+
+Everything goes through ``AdminClient`` (the shared codec, one blocking connection per
+broker), with the commands every MetaQ broker answers, so the tools also work against a Java
+broker:
+
+* ``stats offsets`` gives every store's min and max offsets in one request;
+* ``offset`` answers the start of the segment holding an offset (wire spec §2.3), so walking
+  down from the end (``offset(max - 1)``, then ``offset(start - 1)``...) lists the segments
+  that hold data, one request each. An empty newest segment (just rolled) holds no offset and
+  is not seen over the wire.
+* ``get`` reads records; ``PartitionReader.records`` follows 301s, doubles the size asked for
+  a record larger than it (up to ``READ_BYTES_MAX``) and stops at the end.
+
+Message-id time (DECISIONS 5): ``locate_time`` binary-searches the segments by the time of
+their first record, then scans one segment forward to the first record whose id time is
+``>=`` the target. Ids of one partition are nearly in offset order (ids are allocated just
+before the append), so the first such record in offset order is the answer.
+
+Bounds: every loop is bounded by the partition's end, ``SEGMENTS_MAX`` or a caller's byte
+budget. Single-threaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from meta.admin.client import AdminClient, BrokerRefusedError, NotFoundError
+from meta.admin.output import Progress
+from meta.errors import InvalidRecordError
+from meta.message_id import id_time_ms
+from meta.protocol.commands import Data, Result
+from meta.protocol.message import HEADER, HEADER_SIZE, Record, iter_messages
+
+READ_BYTES = 256 * 1024
+"""Bytes asked for per ``get``."""
+READ_BYTES_MAX = 64 * 1024 * 1024
+"""The most bytes asked for, for one record larger than ``READ_BYTES``."""
+SEGMENTS_MAX = 100_000
+"""Bound on the segments walked in one partition."""
+LONG_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    """One line of ``stats offsets``: ``<topic> part <partition> min_offset <m> max_offset <M>``."""
+
+    topic: str
+    partition: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a search landed: ``offset`` of the found record (or the end) and the id of the
+    record before it (-1 when none was read), as an offsets node stores them."""
+
+    offset: int
+    previous_msg_id: int
+    record: Record | None = None
+
+
+def stats_lines(client: AdminClient, item: str) -> list[str]:
+    """The lines of a ``stats <item>`` reply between ``STATS`` and ``END``.
+
+    Raises:
+        BrokerRefusedError: not a 200 reply, or not a ``STATS`` ... ``END`` body.
+    """
+    reply = client.stats(item)
+    text = reply.body.decode("utf-8", "replace")
+    lines = text.split("\r\n")
+    if reply.code != 200 or len(lines) < 3 or lines[0] != "STATS" or lines[-2:] != ["END", ""]:
+        raise BrokerRefusedError(
+            f"broker {client.name} answered 'stats {item}' with result {reply.code}: "
+            f"{text.strip()[:200]!r}"
+        )
+    return lines[1:-2]
+
+
+def partition_stats(client: AdminClient) -> dict[tuple[str, int], PartitionStats]:
+    """Every store of a broker from ``stats offsets``, by ``(topic, partition)``."""
+    found = {}
+    for line in stats_lines(client, "offsets"):
+        tokens = line.split(" ")
+        if len(tokens) != 7 or tokens[1] != "part" or not tokens[2].isdigit():
+            raise BrokerRefusedError(
+                f"broker {client.name}: unexpected 'stats offsets' line {line!r}"
+            )
+        stats = PartitionStats(tokens[0], int(tokens[2]), int(tokens[4]), int(tokens[6]))
+        found[(stats.topic, stats.partition)] = stats
+    return found
+
+
+class PartitionReader:
+    """Reads one partition of one broker.
+
+    Args:
+        client: the connection to the broker.
+        topic: the topic.
+        partition: the partition number on that broker.
+        label: ``<topic> <B-P>`` for errors and progress bars.
+    """
+
+    def __init__(self, client: AdminClient, topic: str, partition: int, label: str) -> None:
+        self.client = client
+        self.topic = topic
+        self.partition = partition
+        self.label = label
+
+    def _offset(self, offset: int) -> int | None:
+        """The ``offset`` command's answer; None when the broker has no store (404)."""
+        reply = self.client.offset(self.topic, self.partition, offset)
+        if reply.code == 404:
+            return None
+        if reply.code != 200 or not reply.body.strip().isdigit():
+            raise BrokerRefusedError(
+                f"broker {self.client.name} refused offset of {self.label} "
+                f"(result {reply.code}): {reply.body.decode('utf-8', 'replace').strip()}"
+            )
+        return int(reply.body)
+
+    def bounds(self) -> tuple[int, int] | None:
+        """``(min_offset, max_offset)``, or None when the broker has no store for it."""
+        first = self._offset(0)
+        last = self._offset(LONG_MAX)
+        if first is None or last is None:
+            return None
+        return first, last
+
+    def segment_starts(self, min_offset: int, max_offset: int) -> list[int]:
+        """Starts of the segments holding data between the bounds, ascending (one ``offset``
+        request each, newest first); ``[min_offset]`` for an empty partition."""
+        if max_offset <= min_offset:
+            return [min_offset]
+        starts: list[int] = []
+        probe = max_offset - 1
+        while len(starts) < SEGMENTS_MAX:
+            start = self._offset(probe)
+            if start is None or (starts and start >= starts[-1]):
+                break  # Gone meanwhile, or a broker that does not answer segment starts.
+            starts.append(start)
+            if start <= min_offset:
+                break
+            probe = start - 1
+        return sorted(starts) or [min_offset]
+
+    def records(
+        self, start: int, end: int | None = None, progress: Progress | None = None
+    ) -> Iterator[Record]:
+        """Yield the records from ``start`` (a record boundary) up to ``end`` (exclusive; None:
+        the end at each read). A ``start`` below the first segment follows the 301.
+
+        Raises:
+            NotFoundError: no valid record at an offset read (not a boundary, or corrupt).
+            AdminError: a record too large to read, or the broker refused the get.
+        """
+        offset, size = start, READ_BYTES
+        while end is None or offset < end:
+            reply = self.client.get(self.topic, self.partition, offset, size)
+            if isinstance(reply, Result):
+                moved = self._moved(reply, offset)
+                if moved is None:
+                    return
+                offset = moved
+                continue
+            consumed = 0
+            for record in self._decode(reply, offset):
+                if end is not None and record.offset >= end:
+                    return
+                yield record
+                consumed = record.offset + record.size - offset
+            if consumed == 0:
+                if not reply.data:
+                    return
+                size = self._larger_size(reply.data, offset, size)
+                continue
+            offset, size = offset + consumed, READ_BYTES
+            if progress is not None:
+                progress.update(offset - start)
+
+    def first_record(self, offset: int) -> Record | None:
+        """The record at ``offset`` (None at the end)."""
+        records = self.records(offset)
+        try:
+            return next(records, None)
+        finally:
+            records.close()
+
+    def _moved(self, reply: Result, offset: int) -> int | None:
+        """Where a non-data get reply sends the read next; None to stop (404: the end)."""
+        if reply.code == 404:
+            return None
+        body = reply.body.decode("utf-8", "replace").strip()
+        if reply.code == 301 and body.isdigit() and int(body) > offset:
+            return int(body)
+        if reply.code == 301:
+            return None
+        raise BrokerRefusedError(
+            f"broker {self.client.name} refused get of {self.label}@{offset} "
+            f"(result {reply.code}): {body}"
+        )
+
+    def _decode(self, reply: Data, offset: int) -> Iterator[Record]:
+        try:
+            yield from iter_messages(reply.data, offset)
+        except InvalidRecordError as error:
+            raise NotFoundError(
+                f"no valid record in {self.label} at offset {error_offset(error, offset)}: "
+                f"{error} (not a record boundary, or corrupt data)"
+            ) from None
+
+    def _larger_size(self, data: bytes, offset: int, size: int) -> int:
+        """The size to ask for when a reply held no complete record."""
+        declared = HEADER.unpack_from(data)[0] if len(data) >= HEADER_SIZE else 0
+        if declared < 0 or HEADER_SIZE + declared > READ_BYTES_MAX:
+            raise NotFoundError(
+                f"no valid record in {self.label} at offset {offset}: its header declares "
+                f"{declared} bytes (not a record boundary, or corrupt data)"
+            )
+        if len(data) < size:
+            # The broker sent less than asked and no whole record: the data ends inside the
+            # "record" (so the offset is not a boundary), or maxTransferSize cut it.
+            raise NotFoundError(
+                f"no complete record in {self.label} at offset {offset}: its header declares "
+                f"{declared} bytes, broker {self.client.name} sent {len(data)} (not a record "
+                "boundary, or a record larger than the broker's maxTransferSize)"
+            )
+        return min(max(size * 2, HEADER_SIZE + declared), READ_BYTES_MAX)
+
+
+def error_offset(error: InvalidRecordError, default: int) -> int:
+    """The offset named in an ``InvalidRecordError`` text, else ``default``."""
+    words = str(error).split()
+    return int(words[-1]) if words and words[-1].isdigit() else default
+
+
+def locate_time(
+    reader: PartitionReader, target_ms: int, bounds: tuple[int, int], progress_label: str = ""
+) -> Position:
+    """The first record (in offset order) whose id time is ``>= target_ms``.
+
+    Args:
+        reader: the partition.
+        target_ms: milliseconds since the Unix epoch.
+        bounds: the partition's ``(min_offset, max_offset)``.
+        progress_label: label of the progress bar of the final scan.
+
+    Returns:
+        The record's position, or the end (``max_offset``) when every record is older.
+    """
+    min_offset, max_offset = bounds
+    if max_offset <= min_offset:
+        return Position(max_offset, -1)
+    starts = reader.segment_starts(min_offset, max_offset)
+    low, high, best = 0, len(starts) - 1, -1
+    while low <= high:
+        middle = (low + high) // 2
+        first = reader.first_record(starts[middle])
+        if first is None or id_time_ms(first.msg_id) >= target_ms:
+            high = middle - 1
+        else:
+            best, low = middle, middle + 1
+    if best < 0:
+        return Position(starts[0], -1)
+    scan_end = starts[best + 1] if best + 1 < len(starts) else max_offset
+    previous = -1
+    with Progress(progress_label or f"scanning {reader.label}", scan_end - starts[best]) as bar:
+        for record in reader.records(starts[best], max_offset, bar):
+            if id_time_ms(record.msg_id) >= target_ms:
+                return Position(record.offset, previous, record)
+            previous = record.msg_id
+    return Position(max_offset, previous)
