@@ -4,7 +4,7 @@
 # Start, stop and inspect a metaq-py broker, like Metamorphosis' bin/metaServer.sh.
 #
 #   tools/metaServer.sh start [local|slave] | stop | restart [local|slave] | reload | status
-#   (--help on each)
+#                       | promote   (--help on each)
 #
 # Run dir: $META_RUN_DIR or <checkout>/run (meta-server.pid, meta-server.log, and for `start
 # local` the ZooKeeper files plus the marker zookeeper.started-by-metaServer).
@@ -24,6 +24,7 @@ ZK_LOCAL_PORT=2181
 START_TIMEOUT_S="${META_START_TIMEOUT_S:-60}"
 STOP_TIMEOUT_S="${META_STOP_TIMEOUT_S:-30}"
 RELOAD_TIMEOUT_S="${META_RELOAD_TIMEOUT_S:-60}"
+PROMOTE_TIMEOUT_S="${META_PROMOTE_TIMEOUT_S:-120}"
 DEFAULT_PORT=8123
 
 if [ -n "${META_PYTHON:-}" ]; then
@@ -55,6 +56,8 @@ commands:
   reload         make the running broker re-read its config file (SIGHUP); the [topic=...]
                  sections take effect, [system] and [zookeeper] changes wait for a restart
   status         print whether the broker runs, with pid and port
+  promote        failover: stop the async slave and start it again as the master of its
+                 brokerId, on the same config and data (after the old master is gone)
 
 Run dir: $RUN_DIR (\$META_RUN_DIR); log: meta-server.log there.
 'tools/metaServer.sh COMMAND --help' describes one command.
@@ -76,8 +79,10 @@ its serverPort accepts connections. Fails, printing the log tail, if it exits fi
               $PY -m meta.server -f $CONF --slave $SLAVE_CONF
           (\$META_SLAVE_CONF). Keys: slaveId (required, >= 0), slaveGroup (default
           meta-slave-group_<slaveId>), slaveMaxDelayInMills (default 500),
-          autoSyncMasterConfig (read, not acted on yet). server.ini must have the master's
-          brokerId (usually a copy of the master's file) and its own serverPort and dataPath.
+          autoSyncMasterConfig (default false: when true, the master's server.ini is taken
+          over, keeping the slave's ports, paths and [zookeeper]). server.ini must have the
+          master's brokerId (usually a copy of the master's file) and its own serverPort and
+          dataPath. 'stats slave' on the slave (or 'meta-admin slaves') shows the lag.
           The slave registers as ids/<brokerId>/slave<slaveId> in ZooKeeper, copies every
           topic and partition of its master byte for byte (resuming from its local data after
           a restart), serves gets and offsets, and answers puts with 403. To run a master and
@@ -119,6 +124,36 @@ Then waits up to ${RELOAD_TIMEOUT_S} s (\$META_RELOAD_TIMEOUT_S) for the outcome
     $LOG_FILE
 and prints it. Exit 0 if the reload was applied; 1 if the broker refused the file, could
 not update ZooKeeper, or logged no outcome in time; 3 if the broker does not run.
+EOF
+}
+
+usage_promote() {
+    cat <<EOF
+usage: tools/metaServer.sh promote
+
+Failover of an async slave (zk spec 6.6): promotes the slave of this run dir to master.
+Run it only once the old master is gone for good (killed, or its machine lost).
+
+ 1. If an async slave runs (pid file $PID_FILE, started with
+    'start slave'), stops it with SIGTERM (it leaves ZooKeeper). If a broker runs that is
+    not a slave, refuses (exit 1). If nothing runs, goes on with step 2.
+ 2. Starts the broker as a master with the same config and data:
+        $PY -m meta.server -f $CONF
+    (no --slave: \$META_SLAVE_CONF is not read), so the same brokerId and dataPath.
+ 3. Waits up to ${PROMOTE_TIMEOUT_S} s (\$META_PROMOTE_TIMEOUT_S) until it is registered as
+    ids/<brokerId>/master. After a kill -9 of the old master, its ephemeral node lives until
+    ZooKeeper expires its session (zk.zkSessionTimeoutMs); the broker waits that out. If
+    another live broker still holds ids/<brokerId>/master, the broker gives up after the
+    session timeout and exits, and so does this command (exit 1).
+
+Producers and consumers find the new master through ZooKeeper. Offsets continue: the files
+are byte-identical to the old master's up to what was replicated. Messages the old master
+acknowledged but the slave had not copied are lost. Consumers whose committed offset is
+beyond the promoted end: see "Failover" in README.md.
+
+To bring the old master back, start it as a slave of the new one ('start slave' with an
+async_slave.properties and an EMPTY dataPath: its un-replicated tail differs from the new
+master's data, and a slave refuses data that is not a copy of its master's).
 EOF
 }
 
@@ -329,6 +364,45 @@ do_reload() {
     esac
 }
 
+do_promote() {
+    case "${1:-}" in
+        "") ;;
+        -h|--help) usage_promote; exit 0 ;;
+        *) usage_promote >&2; die "promote takes no arguments (got $*)" ;;
+    esac
+    local pid log_offset waited=0 serving
+    if pid="$(running_pid)"; then
+        tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- " --slave " ||
+            die "meta-server (pid $pid) is not an async slave (no --slave): nothing to promote"
+        say "stopping async slave (pid $pid)"
+        stop_broker || true
+    else
+        say "no async slave runs from $RUN_DIR; starting its config and data as the master"
+    fi
+    mkdir -p "$RUN_DIR"
+    touch "$LOG_FILE"
+    log_offset="$(wc -c <"$LOG_FILE")"
+    do_start
+    say "waiting for the registration as master (the old master's ZooKeeper session must end)"
+    while :; do
+        serving="$(tail -c +"$((log_offset + 1))" "$LOG_FILE" 2>/dev/null |
+            grep -m 1 -o "broker [0-9]* serving meta://[^ ]*" || true)"
+        [ -z "$serving" ] || break
+        if ! running_pid >/dev/null; then
+            log_tail_since "$log_offset"
+            rm -f "$PID_FILE"
+            die "the promoted broker exited (does another master of its brokerId still run?)"
+        fi
+        if [ "$waited" -ge $((PROMOTE_TIMEOUT_S * 10)) ]; then
+            log_tail_since "$log_offset"
+            die "not registered within ${PROMOTE_TIMEOUT_S} s; it still runs"
+        fi
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+    say "promoted: $serving is the master"
+}
+
 do_status() {
     case "${1:-}" in
         "") ;;
@@ -367,5 +441,6 @@ case "$command_name" in
     restart) do_restart "$@" ;;
     status) do_status "$@" ;;
     reload) do_reload "$@" ;;
+    promote) do_promote "$@" ;;
     *) usage >&2; die "unknown command: $command_name" ;;
 esac

@@ -40,16 +40,25 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer, task
 
 from meta import __version__
-from meta.config import SYSTEM_KEYS, TOPIC_KEYS, ZOOKEEPER_KEYS, BrokerConfig
-from meta.errors import InvalidTopicError, MetaError
+from meta.config import BrokerConfig
+from meta.errors import InvalidTopicError
 from meta.message_id import IdWorker
 from meta.server.protocol import BrokerFactory
+from meta.server.reload import (  # re-exported: callers import them from here
+    RELOAD_DONE,
+    RELOAD_FAILED,
+    ReloadOutcome,
+    ReloadRefused,
+    log_reload,
+    reload_outcome,
+    reload_registry,
+)
 from meta.server.stats import (
     BrokerCounters,
     BrokerView,
@@ -61,86 +70,23 @@ from meta.server.stats import (
 from meta.store.manager import StoreManager
 from meta.tx.manager import TransactionManager
 
+__all__ = [
+    "RELOAD_DONE",
+    "RELOAD_FAILED",
+    "Broker",
+    "ReloadOutcome",
+    "ReloadRefused",
+    "advertised_host",
+    "broker_uri",
+    "reload_outcome",
+]
+
 log = logging.getLogger("meta.server")
 
 WIRE_VERSION = f"1.4.6.3-metaq-py-{__version__}"
 """The ``version`` reply: the Java protocol level this broker speaks, then our own version."""
 
 DATA_WAITERS_MAX = 100_000
-
-RELOAD_DONE = "config reload done"
-"""Starts the log line of every applied reload (``tools/metaServer.sh reload`` looks for it)."""
-RELOAD_FAILED = "config reload failed"
-"""Starts the log line of every refused reload (the running configuration is kept)."""
-# Topic keys whose new value reaches only partitions created after a reload.
-NEW_PARTITIONS_ONLY = tuple(
-    key
-    for key in TOPIC_KEYS
-    if key.field in ("unflush_threshold", "unflush_interval_ms", "data_path")
-)
-
-
-class ReloadRefused(MetaError):
-    """A reload was not applied (the broker is stopping); the running config is kept."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ReloadOutcome:
-    """What a reload changed.
-
-    Attributes:
-        added: topic sections that are new, sorted; ``changed`` and ``removed`` likewise.
-        at_restart: what waits for a restart: ``[system]`` and ``[zookeeper]`` keys, and
-            flush settings and ``dataPath`` of topics with open partitions, as
-            ``"[system] numPartitions changed to 4 (running: 1)"``.
-        checksum: the new file's CRC-32.
-        problems: ZooKeeper updates that failed, one text each.
-    """
-
-    added: tuple[str, ...]
-    changed: tuple[str, ...]
-    removed: tuple[str, ...]
-    at_restart: tuple[str, ...]
-    checksum: int
-    problems: tuple[str, ...] = ()
-
-
-def reload_outcome(
-    running: BrokerConfig, reread: BrokerConfig, open_topics: Collection[str] = ()
-) -> ReloadOutcome:
-    """Compare the running config with the re-read file (pure).
-
-    Args:
-        running: the configuration the broker runs with.
-        reread: the file as re-read.
-        open_topics: topics that have open partitions.
-    """
-    old = {topic.name: topic for topic in running.topics}
-    new = {topic.name: topic for topic in reread.topics}
-    changed = tuple(sorted(name for name in new.keys() & old.keys() if new[name] != old[name]))
-    compared = [
-        ("[system]", SYSTEM_KEYS, running, reread, ""),
-        ("[zookeeper]", ZOOKEEPER_KEYS, running.zookeeper, reread.zookeeper, ""),
-    ]
-    compared += [
-        (f"[topic={name}]", NEW_PARTITIONS_ONLY, old[name], new[name], " for open partitions")
-        for name in changed
-        if name in open_topics
-    ]
-    at_restart = [
-        f"{section} {key.ini} changed to {getattr(after, key.field)} "
-        f"(running: {getattr(before, key.field)}){scope}"
-        for section, keys, before, after, scope in compared
-        for key in keys
-        if getattr(before, key.field) != getattr(after, key.field)
-    ]
-    return ReloadOutcome(
-        added=tuple(sorted(new.keys() - old.keys())),
-        changed=changed,
-        removed=tuple(sorted(old.keys() - new.keys())),
-        at_restart=tuple(at_restart),
-        checksum=reread.checksum,
-    )
 
 
 def advertised_host(config: BrokerConfig) -> str:
@@ -201,6 +147,8 @@ class Broker:
         self.host = advertised_host(config)
         self.uri = broker_uri(self.host, config.server_port)
         self.registry = registry
+        # An async slave's ``meta.slave.replicator.Replicator`` (set by main): ``stats slave``.
+        self.replication: Any = None
         self._port = None
         self._started_at = reactor.seconds()
         self._stat_topics: dict[str, bool] = {}
@@ -309,55 +257,11 @@ class Broker:
         self._stat_topics.clear()
         self.store.set_config(config)
         if self.registry is not None:
-            problems = await self._reload_registry(config)
+            with_data = {partition_log.topic for partition_log in self.store.partitions()}
+            problems = await reload_registry(self.registry, config, with_data)
             outcome = dataclasses.replace(outcome, problems=tuple(problems))
-        self._log_reload(outcome)
+        log_reload(self.config.path, outcome)
         return outcome
-
-    async def _reload_registry(self, config: BrokerConfig) -> list[str]:
-        """Register configured topics and topics with data again (forced), unregister the
-        other registered topics, rewrite the checksum; return what failed."""
-        registry = self.registry
-        registry.set_config(config)
-        configured = sorted(topic.name for topic in config.topics)
-        with_data = sorted({log_.topic for log_ in self.store.partitions()} - set(configured))
-        problems: list[str] = []
-        for topic in configured + with_data:
-            try:
-                await registry.register_topic(topic, force=True)
-            except Exception as error:  # RegistryError or a kazoo error: report, go on.
-                problems.append(f"registering topic {topic} failed: {error!r}")
-        for topic in sorted(set(registry.registered_topics) - set(configured) - set(with_data)):
-            try:
-                await registry.unregister_topic(topic)
-            except Exception as error:
-                problems.append(f"unregistering topic {topic} failed: {error!r}")
-        try:
-            await registry.update_config_checksum(config.checksum)
-        except Exception as error:
-            problems.append(f"writing master_config_checksum failed: {error!r}")
-        return problems
-
-    def _log_reload(self, outcome: ReloadOutcome) -> None:
-        def names(topics: tuple[str, ...]) -> str:
-            return ", ".join(topics) or "none"
-
-        summary = (
-            f"{self.config.path} (checksum {outcome.checksum}); topics added: "
-            f"{names(outcome.added)}; changed: {names(outcome.changed)}; removed: "
-            f"{names(outcome.removed)}"
-        )
-        if outcome.at_restart:
-            summary += f"; {len(outcome.at_restart)} change(s) wait for a restart"
-        if not outcome.problems:
-            log.info("%s: %s", RELOAD_DONE, summary)
-            return
-        log.error(
-            "%s, but ZooKeeper is not up to date (reload again once it is reachable): %s; %s",
-            RELOAD_DONE,
-            summary,
-            "; ".join(outcome.problems),
-        )
 
     # --- used by handlers -------------------------------------------------------------------------
 
@@ -476,6 +380,10 @@ class Broker:
             self.realtime.record("offset", topic, group)
 
     def render_stats(self, item: str) -> tuple[int, bytes]:
+        if item == "slave" and self.replication is not None:
+            # Ours, on a slave only: replication lag per partition (meta.slave.lag). On a
+            # master "slave" stays what Java makes of it: a topic name.
+            return 200, self.replication.lag_body()
         partitions = tuple(
             PartitionView(
                 p.topic, p.partition, p.min_offset, p.max_offset, p.message_count, p.byte_count

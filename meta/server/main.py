@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         from meta.slave.replicator import Replicator
 
         replicator = Replicator(broker, slave, reactor)
+        broker.replication = replicator  # answers ``stats slave``
     outcome = {"status": 0}
     reloader = ConfigReloader(broker, lambda running: _load_in_thread(running, overrides))
 
@@ -186,7 +187,7 @@ class ConfigReloader:
         reloaded.addBoth(self._done)
 
     def _failed(self, failure: Any) -> None:
-        from meta.server.broker import RELOAD_FAILED, ReloadRefused
+        from meta.server.reload import RELOAD_FAILED, ReloadRefused
 
         if failure.check(ConfigError, ReloadRefused):
             reason = failure.getErrorMessage()

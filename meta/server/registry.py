@@ -244,6 +244,12 @@ class BrokerRegistry:
             return defer.fail(RegistryError("the ZooKeeper registry is not running"))
         return self._run(self._nodes.read_master)
 
+    def read_master_checksum(self) -> defer.Deferred:
+        """A Deferred firing with the data of ``ids/B/master_config_checksum`` or None."""
+        if not self.enabled or not self._started or self._stopping:
+            return defer.fail(RegistryError("the ZooKeeper registry is not running"))
+        return self._run(self._nodes.read_master_checksum)
+
     def stop(self) -> defer.Deferred:
         """Unregister (zk spec 1.3 step 5), close the session and stop the worker. Idempotent.
 

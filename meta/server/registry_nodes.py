@@ -300,6 +300,12 @@ class BrokerNodes:
                 continue
         return master, topics
 
+    def read_master_checksum(self) -> bytes | None:
+        """The data of ``ids/B/master_config_checksum`` (None when it is missing)."""
+        return self._read_or_none(
+            self._connected_client(), f"{self.ids_path}/master_config_checksum"
+        )
+
     def _read_or_none(self, client: KazooClient, path: str) -> bytes | None:
         try:
             return self._wait(client.get_async(path))[0]

@@ -17,10 +17,18 @@ stays byte-identical; the append checks first that the local end equals the fetc
 A partition that cannot go on (see ``meta.slave.fetcher``) is stopped with an ERROR until the
 slave restarts; the others go on.
 
-Not done yet (issue 6): ``autoSyncMasterConfig`` (read and validated, but not acted on), the
-consumer-id node of ``slaveGroup`` (zk spec 6.2), a first local segment starting at the
-master's first offset when the master's data no longer starts at 0 (zk spec 6.1 step 6.3:
-such a partition is stopped with an ERROR instead), lag in stats.
+Each poll also asks the master ``stats offsets`` (``MasterLink``) to follow the replication
+lag (``meta.slave.lag``, shown by ``stats slave``), and, with ``autoSyncMasterConfig``, reads
+``ids/B/master_config_checksum``: when it differs from the last synced one (and once after
+start-up), the master's ``server.ini`` is fetched with ``stats config`` and applied as a
+reload, keeping the slave's own settings (``meta.slave.config_sync``). The config is synced
+before the fetch set changes, and with ``autoSyncMasterConfig`` a master topic that this
+slave's config does not accept yet is left out (logged) until a synced config accepts it,
+since the master registers a new topic before it rewrites its checksum.
+
+Not done yet (issue 6): the consumer-id node of ``slaveGroup`` (zk spec 6.2), a first local
+segment starting at the master's first offset when the master's data no longer starts at 0
+(zk spec 6.1 step 6.3: such a partition is stopped with an ERROR instead).
 
 Thread affinity: reactor thread only; the fetch threads reach it through ``callFromThread``.
 """
@@ -36,8 +44,12 @@ from meta.client.cluster import Partition
 from meta.client.factory import ConnectionPool
 from meta.client.fetch import LONG_MAX, FetchRequest, FetchSettings
 from meta.config import SlaveConfig
-from meta.errors import MetaError
+from meta.errors import ConfigError, MetaError
+from meta.server.reload import ReloadRefused
+from meta.slave.config_sync import write_merged_config
 from meta.slave.fetcher import ReplicationHalted, SlaveFetchManager
+from meta.slave.lag import LagTracker, parse_offsets, stats_body
+from meta.slave.master_link import MasterLink, MasterLinkError
 from meta.slave.plan import NO_MASTER, MasterView, master_view
 
 log = logging.getLogger("meta.slave")
@@ -49,6 +61,8 @@ FETCH_BYTES = 1024 * 1024
 FETCH_THREADS_MAX = 16
 FETCH_TIMEOUT_S = 10.0
 LONG_POLL_MAX_MS = 5000
+CONFIG_ATTEMPTS = 3
+"""``stats config`` attempts per checksum change (Java's ``SubscribeHandler``)."""
 
 
 class Replicator:
@@ -80,6 +94,11 @@ class Replicator:
         self._lock = defer.DeferredLock()
         self._loop: task.LoopingCall | None = None
         self._stopped = False
+        self._lag = LagTracker()
+        self._link = MasterLink(FETCH_TIMEOUT_S)
+        self._link_failing = False
+        self._synced_checksum: bytes | None = None
+        self._waiting_topics: frozenset[str] = frozenset()
 
     @property
     def halted(self) -> dict[tuple[str, str], str]:
@@ -93,7 +112,7 @@ class Replicator:
             return  # stopped before the broker finished starting
         log.info(
             "async slave %d of broker %d: copying its master as group %s (slaveMaxDelayInMills "
-            "%d, autoSyncMasterConfig %s: not supported yet, ignored)",
+            "%d, autoSyncMasterConfig %s)",
             self._slave.slave_id,
             self._broker.config.broker_id,
             self._slave.slave_group,
@@ -110,8 +129,23 @@ class Replicator:
         if self._loop is not None and self._loop.running:
             self._loop.stop()
         stopped = self._lock.run(lambda: defer.ensureDeferred(self._stop_fetcher()))
-        stopped.addBoth(lambda result: self._pool.close() or result)
+        stopped.addBoth(lambda result: self._pool.close() or self._link.close() or result)
         return stopped
+
+    def lag_body(self) -> bytes:
+        """The ``stats slave`` reply body (``meta.slave.lag``). Reactor thread."""
+        halted = {(topic, int(text.rsplit("-", 1)[1])) for topic, text in self._halted}
+        rows = self._lag.rows(
+            self._local_ends(),
+            self._view.partitions,
+            halted,
+            self._view.address is not None,
+            self._reactor.seconds(),
+        )
+        return stats_body(rows)
+
+    def _local_ends(self) -> dict[tuple[str, int], int]:
+        return {(p.topic, p.partition): p.max_offset for p in self._broker.store.partitions()}
 
     # --- following the master -----------------------------------------------------------------
 
@@ -133,11 +167,17 @@ class Replicator:
             self._problems = view.problems
             for problem in view.problems:
                 log.warning("master of broker %d: %s", self._broker.config.broker_id, problem)
-        if self._stopped or (view.address, view.partitions) == (
-            self._view.address,
-            self._view.partitions,
-        ):
+        if view.address is not None and self._slave.auto_sync_master_config:
+            await self._sync_config(view.address)
+            view = self._accepted_only(view)
+        if self._stopped:
             return
+        if (view.address, view.partitions) != (self._view.address, self._view.partitions):
+            await self._follow(view)
+        if view.address is not None and not self._stopped:
+            await self._observe(view)
+
+    async def _follow(self, view: MasterView) -> None:
         await self._stop_fetcher()
         self._view = view
         if view.address is None:
@@ -148,6 +188,97 @@ class Replicator:
             return
         if not self._stopped:
             self._start_fetcher(view)
+
+    def _accepted_only(self, view: MasterView) -> MasterView:
+        """``view`` without the topics this slave's config does not accept (yet)."""
+        config = self._broker.config
+        waiting = frozenset(t for t, _p in view.partitions if not config.is_legal_topic(t))
+        if waiting - self._waiting_topics:
+            log.info(
+                "not copying %s yet: not in %s; waiting for the master's config "
+                "(autoSyncMasterConfig)",
+                ", ".join(sorted(waiting - self._waiting_topics)),
+                config.path,
+            )
+        self._waiting_topics = waiting
+        kept = tuple(key for key in view.partitions if key[0] not in waiting)
+        return MasterView(view.address, kept, view.problems)
+
+    async def _observe(self, view: MasterView) -> None:
+        """Read the master's partition ends for the lag (``stats offsets``)."""
+        try:
+            code, body = await threads.deferToThread(self._link.stats, view.address, "offsets")
+            ends = parse_offsets(body) if code == 200 else None
+        except (MasterLinkError, ValueError) as error:
+            self._link_failed(str(error))
+            return
+        if ends is None:
+            self._link_failed(f"master {view.address.uri} answered stats offsets with {code}")
+            return
+        self._link_failing = False
+        copied = set(view.partitions)
+        observed = {key: end for key, end in ends.items() if key in copied}
+        self._lag.observe(observed, self._local_ends(), self._reactor.seconds())
+
+    def _link_failed(self, reason: str) -> None:
+        if not self._link_failing:
+            log.warning("cannot ask the master for its offsets or config: %s", reason)
+        self._link_failing = True
+
+    async def _sync_config(self, address: Any) -> None:
+        """autoSyncMasterConfig: take the master's server.ini when its checksum changed."""
+        checksum = await self._broker.registry.read_master_checksum()
+        if checksum is None or checksum == self._synced_checksum or self._stopped:
+            return
+        body = None
+        for attempt in range(1, CONFIG_ATTEMPTS + 1):
+            try:
+                code, body = await threads.deferToThread(self._link.stats, address, "config")
+            except MasterLinkError as error:
+                code, body = 0, str(error).encode()
+            if code == 200:
+                break
+            log.warning("stats config to master %s, attempt %d: %r", address.uri, attempt, body)
+            body = None
+        if body is None:
+            return  # the next poll tries again
+        self._synced_checksum = checksum
+        await self._apply_master_config(address, checksum.decode("ascii", "replace"), body)
+
+    async def _apply_master_config(self, address: Any, checksum: str, body: bytes) -> None:
+        running = self._broker.config
+        try:
+            result = await threads.deferToThread(write_merged_config, body, running)
+        except (ConfigError, OSError) as error:
+            log.error(
+                "autoSyncMasterConfig: the config of master %s (checksum %s) is not applied, "
+                "%s is unchanged: %s",
+                address.uri,
+                checksum,
+                running.path,
+                error,
+            )
+            return
+        if result.reread is None:
+            log.info(
+                "autoSyncMasterConfig: %s matches master %s (checksum %s)",
+                running.path,
+                address.uri,
+                checksum,
+            )
+            return
+        log.info(
+            "autoSyncMasterConfig: wrote the config of master %s (checksum %s) to %s, keeping "
+            "this slave's own settings; %s",
+            address.uri,
+            checksum,
+            running.path,
+            result.outcome.summary(running.path),
+        )
+        try:
+            await self._broker.reload(result.reread)
+        except ReloadRefused as error:
+            log.warning("autoSyncMasterConfig: reload refused: %s", error)
 
     def _start_fetcher(self, view: MasterView) -> None:
         broker_id = self._broker.config.broker_id
