@@ -7,6 +7,10 @@ Register it once per ``SparkSession``, then read and write topics::
     df = (spark.read.format("metaq")
           .option("zk.connect", "zk1:2181").option("topic", "logs").load())
 
+Streams use ``spark.readStream.format("metaq")`` and ``df.writeStream.format("metaq")``
+(``meta.spark.streaming``). Where the top-level module ``pyspark_metaq`` is importable by
+Spark's Python workers, PySpark registers the source by itself and ``register`` is optional.
+
 Importing this package imports neither PySpark nor kazoo; ``register`` does.
 """
 

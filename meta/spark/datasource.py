@@ -1,11 +1,12 @@
-"""The ``metaq`` PySpark data source: batch reads and batch writes of MetaQ topics.
+"""The ``metaq`` PySpark data source: batch and streaming reads and writes of MetaQ topics.
 
 ``MetaQDataSource`` (``name() == "metaq"``) is a ``pyspark.sql.datasource.DataSource``.
 Its ``reader`` plans on the driver (``meta.spark.planning``: ZooKeeper ``topics-sub``, broker
 offsets, one ``RangePartition`` per broker, topic, partition and offset range) and reads on
 executors (``meta.spark.reading``: the blocking client over the shared codec, no reactor, no
 ZooKeeper, Arrow batches). Its ``writer`` sends rows through a producer per task
-(``meta.spark.writing``).
+(``meta.spark.writing``). ``streamReader`` and ``streamWriter`` are in ``meta.spark.streaming``
+and reuse both.
 
 Options are parsed when the reader or writer is made, so a malformed option fails the
 ``load()`` or ``save()`` call with an ``OptionError`` naming it; the plan (ZooKeeper and
@@ -22,6 +23,8 @@ from collections.abc import Iterator
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
     WriterCommitMessage,
@@ -55,6 +58,20 @@ class MetaQDataSource(DataSource):
         check_write_schema(schema, options)
         return MetaQBatchWriter(options, "key" in schema.fieldNames())
 
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from meta.spark.options import parse_stream_options
+        from meta.spark.streaming import MetaQStreamReader
+
+        return MetaQStreamReader(parse_stream_options(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from meta.spark.streaming import MetaQStreamWriter
+        from meta.spark.writing import check_write_schema
+
+        options = parse_write_options(self.options)
+        check_write_schema(schema, options)
+        return MetaQStreamWriter(options, "key" in schema.fieldNames())
+
 
 class MetaQBatchReader(DataSourceReader):
     """Plans once on the driver; ``read`` runs on executors."""
@@ -66,18 +83,22 @@ class MetaQBatchReader(DataSourceReader):
         return list(plan_ranges(self.options))
 
     def read(self, partition: InputPartition) -> Iterator:
-        if not isinstance(partition, RangePartition):
-            return iter(())  # Spark's single empty partition when the plan is empty.
-        from meta.spark.reading import read_range
+        return read_partition(self.options, partition)
 
-        options = self.options
-        return read_range(
-            partition,
-            options.request_group,
-            options.fetch_bytes,
-            options.broker_timeout_s,
-            options.fail_on_data_loss,
-        )
+
+def read_partition(options: ReadOptions, partition: InputPartition) -> Iterator:
+    """Read one planned piece on an executor (batch and streaming share it)."""
+    if not isinstance(partition, RangePartition):
+        return iter(())  # Spark's single empty partition when the plan is empty.
+    from meta.spark.reading import read_range
+
+    return read_range(
+        partition,
+        options.request_group,
+        options.fetch_bytes,
+        options.broker_timeout_s,
+        options.fail_on_data_loss,
+    )
 
 
 class MetaQBatchWriter(DataSourceWriter):

@@ -64,6 +64,8 @@ class ReadOptions:
     fail_on_data_loss: bool = True
     fetch_bytes: int = FETCH_BYTES_DEFAULT
     broker_timeout_s: float = 10.0
+    max_bytes_per_trigger: int | None = None
+    commit_to_group: str | None = None
 
     @property
     def request_group(self) -> str:
@@ -117,13 +119,9 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     options = lowered(options)
     zk = parse_zk(options)
     topics, pattern = _parse_topics(options)
-    group = options.get("group")
-    if group is not None:
-        try:
-            validate_group(group)
-        except MetaError as error:
-            raise OptionError(f"option group: {error}") from None
+    group = _group(options, "group")
     max_bytes = options.get("maxbytesperpartition")
+    max_bytes_per_trigger = options.get("maxbytespertrigger")
     return ReadOptions(
         zk=zk,
         topics=topics,
@@ -138,7 +136,28 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         fail_on_data_loss=_boolean(options, "failOnDataLoss", True),
         fetch_bytes=min(_positive_int(options, "fetchBytes", FETCH_BYTES_DEFAULT), FETCH_BYTES_MAX),
         broker_timeout_s=_positive_int(options, "brokerTimeoutMs", 10_000) / 1000,
+        max_bytes_per_trigger=(
+            None
+            if max_bytes_per_trigger is None
+            else _positive_int(options, "maxBytesPerTrigger", 0)
+        ),
+        commit_to_group=_group(options, "commitToGroup"),
     )
+
+
+def parse_stream_options(options: Mapping[str, str]) -> ReadOptions:
+    """Parse the options of ``spark.readStream.format("metaq")``: the read options without
+    ``endingOffsets`` (a stream has no end), plus ``maxBytesPerTrigger`` and ``commitToGroup``.
+
+    Raises:
+        OptionError: as ``parse_read_options``, or ``endingOffsets`` is set.
+    """
+    if "endingoffsets" in lowered(options):
+        raise OptionError(
+            "option endingOffsets is for batch reads only: a stream reads until it is stopped "
+            "(use Trigger.AvailableNow to stop at the data present when it starts)"
+        )
+    return parse_read_options(options)
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
@@ -221,6 +240,16 @@ def _parse_topics(options: Mapping[str, str]) -> tuple[tuple[str, ...], str | No
     for topic in topics:
         _check_topic(topic, name)
     return topics, None
+
+
+def _group(options: Mapping[str, str], name: str) -> str | None:
+    group = options.get(name.lower())
+    if group is not None:
+        try:
+            validate_group(group)
+        except MetaError as error:
+            raise OptionError(f"option {name}: {error}") from None
+    return group
 
 
 def _check_topic(topic: object, name: str) -> None:

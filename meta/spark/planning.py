@@ -85,7 +85,7 @@ def plan_ranges(options: ReadOptions) -> list[RangePartition]:
         with BrokerConnection(address.host, address.port, options.broker_timeout_s) as broker:
             for entry in entries:
                 bounds = partition_bounds(broker, entry, options.request_group)
-                start = _start_of(entry, bounds, options, committed)
+                start = start_of(entry, bounds, options, committed)
                 end = _resolve(options.ending, entry, bounds, default=bounds.latest)
                 if start > end:
                     raise OptionError(
@@ -101,22 +101,33 @@ def read_cluster(
     options: ReadOptions,
 ) -> tuple[list[ServedPartition], dict[tuple[str, Partition], int]]:
     """Read the topics' partitions and (with ``group``) the committed offsets from ZooKeeper."""
+    with open_zookeeper(options) as reader:
+        return read_cluster_with(reader, options)
+
+
+def open_zookeeper(options: ReadOptions) -> ZkSparkReader:
+    """A ``ZkSparkReader`` on the cluster of ``options`` (close it, or use it with ``with``)."""
     zk = options.zk
-    with ZkSparkReader(zk.connect, zk.root, zk.connection_timeout_ms, zk.session_timeout_ms) as r:
-        topics = resolve_topics(r, options)
-        served = []
-        committed: dict[tuple[str, Partition], int] = {}
-        for topic in topics:
-            partitions = r.served_partitions(topic, options.include_slaves)
-            if not partitions:
-                raise OptionError(
-                    f"topic {topic} has no partition a broker serves now under {zk.root} "
-                    "(its masters are down; includeSlaves=true reads their slaves)"
-                )
-            served.extend(partitions)
-            if options.group is not None:
-                for partition, offset in r.group_offsets(options.group, topic).items():
-                    committed[(topic, partition)] = offset
+    return ZkSparkReader(zk.connect, zk.root, zk.connection_timeout_ms, zk.session_timeout_ms)
+
+
+def read_cluster_with(
+    reader: ZkSparkReader, options: ReadOptions
+) -> tuple[list[ServedPartition], dict[tuple[str, Partition], int]]:
+    """``read_cluster`` through an open ``reader`` (the streaming source keeps one open)."""
+    served = []
+    committed: dict[tuple[str, Partition], int] = {}
+    for topic in resolve_topics(reader, options):
+        partitions = reader.served_partitions(topic, options.include_slaves)
+        if not partitions:
+            raise OptionError(
+                f"topic {topic} has no partition a broker serves now under {options.zk.root} "
+                "(its masters are down; includeSlaves=true reads their slaves)"
+            )
+        served.extend(partitions)
+        if options.group is not None:
+            for partition, offset in reader.group_offsets(options.group, topic).items():
+                committed[(topic, partition)] = offset
     return served, committed
 
 
@@ -208,7 +219,7 @@ def _range(entry: ServedPartition, start: int, end: int, anchor: int) -> RangePa
     )
 
 
-def _start_of(
+def start_of(
     entry: ServedPartition,
     bounds: Bounds,
     options: ReadOptions,

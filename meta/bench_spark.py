@@ -1,0 +1,290 @@
+"""Benchmark of the ``metaq`` Spark batch read against the raw client's consume rate.
+
+``python -m meta.bench_spark --megabytes 200`` does, in one run:
+
+1. starts a standalone ZooKeeper (``tools/zookeeper.sh`` on a free port, in a temporary
+   run directory) and one broker registered in it (``SparkBenchBroker``: the
+   ``meta.bench.BenchBroker`` process with ZooKeeper enabled and ``--segment-mb`` segments);
+2. produces the backlog: ``--megabytes`` MB of ``--message-bytes`` messages to one partition
+   (``meta.bench.run_pipelined``);
+3. measures the raw consume rate: one connection, 1 MiB gets from offset 0
+   (``meta.bench.run_consume``), the same loop ``tools/bench consume`` uses;
+4. measures Spark (``local[--cores]``): ``df.count()`` and a Parquet write of the whole
+   topic, after a small warm-up read that starts the Python workers;
+5. prints msg/s, MB/s and each Spark rate as a fraction of the raw rate (target: >= 50%),
+   as text or JSON (``--json``).
+
+The read is split with ``maxBytesPerPartition`` = ``--piece-mb``; with pieces no larger
+than segments every cut lands on a segment start, so no piece re-reads bytes.
+
+Everything it starts is stopped on exit (ZooKeeper, broker, Spark). Single-threaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from meta.bench import (
+    HOST,
+    MAX_SIZE_DEFAULT,
+    REPO,
+    START_TIMEOUT_S,
+    BenchBroker,
+    BenchError,
+    PutFrames,
+    free_port,
+    run_consume,
+    run_pipelined,
+    wait_until_answering,
+)
+
+TOPIC = "bench-spark"
+ZK_ROOT = "/meta"
+ZOOKEEPER_SCRIPT = REPO / "tools" / "zookeeper.sh"
+TARGET_FRACTION = 0.5
+
+
+@dataclass
+class SparkBenchBroker(BenchBroker):
+    """``BenchBroker`` registered in ZooKeeper, serving ``TOPIC`` with smaller segments."""
+
+    zk_connect: str = ""
+    segment_bytes: int = 64 << 20
+
+    def start(self) -> SparkBenchBroker:
+        self.data_path.mkdir(parents=True, exist_ok=True)
+        config = self.directory / "server.ini"
+        config.write_text(self.server_ini())
+        env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "meta.server", "-f", str(config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.directory,
+                env=env,
+                start_new_session=True,
+            )
+        try:
+            wait_until_answering(self.address, START_TIMEOUT_S, self.alive)
+        except BaseException:
+            self.stop()
+            raise BenchError(f"broker did not start; its log:\n{self.log_tail()}") from None
+        return self
+
+    def server_ini(self) -> str:
+        system = {
+            "brokerId": 1,
+            "hostName": HOST,
+            "serverPort": self.port,
+            "dataPath": self.data_path,
+            "numPartitions": 1,
+            "unflushThreshold": self.threshold,
+            "unflushInterval": self.interval_ms,
+            "maxSegmentSize": self.segment_bytes,
+            "maxTransferSize": MAX_SIZE_DEFAULT,
+        }
+        zookeeper = {
+            "zk.zkEnable": "true",
+            "zk.zkConnect": self.zk_connect,
+            "zk.zkRoot": ZK_ROOT,
+            "zk.zkSyncTimeMs": 0,
+        }
+        lines = ["[system]", *(f"{key}={value}" for key, value in system.items()), ""]
+        lines += ["[zookeeper]", *(f"{key}={value}" for key, value in zookeeper.items())]
+        lines += ["", f"[topic={TOPIC}]", "numPartitions=1"]
+        return "\n".join(lines) + "\n"
+
+
+class ZooKeeper:
+    """``tools/zookeeper.sh`` on a free port in ``run_dir``; a context manager."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.port = free_port()
+
+    @property
+    def connect(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def __enter__(self) -> ZooKeeper:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._script("start", "--port", str(self.port))
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._script("stop")
+
+    def _script(self, action: str, *arguments: str) -> None:
+        command = [str(ZOOKEEPER_SCRIPT), action, *arguments, "--run-dir", str(self.run_dir)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=90)
+        if done.returncode != 0:
+            raise BenchError(f"tools/zookeeper.sh {action} failed: {done.stdout}{done.stderr}")
+
+
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m meta.bench_spark",
+        description="Spark batch read of a topic (count and Parquet) vs the raw consume rate.",
+    )
+    parser.add_argument("--megabytes", type=int, default=200, help="backlog size (MB)")
+    parser.add_argument("--message-bytes", type=int, default=1024, help="message body size")
+    parser.add_argument("--segment-mb", type=int, default=64, help="broker segment size (MiB)")
+    parser.add_argument("--piece-mb", type=int, default=64, help="maxBytesPerPartition (MiB)")
+    parser.add_argument("--cores", type=int, default=2, help="Spark local[N]")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    return parser.parse_args(argv)
+
+
+def spark_session(cores: int):
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import meta.spark
+
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName("metaq-bench-spark")
+        .config("spark.driver.host", HOST)
+        .config("spark.driver.bindAddress", HOST)
+        .config("spark.driver.memory", "1g")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    meta.spark.register(spark)
+    return spark
+
+
+def measure_spark(args: argparse.Namespace, zk_connect: str, work: Path, spark=None) -> dict:
+    """Time ``df.count()`` and a Parquet write of the whole topic.
+
+    ``spark``: a session to use (left running); None starts one and stops it.
+    """
+    own = spark is None
+    spark = spark_session(args.cores) if own else spark
+    try:
+
+        def topic(**options: str):
+            # A new DataFrameReader each time: option() changes the reader it is called on.
+            reader = spark.read.format("metaq").option("zk.connect", zk_connect)
+            reader = reader.option("topic", TOPIC)
+            reader = reader.option("maxBytesPerPartition", str(args.piece_mb << 20))
+            for name, value in options.items():
+                reader = reader.option(name, value)
+            return reader.load()
+
+        warm_end = json.dumps({TOPIC: {"1-0": 1 << 20}})
+        topic(endingOffsets=warm_end).count()  # Starts the Python workers.
+        began = time.monotonic()
+        count = topic().count()
+        count_s = time.monotonic() - began
+        began = time.monotonic()
+        topic().write.mode("overwrite").parquet(str(work / "parquet"))
+        parquet_s = time.monotonic() - began
+    finally:
+        if own:
+            spark.stop()
+    return {"messages": count, "count_s": count_s, "parquet_s": parquet_s}
+
+
+def wait_until_registered(zk_connect: str, timeout_s: float = 30.0) -> None:
+    """Wait until the broker lists ``TOPIC`` under ``topics-sub`` (it registers it lazily)."""
+    from meta.client.zk_spark import ZkSparkReader
+
+    deadline = time.monotonic() + timeout_s
+    with ZkSparkReader(zk_connect, ZK_ROOT) as reader:
+        while TOPIC not in reader.topics():
+            if time.monotonic() > deadline:
+                raise BenchError(f"the broker did not register {TOPIC} within {timeout_s} s")
+            time.sleep(0.1)
+
+
+def rates(messages: int, message_bytes: int, seconds: float) -> dict:
+    seconds = max(seconds, 1e-9)
+    return {
+        "messages": messages,
+        "seconds": round(seconds, 3),
+        "msg_per_s": round(messages / seconds),
+        "mb_per_s": round(messages * message_bytes / seconds / 1e6, 1),
+    }
+
+
+def run(args: argparse.Namespace, work: Path, spark=None) -> dict:
+    """Steps 1-4 of the module docstring; returns the report (``spark``: see measure_spark)."""
+    messages = args.megabytes * 1_000_000 // args.message_bytes
+    with ZooKeeper(work / "zookeeper") as zookeeper:
+        broker = SparkBenchBroker(
+            work / "broker", 0, zk_connect=zookeeper.connect, segment_bytes=args.segment_mb << 20
+        )
+        with broker:
+            frames = PutFrames(TOPIC, args.message_bytes)
+            produced = run_pipelined(broker.address, frames, 3600.0, messages)
+            if produced["messages"] != messages:
+                raise BenchError(f"produced {produced['messages']} of {messages} messages")
+            raw = run_consume(broker.address, TOPIC, 600.0, 1 << 62)
+            wait_until_registered(zookeeper.connect)
+            timed = measure_spark(args, zookeeper.connect, work, spark)
+    if timed["messages"] != messages or raw["messages"] != messages:
+        raise BenchError(f"read {timed['messages']} (Spark), {raw['messages']} (raw) of {messages}")
+    raw_rates = rates(messages, args.message_bytes, raw["seconds"])
+    report = {
+        "messages": messages,
+        "message_bytes": args.message_bytes,
+        "produce": rates(messages, args.message_bytes, produced["seconds"]),
+        "raw_consume": raw_rates,
+        "spark_count": rates(messages, args.message_bytes, timed["count_s"]),
+        "spark_parquet": rates(messages, args.message_bytes, timed["parquet_s"]),
+        "cores": args.cores,
+        "target_fraction": TARGET_FRACTION,
+    }
+    for name in ("spark_count", "spark_parquet"):
+        fraction = report[name]["msg_per_s"] / max(raw_rates["msg_per_s"], 1)
+        report[name]["fraction_of_raw"] = round(fraction, 2)
+        report[name]["meets_target"] = fraction >= TARGET_FRACTION
+    return report
+
+
+def format_report(report: dict) -> str:
+    lines = [
+        f"{report['messages']} messages of {report['message_bytes']} bytes, "
+        f"Spark local[{report['cores']}]; target: Spark >= "
+        f"{report['target_fraction']:.0%} of raw consume"
+    ]
+    for name in ("produce", "raw_consume", "spark_count", "spark_parquet"):
+        row = report[name]
+        line = f"{name:14} {row['msg_per_s']:>10} msg/s {row['mb_per_s']:>8} MB/s"
+        line += f" {row['seconds']:>8} s"
+        if "fraction_of_raw" in row:
+            verdict = "meets" if row["meets_target"] else "MISSES"
+            line += f"  {row['fraction_of_raw']:.0%} of raw ({verdict} the target)"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_arguments(argv)
+    work = Path(tempfile.mkdtemp(prefix="metaq-bench-spark-"))
+    try:
+        report = run(args, work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

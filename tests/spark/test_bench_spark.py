@@ -1,0 +1,31 @@
+"""Smoke test of ``meta.bench_spark`` at a tiny size (no timing assertions)."""
+
+from __future__ import annotations
+
+import pytest
+
+from meta import bench_spark
+
+pytestmark = pytest.mark.integration
+
+
+def test_bench_reads_the_whole_backlog_and_reports_rates(spark, tmp_path):
+    """Goal: the bench runs end to end (ZooKeeper, broker, produce, raw consume, Spark).
+
+    Method: 2 MB in 1 MiB segments and pieces, through the session's Spark; check counts and
+    the report's shape only.
+    """
+    args = bench_spark.parse_arguments(["--megabytes", "2", "--segment-mb", "1", "--piece-mb", "1"])
+    report = bench_spark.run(args, tmp_path, spark)
+    assert report["messages"] == 2_000_000 // 1024
+    for name in ("raw_consume", "spark_count", "spark_parquet"):
+        assert report[name]["messages"] == report["messages"]
+        assert report[name]["msg_per_s"] > 0
+    assert "of raw" in bench_spark.format_report(report)
+    assert (tmp_path / "parquet").is_dir()
+
+
+def test_help_names_the_sizes(capsys):
+    with pytest.raises(SystemExit):
+        bench_spark.parse_arguments(["--help"])
+    assert "--megabytes" in capsys.readouterr().out
