@@ -36,3 +36,10 @@ def test_sequence_overflow_borrows_the_next_millisecond():
 def test_worker_id_outside_ten_bits_is_refused(worker_id):
     with pytest.raises(ValueError):
         IdWorker(worker_id)
+
+
+def test_a_block_of_ids_equals_as_many_single_ids():
+    single = IdWorker(5, clock_ms=lambda: 1_900_000_000_000)
+    block = IdWorker(5, clock_ms=lambda: 1_900_000_000_000)
+    for count in (1, 7, 4000, 300, 9000, 2):
+        assert list(block.next_ids(count)) == [single.next_id() for _ in range(count)]

@@ -60,6 +60,19 @@ _FAST_PUT = re.compile(
     rb"(?:((?:TX|XID):[^ ]+) )?(-?\d{1,10})"
 )
 _FAST_RESULT = re.compile(rb"result (\d{1,9}) (\d{1,9}) (-?\d{1,10})")
+# The broker's put runs (``Decoder.next_put_run``): plain puts to a legal topic name (ASCII,
+# DECISIONS 9) whose partition and opaque are written canonically (no sign on 0, no leading
+# zero, at most 9 digits, so always in range) and whose length and flag have at most 9 digits.
+# Such a header is always shorter than ``HEADER_BYTES_MAX``. Anything else is left to
+# ``next_command``.
+_PUT_RUN = re.compile(
+    rb"put ([A-Za-z0-9_.-]{1,255}) (0|[1-9][0-9]{0,8}) ([0-9]{1,9}) (-?[0-9]{1,9}) "
+    rb"(?:(-?[0-9]{1,10}) )?(0|-?[1-9][0-9]{0,8})\r\n"
+)
+_RESULT_RUN = re.compile(rb"result ([0-9]{1,9}) ([0-9]{1,9}) (-?[0-9]{1,10})\r\n")
+PutFields = tuple[bytes, bytes, int, int | None, bytes, bytearray]
+"""One put of a run: topic, partition and opaque as their (canonical) header bytes, flag,
+checksum (None when absent) and the body."""
 
 
 class Decoder:
@@ -199,6 +212,82 @@ class Decoder:
         self._position = body_end
         body = bytes(self._buffer[body_start:body_end])
         return Put(topic, partition, body, flag, opaque, checksum, tx_key)
+
+    def next_put_run(self, limit: int) -> list[PutFields]:
+        """Decode up to ``limit`` consecutive plain puts from the head of the buffer, at once.
+
+        The broker's batch fast path: one regex match per header and no command objects. A
+        put is taken only in the forms ``_PUT_RUN`` accepts (6 tokens, or 7 with a numeric
+        checksum; no transaction key) with its whole body buffered and within
+        ``body_bytes_max``; the run stops before anything else, which ``next_command`` then
+        decodes (or refuses) as usual. Every field equals what ``next_command`` would have put
+        in the ``Put``: ``int(partition)``, ``int(opaque)``, ``topic.decode()`` and
+        ``bytes(body)`` give it back.
+
+        Returns:
+            The puts in order; empty when the head of the buffer is not such a put (or while
+            a body is being skipped, a header is parked, or the decoder is broken).
+        """
+        if self._error is not None or self._skip_bytes or self._pending is not None:
+            return []
+        buffer = self._buffer
+        position = self._position
+        available = len(buffer)
+        body_max = self.body_bytes_max
+        match = _PUT_RUN.match
+        puts: list[PutFields] = []
+        append = puts.append
+        for _ in range(limit):
+            if position == available:
+                break
+            found = match(buffer, position)
+            if found is None:
+                break
+            topic, partition, length, flag, checksum, opaque = found.groups()
+            body_start = found.end()
+            body_end = body_start + int(length)
+            if body_end > available or body_end - body_start > body_max:
+                break
+            if checksum is not None:
+                checksum = int(checksum)
+                if not INT_MIN <= checksum <= INT_MAX:
+                    break
+            append((topic, partition, int(flag), checksum, opaque, buffer[body_start:body_end]))
+            position = body_end
+        self._position = position
+        return puts
+
+    def next_result_run(self, limit: int) -> list[tuple[int, int, bytes]]:
+        """Decode up to ``limit`` consecutive ``result`` frames at once: ``(code, opaque, body)``.
+
+        The client side of a put pipeline (``meta.bench``): one regex match per frame, no
+        command objects. A frame is taken only when ``next_command`` would return it as the
+        same ``Result`` (codes and lengths of at most 9 digits, an in-range opaque, the whole
+        body buffered, within ``body_bytes_max``); the run stops before anything else.
+        """
+        if self._error is not None or self._skip_bytes or self._pending is not None:
+            return []
+        buffer = self._buffer
+        position = self._position
+        available = len(buffer)
+        match = _RESULT_RUN.match
+        results: list[tuple[int, int, bytes]] = []
+        for _ in range(limit):
+            found = match(buffer, position)
+            if found is None:
+                break
+            code, length, opaque = found.groups()
+            body_start = found.end()
+            body_end = body_start + int(length)
+            opaque = int(opaque)
+            if body_end > available or body_end - body_start > self.body_bytes_max:
+                break
+            if not INT_MIN <= opaque <= INT_MAX:
+                break
+            results.append((int(code), opaque, bytes(buffer[body_start:body_end])))
+            position = body_end
+        self._position = position
+        return results
 
     def _checked_key(self, raw: bytes) -> str | None:
         """The key if it parses (the last good one is remembered: a transaction repeats it)."""

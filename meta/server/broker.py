@@ -357,6 +357,10 @@ class Broker:
             enabled = self._stat_topics[topic] = stat_enabled(self.config, topic)
         return enabled
 
+    def stat_enabled(self, topic: str) -> bool:
+        """Whether realtime statistics are kept for ``topic`` (its ``stat`` key, cached)."""
+        return self._stat(topic)
+
     def record_put(self, topic: str, partition: int, size: int) -> None:
         if self._stat(topic):
             key = f"{self.config.broker_id}-{partition}"

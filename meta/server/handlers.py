@@ -72,7 +72,7 @@ def handle_put(broker, command: Put, connection) -> Reply:
             raise MetaError(CHECKSUM_FAILURE)
         msg_id = broker.ids.next_id()
     except MetaError as error:
-        return _put_failed(broker, command, partition, str(error))
+        return _put_failed(broker, topic, partition, command.opaque, str(error))
     broker.record_put(topic, partition, len(data))
     opaque = command.opaque
 
@@ -81,24 +81,27 @@ def handle_put(broker, command: Put, connection) -> Reply:
             body = b"%d %d %d" % (msg_id, partition, offset)
             connection.respond(b"result 200 %d %d\r\n%s" % (len(body), opaque, body))
         else:
-            connection.respond(_put_append_failed(error, broker, command, partition))
+            connection.respond(put_append_failed(error, broker, topic, partition, opaque))
 
     partition_log.stage(HEADER.pack(len(data), crc, msg_id, command.flag) + data, acknowledged)
     return PENDING
 
 
-def _put_append_failed(error: BaseException, broker, command: Put, partition: int) -> bytes:
+def put_append_failed(
+    error: BaseException, broker, topic: str, partition: int, opaque: int
+) -> bytes:
+    """The 500 of a put whose append failed (also used by the put runs of ``put_run``)."""
     if not isinstance(error, MetaError):
-        log.error("append to %s-%d failed: %r", command.topic, partition, error)
+        log.error("append to %s-%d failed: %r", topic, partition, error)
     detail = str(error) if isinstance(error, PartitionFailedError) else None
-    return _put_failed(broker, command, partition, detail)
+    return _put_failed(broker, topic, partition, opaque, detail)
 
 
-def _put_failed(broker, command: Put, partition: int, detail: str | None) -> bytes:
+def _put_failed(broker, topic: str, partition: int, opaque: int, detail: str | None) -> bytes:
     broker.counters.put_failed += 1
-    broker.record_put_failed(command.topic, partition)
-    body = put_failure_text(broker, command.topic, partition, detail)
-    return encode_result(500, body, command.opaque)
+    broker.record_put_failed(topic, partition)
+    body = put_failure_text(broker, topic, partition, detail)
+    return encode_result(500, body, opaque)
 
 
 def _put_to_slave(broker, command: Put) -> bytes:

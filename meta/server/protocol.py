@@ -1,8 +1,10 @@
 """``BrokerProtocol``: bytes -> Decoder -> handlers -> replies, for one TCP connection.
 
 ``dataReceived`` feeds the decoder, dispatches every complete command to ``handlers.py`` and
-queues the replies. Replies may leave in a different order from the requests (a put waits
-for its fsync, a get does not); each carries its request's opaque.
+queues the replies; consecutive plain puts go to ``put_run.handle_put_run`` in one call
+(``Decoder.next_put_run``), with the same effects and replies as one ``handle_put`` each.
+Replies may leave in a different order from the requests (a put waits for its fsync, a get
+does not); each carries its request's opaque.
 
 Output and backpressure (STYLE 3, 13):
 
@@ -35,6 +37,7 @@ from meta.errors import LocalProtocolError, StoreError
 from meta.protocol.codec import HEADER_BYTES_MAX, NEED_DATA, Decoder
 from meta.protocol.commands import Quit
 from meta.server.handlers import HANDLERS
+from meta.server.put_run import handle_put_run
 from meta.server.replies import PENDING, FileReply
 
 log = logging.getLogger("meta.server")
@@ -43,10 +46,19 @@ CHUNK_BYTES = 256 * 1024
 INFLIGHT_MAX = 16384
 QUEUED_BYTES_MAX = 8 * 1024 * 1024
 FILE_REPLY_COST_BYTES = 64
+# Puts decoded per put run; a run is also bounded by the bytes of one read.
+PUT_RUN_MAX = 4096
 
 
 class BrokerProtocol(protocol.Protocol):
-    """One client connection of a ``Broker``."""
+    """One client connection of a ``Broker``.
+
+    Attributes:
+        put_runs: take runs of plain puts through ``put_run`` (True); False sends every put
+            through ``handle_put`` (the tests compare the two).
+    """
+
+    put_runs = True
 
     def __init__(self, broker) -> None:
         self._broker = broker
@@ -57,6 +69,7 @@ class BrokerProtocol(protocol.Protocol):
         self._queued_bytes = 0
         self._stream: list | None = None  # [segment, position, remaining] of the running reply
         self._inflight = 0
+        self._put_targets: dict = {}  # the put runs' partition lookups (``put_run.Targets``)
         self._transport_paused = False
         self._reading_paused = False
         self._closed = False
@@ -83,7 +96,16 @@ class BrokerProtocol(protocol.Protocol):
         decoder = self._decoder
         decoder.receive_data(data)
         broker = self._broker
+        # Plain puts take the batch fast path (``put_run``); a slave answers every put 403.
+        put_runs = self.put_runs and broker.slave_id < 0
         while not self._closed:
+            if put_runs:
+                puts = decoder.next_put_run(PUT_RUN_MAX)
+                if puts:
+                    self._inflight += handle_put_run(broker, puts, self, self._put_targets)
+                    if not decoder.buffered_bytes:
+                        break
+                    continue
             try:
                 command = decoder.next_command()
             except LocalProtocolError as error:
@@ -113,6 +135,18 @@ class BrokerProtocol(protocol.Protocol):
             self._send(reply)
             if self._reading_paused:
                 self._update_reading()
+
+    def respond_many(self, count: int, replies: bytes) -> None:
+        """The later replies of ``count`` pending puts of a put run, encoded and joined."""
+        self._inflight -= count
+        if replies and not self._closed:
+            self._send(replies)
+            if self._reading_paused:
+                self._update_reading()
+
+    def send_reply(self, reply: bytes | FileReply) -> None:
+        """A reply that is ready now (a put run hands over ``handle_put``'s immediate ones)."""
+        self._send(reply)
 
     # --- producer interface (the transport calls these) -----------------------------------------
 

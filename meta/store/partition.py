@@ -27,6 +27,7 @@ import os
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -43,6 +44,7 @@ from meta.store.partition_parts import (
     PartitionFlushTask,
     Reservation,
     SliceResult,
+    fire,
     take_filled,
 )
 from meta.store.segment import Segment, load_segments, segment_name
@@ -173,30 +175,30 @@ class PartitionLog:
         would ack it, or fails with ``PartitionFailedError`` / ``StoreError`` (closed).
         """
         acknowledged: Deferred = Deferred()
-
-        def ack(offset: int | None, error: BaseException | None) -> None:
-            if error is None:
-                acknowledged.callback(offset)
-            else:
-                acknowledged.errback(error)
-
-        self.stage(record, ack)
+        self.stage(record, partial(fire, acknowledged))
         self.commit()
         return acknowledged
 
-    def stage(self, record: bytes, ack: Ack) -> None:
+    def stage(self, record: bytes, ack: Ack, count: int = 1) -> None:
         """Queue one record for the next ``commit`` (one write per batch) and give it its offset.
 
         ``ack(offset, None)`` comes, in append order, once ``commit`` wrote it (and its covering
         fsync ran when the policy requires one); ``ack(None, error)`` when the partition fails
         or refuses appends. A staged record is never visible to readers before its ack.
+        ``count`` > 1 (put runs): ``record`` is that many records, acked once (first offset) when
+        all may be, as if staged one by one; end it at ``room_bytes`` to keep rolls in place.
         """
         if self._refusal is not None:
             ack(None, self._refusal_error())
             return
         size = len(record)
-        assert size >= HEADER_SIZE
-        self._enqueue(record, size, ack)
+        assert size >= HEADER_SIZE * count
+        self._enqueue(record, size, ack, count)
+
+    @property
+    def room_bytes(self) -> int:
+        """Bytes that can be staged before the segment is full (<= 0: the next record fills it)."""
+        return self._segment_bytes_max - (self._staged_end - self._segment.start)
 
     def reserve(self, length: int, ack: Ack) -> Reservation | None:
         """Reserve the next ``length`` bytes of the log for a batch given later by ``fill``.
@@ -228,14 +230,14 @@ class PartitionLog:
         if reservation.data is None:
             self._fail(error)
 
-    def _enqueue(self, entry: bytes | Reservation, size: int, ack: Ack) -> None:
+    def _enqueue(self, entry: bytes | Reservation, size: int, ack: Ack, count: int = 1) -> None:
         offset = self._staged_end
         end = offset + size
         self._staged_end = end
         staged = self._staged
         staged.append(entry)
-        self.message_count += 1
-        self._unflushed_count += 1
+        self.message_count += count
+        self._unflushed_count += count
         self._unflushed_bytes += size
         policy = self._policy
         must_sync = self._always_sync or should_flush(
@@ -488,10 +490,9 @@ class PartitionLog:
         """
         self.stop_appends()
         pending, self._pending = self._pending, deque()
+        error = StoreError(f"partition {self.name} closed before the append was acknowledged")
         for _end, _offset, _must_sync, ack in pending:
-            ack(
-                None, StoreError(f"partition {self.name} closed before the append was acknowledged")
-            )
+            ack(None, error)
         for segment in self._segments:
             segment.close()
 

@@ -2,7 +2,8 @@
 
 ``SliceResult`` says where a read lands; ``Reservation`` holds log bytes for a batch given
 later (transaction commits), and ``take_filled`` joins what is staged before the first unfilled
-one; ``PartitionFlushTask`` is one partition's share of a flush batch.
+one; ``fire`` is the ack behind ``PartitionLog.append``; ``PartitionFlushTask`` is one
+partition's share of a flush batch.
 ``PartitionFlushTask.run`` runs on the flusher thread; everything else is reactor thread only.
 """
 
@@ -43,6 +44,14 @@ class Reservation:
         self.offset = offset
         self.length = length
         self.data: bytes | None = None
+
+
+def fire(deferred, offset: int | None, error: BaseException | None) -> None:
+    """An ack that fires ``deferred`` with the offset, or fails it with the error."""
+    if error is None:
+        deferred.callback(offset)
+    else:
+        deferred.errback(error)
 
 
 def take_filled(staged: list[bytes | Reservation]) -> tuple[bytes, int]:

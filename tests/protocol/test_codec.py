@@ -282,3 +282,124 @@ def test_mutated_valid_commands_raise_only_protocol_errors(sequence, data):
         drain_with_bounded_memory(decoder, bytes(wire), 256 + 1024 + 512 + 2)
     except LocalProtocolError:
         pass
+
+
+# --- the broker's put runs ----------------------------------------------------------------
+
+
+def _as_put(fields) -> Put:
+    topic, partition, flag, checksum, opaque, body = fields
+    return Put(topic.decode(), int(partition), bytes(body), flag, int(opaque), checksum, None)
+
+
+def test_a_put_run_holds_exactly_what_next_command_returns():
+    wire = b"".join(
+        [
+            encode(Put("t", 0, b"abc", 0, 1)),
+            encode(Put("t.x-y_z", 12, b"", -5, -2, 123)),
+            encode(Put("t", 3, b"x" * 100, 7, 0, -1)),
+            encode(Put("t", 0, b"abc", 0, 4, 2**31 - 1)),
+        ]
+    )
+    decoder = Decoder()
+    decoder.receive_data(wire)
+    run = decoder.next_put_run(100)
+    assert [_as_put(fields) for fields in run] == decode_all(wire)
+    assert decoder.next_command() is NEED_DATA
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        b"put t 0 3 0 007\r\nabc",  # leading zero in the opaque
+        b"put t 00 3 0 7\r\nabc",  # leading zero in the partition
+        b"put t -1 3 0 7\r\nabc",  # the broker picks the partition
+        b"put t 0 3 0 -0\r\nabc",
+        b"put t 0 3 0 1234567890\r\nabc",  # ten-digit opaque
+        b"put t 0 3 0 0 TX:1 7\r\nabc",  # transactional
+        b"put t 0 3 0 TX:1 7\r\nabc",
+        b"put t/x 0 3 0 7\r\nabc",  # not a legal topic name
+        b"put t 0 3 0 +7\r\nabc",
+        b"put t 0 3 0 7 \r\nabc",
+        b"put  t 0 3 0 7\r\nabc",
+        b"put t 0 3 0 1 2 3 7\r\nabc",
+        b"put t 0 3 0 9999999999 7\r\nabc",  # checksum out of range: a protocol error
+        b"pux t 0 3 0 7\r\nabc",
+        b"get t g 0 0 100 7\r\n",
+    ],
+)
+def test_a_put_run_leaves_every_other_form_to_next_command(wire):
+    decoder = Decoder()
+    decoder.receive_data(encode(Put("t", 0, b"first", 0, 1)) + wire)
+    assert len(decoder.next_put_run(100)) == 1
+    assert decoder.next_put_run(100) == []
+    try:
+        expected = decode_all(wire)[0]
+    except LocalProtocolError:
+        with pytest.raises(LocalProtocolError):
+            decoder.next_command()
+    else:
+        assert decoder.next_command() == expected
+
+
+def test_a_put_run_stops_at_an_incomplete_or_oversized_put():
+    whole = encode(Put("t", 0, b"abcdef", 0, 1))
+    for cut in range(len(whole)):
+        decoder = Decoder()
+        decoder.receive_data(whole + whole[:cut])
+        assert len(decoder.next_put_run(100)) == 1
+        assert decoder.next_put_run(100) == []
+        assert decoder.next_command() is NEED_DATA
+        decoder.receive_data(whole[cut:])
+        # Taken by the run, or (a header parked by the general decoder) by next_command.
+        rest = [_as_put(fields) for fields in decoder.next_put_run(100)]
+        rest += [command for command in iter(decoder.next_command, NEED_DATA)]
+        assert rest == decode_all(whole), f"cut at {cut}"
+    decoder = Decoder(body_bytes_max=5)
+    decoder.receive_data(whole)
+    assert decoder.next_put_run(100) == []
+    assert isinstance(decoder.next_command(), BodyTooLarge)
+
+
+def test_a_put_run_is_bounded_by_its_limit():
+    decoder = Decoder()
+    decoder.receive_data(encode(Put("t", 0, b"a", 0, 1)) * 5)
+    assert len(decoder.next_put_run(3)) == 3
+    assert len(decoder.next_put_run(3)) == 2
+
+
+def test_a_result_run_holds_exactly_what_next_command_returns():
+    frames = [Result(200, b"1 0 20", 1), Result(500, b"failed", -7), Result(200, b"", 2**31 - 1)]
+    wire = b"".join(encode(frame) for frame in frames) + encode(Result(200, b"partial", 9))[:-2]
+    decoder = Decoder()
+    decoder.receive_data(wire)
+    run = decoder.next_result_run(100)
+    assert [Result(code, body, opaque) for code, opaque, body in run] == frames
+    assert decoder.next_result_run(100) == []
+    assert decoder.next_command() is NEED_DATA
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        b"result 200 1 9999999999\r\nx",  # opaque out of range: a protocol error
+        b"result 200 1234567890 1\r\n",  # ten-digit length
+        b"result +200 1 1\r\nx",
+        b"value 1 1\r\nx",
+        b"result 200 1 1 extra\r\nx",
+    ],
+)
+def test_a_result_run_leaves_every_other_form_to_next_command(wire):
+    decoder = Decoder()
+    decoder.receive_data(encode(Result(200, b"ok", 1)) + wire)
+    assert len(decoder.next_result_run(100)) == 1
+    assert decoder.next_result_run(100) == []
+    reference = Decoder()
+    reference.receive_data(wire)
+    try:
+        expected = reference.next_command()
+    except LocalProtocolError:
+        with pytest.raises(LocalProtocolError):
+            decoder.next_command()
+    else:
+        assert decoder.next_command() == expected

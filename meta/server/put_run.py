@@ -1,0 +1,229 @@
+"""The broker's batch fast path for runs of plain puts: ``handle_put_run``.
+
+What lives here: the handler of what ``Decoder.next_put_run`` returns (consecutive plain puts
+of one read, as field tuples) and ``_Batch``, the records of one run for one partition. It
+does per put only what a put must: a CRC-32 of the body, a record header, and on its ack a
+reply. Ids come in one block, each partition gets one staged entry (``PartitionLog.stage``
+with a count) and each batch one ack, which formats its replies and hands them over at once.
+
+Invariants (tests/server/test_put_run.py checks them against ``handle_put``):
+    * The fast path only takes puts whose outcome is plain: the partition exists and takes
+      appends, and the checksum is absent, -1 or right. Every other put (a new partition, an
+      illegal topic, a wrong checksum, a failed partition, a slave broker) goes to
+      ``handlers.handle_put``, which holds every validation rule; batches built so far are
+      staged first, so the store sees the same records in the same order.
+    * Ids, offsets, records, segment rolls, counters and the reply bytes are exactly those of
+      ``handle_put`` called once per put: ids are taken per stretch of fast puts before any
+      later put's, a batch ends with the record that fills its segment, and partitions are
+      staged in the order of their first put.
+
+Reactor thread only.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from meta.protocol.codec import PutFields
+from meta.protocol.commands import Put
+from meta.protocol.message import CHECKSUM_MASK, HEADER
+from meta.server.handlers import handle_put, put_append_failed
+from meta.server.replies import PENDING
+
+_pack_header = HEADER.pack
+_crc32 = zlib.crc32
+
+TARGETS_MAX = 1024
+Targets = dict[tuple[bytes, bytes], tuple]
+"""(topic, partition) header bytes -> (partition log, topic, partition): lookups kept per
+connection, at most ``TARGETS_MAX`` (then cleared)."""
+
+
+class _Batch:
+    """One partition's share of a run: joined records waiting to be staged, and their puts."""
+
+    __slots__ = (
+        "ids",
+        "log",
+        "opaques",
+        "partition",
+        "partition_bytes",
+        "parts",
+        "room",
+        "size",
+        "stat",
+        "topic",
+    )
+
+    def __init__(
+        self, broker, partition_log, topic: str, partition: int, partition_bytes: bytes
+    ) -> None:
+        self.log = partition_log
+        self.topic = topic
+        self.partition = partition
+        self.partition_bytes = partition_bytes
+        self.parts: list = []  # record header, body, record header, body, ...
+        self.ids: list[int] = []
+        self.opaques: list[bytes] = []
+        self.stat = broker.stat_enabled(topic)
+        self.size = 0
+        self.room = partition_log.room_bytes
+
+    def stage(self, broker, connection) -> None:
+        """Stage the records gathered so far as one entry; its ack answers every put."""
+        parts, ids, opaques = self.parts, self.ids, self.opaques
+        if not opaques:
+            return
+        self.parts, self.ids, self.opaques = [], [], []
+        self.size = 0
+        topic, partition, partition_bytes = self.topic, self.partition, self.partition_bytes
+        count = len(opaques)
+        bodies = parts[1::2]  # a record is 20 bytes of header and its body
+
+        def acknowledged(offset: int | None, error: BaseException | None) -> None:
+            replies = []
+            append = replies.append
+            if error is None:
+                for msg_id, opaque, body in zip(ids, opaques, bodies, strict=True):
+                    text = b"%d %s %d" % (msg_id, partition_bytes, offset)
+                    append(b"result 200 %d %s\r\n%s" % (len(text), opaque, text))
+                    offset += 20 + len(body)
+            else:
+                for opaque in opaques:
+                    append(put_append_failed(error, broker, topic, partition, int(opaque)))
+            connection.respond_many(count, b"".join(replies))
+
+        self.log.stage(b"".join(parts), acknowledged, count)
+        self.room = self.log.room_bytes
+
+
+def _open_batch(broker, targets: Targets, key: tuple[bytes, bytes]) -> _Batch | None:
+    """A batch for an existing partition that takes appends; None: ``handle_put`` decides."""
+    target = targets.get(key)
+    if target is None:
+        topic_bytes, partition_bytes = key
+        topic = topic_bytes.decode("ascii")  # the decoder took only legal (ASCII) names
+        partition = int(partition_bytes)
+        partition_log = broker.store.get(topic, partition)
+        if partition_log is None:
+            return None
+        if len(targets) >= TARGETS_MAX:
+            targets.clear()
+        target = targets[key] = (partition_log, topic, partition)
+    partition_log, topic, partition = target
+    if not partition_log.accepts_appends:
+        return None
+    return _Batch(broker, partition_log, topic, partition, key[1])
+
+
+def handle_put_run(broker, puts: list[PutFields], connection, targets: Targets) -> int:
+    """Handle consecutive plain puts of one read; return how many replies are still to come.
+
+    Replies of puts handed to ``handle_put`` that are ready at once are sent through
+    ``connection.send_reply``; the others arrive later through ``connection.respond_many``
+    (fast puts) or ``connection.respond`` (``handle_put``). ``targets`` is the caller's
+    lookup cache (one per connection; partition logs are never replaced in a running store).
+    """
+    assert broker.slave_id < 0  # a slave answers every put 403: the caller never comes here
+    if len(puts) == 1:  # nothing to batch (a synchronous producer): the general path is cheaper
+        return _handle_one(broker, puts[0], connection)
+    run = _Run(broker, connection, targets)
+    total = len(puts)
+    index = 0
+    while index < total:
+        stop = run.take_stretch(puts, index)
+        if stop < total:
+            # A put the fast path does not take: everything before it is staged first.
+            run.stage_all()
+            run.handle_one(puts[stop])
+            stop += 1
+        index = stop
+    run.stage_all()
+    return run.pending
+
+
+class _Run:
+    """The state of one ``handle_put_run`` call."""
+
+    __slots__ = ("batches", "broker", "connection", "order", "pending", "targets")
+
+    def __init__(self, broker, connection, targets: Targets) -> None:
+        self.broker = broker
+        self.connection = connection
+        self.targets = targets
+        self.batches: dict[tuple[bytes, bytes], _Batch] = {}
+        # Batches holding records, in the order of their first record since they were last
+        # staged: the order in which single puts would have reached the store's commit list.
+        self.order: dict[_Batch, None] = {}
+        self.pending = 0
+
+    def take_stretch(self, puts: list[PutFields], index: int) -> int:
+        """Add the longest stretch of fast puts from ``index``; return where it stops.
+
+        First each put's batch and CRC (stopping at the first put the fast path does not
+        take), then the ids for the whole stretch, then the records.
+        """
+        batches, broker = self.batches, self.broker
+        plan = []
+        stop = index
+        total = len(puts)
+        while stop < total:
+            topic_bytes, partition_bytes, _flag, checksum, _opaque, body = puts[stop]
+            key = (topic_bytes, partition_bytes)
+            batch = batches.get(key)
+            if batch is None:
+                batch = _open_batch(broker, self.targets, key)
+                if batch is None:
+                    break
+                batches[key] = batch
+            crc = _crc32(body) & CHECKSUM_MASK
+            if checksum is not None and checksum != crc and checksum != -1:
+                break
+            plan.append((batch, crc))
+            stop += 1
+        if not plan:
+            return stop
+        broker.counters.cmd_put += len(plan)
+        ids = broker.ids.next_ids(len(plan))
+        order = self.order
+        for (batch, crc), msg_id, fields in zip(plan, ids, puts[index:stop], strict=True):
+            body = fields[5]
+            size = len(body)
+            if not batch.opaques:
+                order[batch] = None
+            batch.parts += (_pack_header(size, crc, msg_id, fields[2]), body)
+            batch.ids.append(msg_id)
+            batch.opaques.append(fields[4])
+            if batch.stat:
+                broker.record_put(batch.topic, batch.partition, size)
+            batch.size += 20 + size
+            if batch.size >= batch.room:  # this record fills the segment: stage, roll
+                batch.stage(broker, self.connection)
+                del order[batch]
+        self.pending += len(plan)
+        return stop
+
+    def stage_all(self) -> None:
+        for batch in self.order:
+            batch.stage(self.broker, self.connection)
+        self.order.clear()
+
+    def handle_one(self, fields: PutFields) -> None:
+        """``handle_put`` for a put the fast path does not take (its rules decide)."""
+        self.pending += _handle_one(self.broker, fields, self.connection)
+        # handle_put may have created the partition or failed it: look again.
+        self.batches.clear()
+
+
+def _handle_one(broker, fields: PutFields, connection) -> int:
+    """``handle_put`` for one put of a run; returns 1 when its reply comes later, else 0."""
+    topic_bytes, partition_bytes, flag, checksum, opaque, body = fields
+    command = Put(
+        topic_bytes.decode("ascii"), int(partition_bytes), bytes(body), flag, int(opaque), checksum
+    )
+    reply = handle_put(broker, command, connection)
+    if reply is PENDING:
+        return 1
+    if reply is not None:
+        connection.send_reply(reply)
+    return 0
