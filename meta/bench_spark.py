@@ -11,11 +11,16 @@
    (``meta.bench.run_consume``), the same loop ``tools/bench consume`` uses;
 4. measures Spark (``local[--cores]``): ``df.count()`` and a Parquet write of the whole
    topic, after a small warm-up read that starts the Python workers;
-5. prints msg/s, MB/s and each Spark rate as a fraction of the raw rate (target: >= 50%),
-   as text or JSON (``--json``).
+5. measures the executor-side reader alone: ``meta.spark.reading.read_range`` over the whole
+   partition in this process (no Spark), as CPU microseconds per message;
+6. prints msg/s, MB/s and each Spark rate as a fraction of the raw rate (target: >= 50%),
+   as text or JSON (``--json``), and for each Spark phase the CPU seconds per message of
+   the JVM, the Python workers and the broker (Linux ``/proc``, process trees), which says
+   where a Spark read spends its time whatever else loads the machine.
 
-The read is split with ``maxBytesPerPartition`` = ``--piece-mb``; with pieces no larger
-than segments every cut lands on a segment start, so no piece re-reads bytes.
+The read is split with ``maxBytesPerPartition`` = ``--piece-mb``; every cut lands on a
+segment start (``meta.spark.planning`` moves a cut forward to a segment start just after
+it), so no piece re-reads bytes.
 
 Everything it starts is stopped on exit (ZooKeeper, broker, Spark). Single-threaded.
 """
@@ -30,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,10 +174,17 @@ def spark_session(cores: int):
     return spark
 
 
-def measure_spark(args: argparse.Namespace, zk_connect: str, work: Path, spark=None) -> dict:
-    """Time ``df.count()`` and a Parquet write of the whole topic.
+def measure_spark(
+    args: argparse.Namespace,
+    zk_connect: str,
+    work: Path,
+    spark=None,
+    broker_pid: int | None = None,
+) -> dict:
+    """Time ``df.count()`` and a Parquet write of the whole topic, with CPU by process role.
 
     ``spark``: a session to use (left running); None starts one and stops it.
+    ``broker_pid``: the broker process, whose CPU is reported too.
     """
     own = spark is None
     spark = spark_session(args.cores) if own else spark
@@ -188,16 +201,102 @@ def measure_spark(args: argparse.Namespace, zk_connect: str, work: Path, spark=N
 
         warm_end = json.dumps({TOPIC: {"1-0": 1 << 20}})
         topic(endingOffsets=warm_end).count()  # Starts the Python workers.
+        cpu_before = cpu_by_role(broker_pid)
         began = time.monotonic()
         count = topic().count()
         count_s = time.monotonic() - began
+        cpu_between = cpu_by_role(broker_pid)
         began = time.monotonic()
         topic().write.mode("overwrite").parquet(str(work / "parquet"))
         parquet_s = time.monotonic() - began
+        cpu_after = cpu_by_role(broker_pid)
     finally:
         if own:
             spark.stop()
-    return {"messages": count, "count_s": count_s, "parquet_s": parquet_s}
+    return {
+        "messages": count,
+        "count_s": count_s,
+        "parquet_s": parquet_s,
+        "count_cpu_s": cpu_delta(cpu_before, cpu_between),
+        "parquet_cpu_s": cpu_delta(cpu_between, cpu_after),
+    }
+
+
+def _proc_table() -> dict[int, tuple[int, float, str]]:
+    """pid -> (parent pid, CPU seconds of it and its reaped children, command name)."""
+    table = {}
+    ticks = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+        except OSError:
+            continue  # It exited meanwhile.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        cpu_ticks = sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+        table[int(entry.name)] = (int(fields[1]), cpu_ticks / ticks, Path(command).name)
+    return table
+
+
+def _descendants(table: dict[int, tuple[int, float, str]], root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _cpu, _name) in table.items():
+        children.setdefault(parent, []).append(pid)
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid in table and pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, ()))
+    return found
+
+
+def cpu_by_role(broker_pid: int | None) -> dict[str, float]:
+    """CPU seconds so far of the broker, the Spark JVM, its Python workers and this process.
+
+    The JVM is the ``java`` descendant of this process (PySpark starts it); Python workers
+    are its ``python`` descendants. Empty where ``/proc`` is missing (not Linux).
+    """
+    if not Path("/proc/self/stat").exists():
+        return {}
+    table = _proc_table()
+    me = os.getpid()
+    broker = _descendants(table, broker_pid) if broker_pid else set()
+    roles = {"broker": 0.0, "jvm": 0.0, "python_workers": 0.0, "driver": table[me][1]}
+    for pid in broker:
+        roles["broker"] += table[pid][1]
+    for pid in _descendants(table, me) - broker - {me}:
+        _parent, cpu, name = table[pid]
+        if name == "java":
+            roles["jvm"] += cpu
+            for worker in _descendants(table, pid) - {pid}:
+                if table[worker][2].startswith("python"):
+                    roles["python_workers"] += table[worker][1]
+    return roles
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {role: round(after[role] - before[role], 2) for role in before if role in after}
+
+
+def measure_reader(address: tuple[str, int], end: int) -> dict:
+    """CPU of ``read_range`` over ``[0, end)`` of the bench partition, in this process."""
+    from meta.spark.planning import RangePartition
+    from meta.spark.reading import read_range
+
+    warm = RangePartition(TOPIC, 1, 0, address[0], address[1], 0, min(end, 1 << 20), 0)
+    for _batch in read_range(warm, "bench-reader", 1 << 20, 30.0, True):
+        pass  # Pays the first-use costs (imports, Arrow's type setup) outside the timing.
+    piece = RangePartition(TOPIC, 1, 0, address[0], address[1], 0, end, 0)
+    rows = 0
+    cpu_start, start = time.process_time(), time.monotonic()
+    batches: Iterator = read_range(piece, "bench-reader", 1 << 20, 30.0, True)
+    for batch in batches:
+        rows += batch.num_rows
+    cpu_s = time.process_time() - cpu_start
+    return {"messages": rows, "seconds": time.monotonic() - start, "cpu_s": cpu_s}
 
 
 def wait_until_registered(zk_connect: str, timeout_s: float = 30.0) -> None:
@@ -235,10 +334,12 @@ def run(args: argparse.Namespace, work: Path, spark=None) -> dict:
             if produced["messages"] != messages:
                 raise BenchError(f"produced {produced['messages']} of {messages} messages")
             raw = run_consume(broker.address, TOPIC, 600.0, 1 << 62)
+            reader = measure_reader(broker.address, raw["bytes"])
             wait_until_registered(zookeeper.connect)
-            timed = measure_spark(args, zookeeper.connect, work, spark)
-    if timed["messages"] != messages or raw["messages"] != messages:
-        raise BenchError(f"read {timed['messages']} (Spark), {raw['messages']} (raw) of {messages}")
+            timed = measure_spark(args, zookeeper.connect, work, spark, broker.process.pid)
+    read = {"Spark": timed["messages"], "raw": raw["messages"], "reader": reader["messages"]}
+    if set(read.values()) != {messages}:
+        raise BenchError(f"read {read} of {messages} messages")
     raw_rates = rates(messages, args.message_bytes, raw["seconds"])
     report = {
         "messages": messages,
@@ -247,14 +348,25 @@ def run(args: argparse.Namespace, work: Path, spark=None) -> dict:
         "raw_consume": raw_rates,
         "spark_count": rates(messages, args.message_bytes, timed["count_s"]),
         "spark_parquet": rates(messages, args.message_bytes, timed["parquet_s"]),
+        "reader": rates(messages, args.message_bytes, reader["seconds"]),
         "cores": args.cores,
         "target_fraction": TARGET_FRACTION,
     }
+    report["raw_consume"]["cpu_us_per_msg"] = per_message_us(raw["client_cpu_s"], messages)
+    report["reader"]["cpu_us_per_msg"] = per_message_us(reader["cpu_s"], messages)
     for name in ("spark_count", "spark_parquet"):
         fraction = report[name]["msg_per_s"] / max(raw_rates["msg_per_s"], 1)
         report[name]["fraction_of_raw"] = round(fraction, 2)
         report[name]["meets_target"] = fraction >= TARGET_FRACTION
+        cpu = timed["count_cpu_s" if name == "spark_count" else "parquet_cpu_s"]
+        report[name]["cpu_us_per_msg"] = {
+            role: per_message_us(seconds, messages) for role, seconds in cpu.items()
+        }
     return report
+
+
+def per_message_us(seconds: float, messages: int) -> float:
+    return round(seconds * 1e6 / max(messages, 1), 2)
 
 
 def format_report(report: dict) -> str:
@@ -263,7 +375,7 @@ def format_report(report: dict) -> str:
         f"Spark local[{report['cores']}]; target: Spark >= "
         f"{report['target_fraction']:.0%} of raw consume"
     ]
-    for name in ("produce", "raw_consume", "spark_count", "spark_parquet"):
+    for name in ("produce", "raw_consume", "reader", "spark_count", "spark_parquet"):
         row = report[name]
         line = f"{name:14} {row['msg_per_s']:>10} msg/s {row['mb_per_s']:>8} MB/s"
         line += f" {row['seconds']:>8} s"
@@ -271,6 +383,15 @@ def format_report(report: dict) -> str:
             verdict = "meets" if row["meets_target"] else "MISSES"
             line += f"  {row['fraction_of_raw']:.0%} of raw ({verdict} the target)"
         lines.append(line)
+    lines.append("CPU microseconds per message:")
+    lines.append(f"  raw consume client {report['raw_consume']['cpu_us_per_msg']}")
+    lines.append(
+        f"  reader (read_range in one process, no Spark) {report['reader']['cpu_us_per_msg']}"
+    )
+    for name in ("spark_count", "spark_parquet"):
+        roles = report[name]["cpu_us_per_msg"]
+        text = ", ".join(f"{role} {value}" for role, value in roles.items()) or "n/a (no /proc)"
+        lines.append(f"  {name}: {text}")
     return "\n".join(lines)
 
 

@@ -24,9 +24,20 @@ SOURCE_NAME = "metaq"
 def register(spark: Any) -> None:
     """Register the ``metaq`` format with ``spark`` (``spark.dataSource.register``).
 
+    Safe to call when PySpark already registered the source through ``pyspark_metaq``:
+    PySpark 4.0 and 4.1 refuse to register a name their automatic lookup registered
+    (``DATA_SOURCE_ALREADY_EXISTS``), later versions replace it; either way ``metaq`` is
+    this source afterwards.
+
     Args:
         spark: a ``pyspark.sql.SparkSession`` (PySpark 4.0 or later).
     """
+    from pyspark.errors import AnalysisException
+
     from meta.spark.datasource import MetaQDataSource
 
-    spark.dataSource.register(MetaQDataSource)
+    try:
+        spark.dataSource.register(MetaQDataSource)
+    except AnalysisException as error:
+        if error.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
+            raise

@@ -21,7 +21,8 @@ PySpark versions: read limits, ``reportLatestOffset`` and ``SupportsTriggerAvail
 came in 4.2. On 4.0 and 4.1 ``latestOffset()`` is called without arguments and returns every
 available message; ``maxBytesPerTrigger`` is then refused with a clear error when the query
 starts, and Spark runs ``Trigger.AvailableNow`` through its generic wrapper (one batch up to
-the ends seen at the start).
+the ends seen at the start; ``commitToGroup`` then leaves the group one batch behind: see
+``MetaQStreamReader.commit``).
 
 ``MetaQStreamWriter`` writes each micro-batch through the batch writer's per-task
 producer: at least once (a retried task or a replayed batch sends its rows again).
@@ -72,6 +73,7 @@ class MetaQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._zk = None
         self._target = None  # Trigger.AvailableNow: the snapshot the query stops at.
         self._written: dict = {}  # commitToGroup: the offsets last written to ZooKeeper.
+        self._planned: dict | None = None  # The end of the last batch partitions() planned.
 
     def initialOffset(self) -> dict:
         return to_document(self._snapshot().starts(self.options))
@@ -81,6 +83,8 @@ class MetaQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         snapshot = self._target or self._snapshot()
         ends = snapshot.ends()
         if start is None:
+            if self._planned is not None:
+                self._commit_to_group(self._planned)  # Before 4.2: see commit.
             return to_document(ends)
         begun = from_document(start)
         self._commit_to_group(begun)  # Everything before ``start`` is processed: see commit.
@@ -112,8 +116,9 @@ class MetaQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         from meta.spark.stream_planning import plan_stream_ranges
 
+        self._planned = from_document(end)
         return plan_stream_ranges(
-            self._zookeeper(), self.options, from_document(start), from_document(end)
+            self._zookeeper(), self.options, from_document(start), self._planned
         )
 
     def read(self, partition: InputPartition) -> Iterator:
@@ -128,6 +133,12 @@ class MetaQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         of an AvailableNow query would never be committed. ``latestOffset(start)`` therefore
         commits too: Spark asks for the next end only once the batch ending at ``start`` is
         in its commit log (micro-batches run one at a time). Only changed offsets are written.
+
+        Before PySpark 4.2 ``latestOffset()`` gets no ``start``; it commits the end of the
+        batch ``partitions`` planned last instead, which has run by then for the same reason.
+        That keeps the group current under a running trigger, but Spark's generic
+        AvailableNow wrapper calls the source once before the first batch, so there the last
+        batch's offsets are not written (the group stays one batch behind).
         """
         self._commit_to_group(from_document(end))
 

@@ -13,7 +13,7 @@ def test_bench_reads_the_whole_backlog_and_reports_rates(spark, tmp_path):
     """Goal: the bench runs end to end (ZooKeeper, broker, produce, raw consume, Spark).
 
     Method: 2 MB in 1 MiB segments and pieces, through the session's Spark; check counts and
-    the report's shape only.
+    the report's shape only (and that CPU is found for the reader and the Spark JVM).
     """
     args = bench_spark.parse_arguments(["--megabytes", "2", "--segment-mb", "1", "--piece-mb", "1"])
     report = bench_spark.run(args, tmp_path, spark)
@@ -21,7 +21,14 @@ def test_bench_reads_the_whole_backlog_and_reports_rates(spark, tmp_path):
     for name in ("raw_consume", "spark_count", "spark_parquet"):
         assert report[name]["messages"] == report["messages"]
         assert report[name]["msg_per_s"] > 0
-    assert "of raw" in bench_spark.format_report(report)
+    assert report["reader"]["messages"] == report["messages"]
+    assert report["reader"]["cpu_us_per_msg"] > 0
+    for name in ("spark_count", "spark_parquet"):
+        roles = report[name]["cpu_us_per_msg"]
+        assert set(roles) == {"broker", "jvm", "python_workers", "driver"}
+        assert roles["jvm"] > 0
+    text = bench_spark.format_report(report)
+    assert "of raw" in text and "CPU microseconds per message" in text
     assert (tmp_path / "parquet").is_dir()
 
 

@@ -47,3 +47,15 @@ def test_anchor_never_precedes_the_range_start():
 
 def test_a_small_range_is_one_piece():
     assert pieces([0], 0, 50, "300") == [(0, 50, 0)]
+
+
+def test_cuts_move_forward_to_a_near_segment_start_instead_of_re_reading_a_segment():
+    # Segments a little bigger than the piece size (a segment rolls after the record that
+    # crosses its size): cutting at 300 would make the next piece re-read 0..300.
+    found = pieces([0, 310, 620, 930], 0, 1000, "300")
+    assert found == [(0, 310, 0), (310, 620, 310), (620, 930, 620), (930, 1000, 930)]
+
+
+def test_a_far_segment_start_does_not_move_the_cut():
+    found = pieces([0, 400], 0, 1000, "300")
+    assert found == [(0, 300, 0), (300, 400, 0), (400, 900, 400), (900, 1000, 400)]

@@ -1,12 +1,18 @@
-"""Automatic registration: PySpark's data source lookup finds ``pyspark_metaq.DefaultSource``."""
+"""Registration: PySpark's lookup finds ``pyspark_metaq.DefaultSource``; ``register`` is safe."""
 
 from __future__ import annotations
 
+import importlib
 import io
+import pkgutil
 import sys
+import types
 from pathlib import Path
 
+import pytest
 from pyspark.serializers import read_int
+
+import meta.spark
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -15,20 +21,72 @@ def test_pyspark_lookup_finds_the_metaq_source(monkeypatch):
     """Goal: the worker PySpark runs at a session's first data source call lists ``metaq``.
 
     Method: run its ``_main`` in this process, with the repository on ``sys.path`` as it is
-    for a worker started from a checkout (or after an install with ``py_modules``).
+    for a worker started from a checkout (or after an install with ``py_modules``). PySpark
+    4.0 has no ``_main`` (its ``main`` speaks the worker protocol first): there, run the
+    same discovery its ``main`` runs (``pyspark_*`` modules with a ``DefaultSource``).
     """
-    from pyspark.sql.worker.lookup_data_sources import _main
+    from pyspark.sql import datasource
+    from pyspark.sql.worker import lookup_data_sources
 
     import pyspark_metaq
     from meta.spark.datasource import MetaQDataSource
 
     monkeypatch.setattr(sys, "path", [str(REPO), *sys.path])
-    output = io.BytesIO()
-    _main(io.BytesIO(), output)
-    output.seek(0)
     names = {}
-    for _ in range(read_int(output)):
-        name = output.read(read_int(output)).decode("utf-8")
-        names[name] = output.read(read_int(output))  # The pickled class.
+    if hasattr(lookup_data_sources, "_main"):
+        output = io.BytesIO()
+        lookup_data_sources._main(io.BytesIO(), output)
+        output.seek(0)
+        for _ in range(read_int(output)):
+            name = output.read(read_int(output)).decode("utf-8")
+            names[name] = output.read(read_int(output))  # The pickled class.
+    else:
+        for info in pkgutil.iter_modules():
+            if info.name == "pyspark_metaq":
+                module = importlib.import_module(info.name)
+                if issubclass(module.DefaultSource, datasource.DataSource):
+                    names[module.DefaultSource.name()] = module.DefaultSource
     assert "metaq" in names
     assert pyspark_metaq.DefaultSource is MetaQDataSource
+
+
+class RefusingRegistry:
+    """``spark.dataSource`` of PySpark 4.0/4.1 when ``pyspark_metaq`` registered ``metaq``.
+
+    The JVM's error reaches Python as an ``AnalysisException`` whose condition is the JVM's
+    (not in PySpark's own error table, so the test sets it the way the JVM wrapper does).
+    """
+
+    def __init__(self, condition: str) -> None:
+        self.condition = condition
+        self.calls = 0
+
+    def register(self, source: type) -> None:
+        from pyspark.errors import AnalysisException
+
+        self.calls += 1
+        error = AnalysisException(message=f"[{self.condition}] refused")
+        error.getCondition = lambda: self.condition
+        raise error
+
+
+def test_register_accepts_a_source_pyspark_registered_already():
+    spark = types.SimpleNamespace(dataSource=RefusingRegistry("DATA_SOURCE_ALREADY_EXISTS"))
+    meta.spark.register(spark)
+    assert spark.dataSource.calls == 1
+
+
+def test_register_reports_other_registration_errors():
+    from pyspark.errors import AnalysisException
+
+    spark = types.SimpleNamespace(dataSource=RefusingRegistry("SOMETHING_ELSE"))
+    with pytest.raises(AnalysisException):
+        meta.spark.register(spark)
+
+
+def test_register_twice_in_a_session_keeps_the_source_usable(spark):
+    meta.spark.register(spark)
+    meta.spark.register(spark)
+    with pytest.raises(Exception) as caught:  # noqa: B017 - Spark wraps the Python error.
+        spark.read.format("metaq").option("topic", "t").load().collect()
+    assert "zk.connect is required" in str(caught.value)

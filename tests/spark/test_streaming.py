@@ -12,11 +12,13 @@ import threading
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from meta.client import MetaMessageSessionFactory
 from meta.client.cluster import parse_offset
 from meta.protocol.message import HEADER_SIZE
 from meta.spark.planning import read_cluster
+from meta.spark.streaming import READ_LIMITS_SUPPORTED
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.client_helpers import broker_cluster, produce, wait_for, zk_config
 
@@ -24,7 +26,16 @@ pytestmark = pytest.mark.integration
 
 TOPICS = {
     name: {"numPartitions": 2}
-    for name in ("stream-once", "stream-group", "stream-src", "stream-dst", "stream-grow")
+    for name in (
+        "stream-once",
+        "stream-group",
+        "stream-src",
+        "stream-dst",
+        "stream-grow",
+        "stream-all-now",
+        "stream-no-limit",
+        "stream-running",
+    )
 }
 QUERY_WAIT_S = 90.0
 
@@ -115,6 +126,7 @@ def test_stream_picks_up_new_messages_and_restarts_exactly_once(
     assert sorted(sink.ids()) == sorted(sent)
 
 
+@pytest.mark.skipif(not READ_LIMITS_SUPPORTED, reason="read limits need PySpark 4.2+")
 def test_available_now_honours_max_bytes_and_commits_to_the_group(
     spark, zookeeper, cluster, tmp_path
 ):
@@ -142,6 +154,87 @@ def test_available_now_honours_max_bytes_and_commits_to_the_group(
         end = result.offset + HEADER_SIZE + 100
         ends[str(result.partition)] = max(ends.get(str(result.partition), 0), end)
     assert _group_offsets(zookeeper, root, group, topic) == ends
+
+
+def test_available_now_reads_the_backlog_and_commits_to_the_group(
+    spark, zookeeper, cluster, tmp_path
+):
+    """Goal: ``Trigger.AvailableNow`` without a read limit reads everything and stops, on
+    every supported PySpark (4.0/4.1 run it through Spark's generic wrapper).
+
+    Method: 30 messages; an AvailableNow query with ``commitToGroup``; it must end by
+    itself with every message once and (PySpark 4.2+, see ``MetaQStreamReader.commit``) the
+    group's offsets at each partition's end.
+    """
+    root, topic, group = cluster, "stream-all-now", "spark-all-now"
+    with MetaMessageSessionFactory(zk_config(zookeeper, root)) as factory:
+        producer = factory.create_producer()
+        producer.publish(topic)
+        results = [producer.send_message(_message(topic, n)) for n in range(30)]
+    assert all(result.success for result in results)
+    sink = BatchSink()
+    frame = stream(spark, zookeeper, root, topic, commitToGroup=group)
+    finish(start(frame, sink, tmp_path / "checkpoint", available_now=True))
+    assert sorted(sink.ids()) == sorted(result.msg_id for result in results)
+    if READ_LIMITS_SUPPORTED:
+        assert _group_offsets(zookeeper, root, group, topic) == _ends(results)
+
+
+def test_a_running_query_commits_its_progress_to_the_group(spark, zookeeper, cluster, tmp_path):
+    """Goal: under a running trigger ``commitToGroup`` reaches each partition's end soon
+    after the last batch, on every supported PySpark (before 4.2 through ``latestOffset()``).
+
+    Method: produce, start a query, wait for the rows, then (bounded) for the group's offset
+    nodes to equal the ends computed from the send results.
+    """
+    root, topic, group = cluster, "stream-running", "spark-running"
+    with MetaMessageSessionFactory(zk_config(zookeeper, root)) as factory:
+        producer = factory.create_producer()
+        producer.publish(topic)
+        results = [producer.send_message(_message(topic, n)) for n in range(20)]
+    assert all(result.success for result in results)
+    sink = BatchSink()
+    frame = stream(spark, zookeeper, root, topic, commitToGroup=group)
+    query = start(frame, sink, tmp_path / "checkpoint")
+    try:
+        wait_for_ids(query, sink, {result.msg_id for result in results})
+        ends = _ends(results)
+
+        def committed() -> bool:
+            try:
+                return _group_offsets(zookeeper, root, group, topic) == ends
+            except NoNodeError:
+                return False
+
+        wait_for(committed, QUERY_WAIT_S, "the group's offsets to reach the ends")
+    finally:
+        query.stop()
+
+
+def _ends(results) -> dict[str, int]:
+    """Each partition's end after the sends of ``results`` (messages of 100 bytes)."""
+    ends: dict[str, int] = {}
+    for result in results:
+        end = result.offset + HEADER_SIZE + 100
+        ends[str(result.partition)] = max(ends.get(str(result.partition), 0), end)
+    return ends
+
+
+@pytest.mark.skipif(READ_LIMITS_SUPPORTED, reason="this PySpark supports read limits")
+def test_max_bytes_per_trigger_is_refused_clearly_without_read_limits(
+    spark, zookeeper, cluster, tmp_path
+):
+    """Goal: on PySpark 4.0/4.1 ``maxBytesPerTrigger`` fails the query with a clear error
+    (naming the option and the version) instead of being ignored."""
+    root = cluster
+    frame = stream(spark, zookeeper, root, "stream-no-limit", maxBytesPerTrigger="1000")
+    query = start(frame, BatchSink(), tmp_path / "checkpoint")
+    try:
+        with pytest.raises(Exception) as caught:  # noqa: B017 - Spark wraps the Python error.
+            query.awaitTermination(QUERY_WAIT_S)
+    finally:
+        query.stop()
+    assert "maxBytesPerTrigger needs PySpark 4.2 or later" in str(caught.value)
 
 
 def test_stream_writer_round_trip(spark, zookeeper, cluster, tmp_path):
