@@ -4,43 +4,90 @@
 delay queue, ``slaveMaxDelayInMills`` as the back-off maximum, long polling, growing the
 fetch size for a large record, the connection pool) and replaces what is done with a fetched
 batch: instead of decoding messages for a listener, it checks every complete record (length
-and CRC, ``iter_messages``), hands the record bytes **verbatim** to the reactor thread
-(``callFromThread``), and waits until the reactor has appended and acknowledged all of them.
-So memory stays bounded (one batch per fetch thread) and a partition's next fetch starts
-where its last append ended.
+and CRC, as ``iter_messages`` does), hands the record bytes **verbatim** to the reactor
+thread (``callFromThread``) as one write (or two around a segment boundary, below), and
+fetches the next batch from the end of this one while the reactor writes it. At most
+``APPENDS_IN_FLIGHT_MAX`` batches of a partition are handed off and not yet written (the
+fetch thread waits for the oldest, at most ``APPEND_WAIT_S``), so memory stays bounded;
+``stop`` waits until every handed-off batch is written. The reactor appends a batch only
+if the local end is exactly its offset, so after a refused or failed append (which stops
+the partition from the reactor) no later batch can be written after a gap.
+
+Segment boundaries (byte identity of the files, not only of the offsets). The local store
+rolls after a write that fills its last segment to ``maxSegmentSize``, as the master does;
+but the master writes a transaction's records (and records staged behind its reservation)
+in one write, so its segment can go on past the first record that reaches the size, where
+a record-by-record copy would roll. A get never crosses a master segment, and ``offset``
+answers the start of the master segment holding an offset (wire spec 2.2, 2.3). So when a
+batch reaches the local roll size (``Layout``), the fetch thread asks the master ``offset``
+at the batch's end: if a master segment starts there, the records from the first one that
+reaches the size to the end are staged as **one** entry (one write, then the roll, as on
+the master); if not, only the records before it are appended and the rest is fetched again
+(with a larger size when the reply was cut), at most ``UNCONFIRMED_TRIES_MAX`` times before
+the batch is appended anyway with a WARNING (offsets stay identical; file names may not).
+That costs one ``offset`` round trip per master segment. Everything else of a fetch (the
+records that do not fill the local segment) is staged as one entry too: one write and one
+acknowledgement per fetch instead of per record, which is what lets the replay keep up with
+a raw client. (The store then counts one ``message_count`` per entry, and an
+``unflushThreshold`` counts entries: the slave's ``stats topics`` message counts are lower
+than the master's, and with an interval flush policy its fsyncs come from
+``unflushInterval`` rather than the count; group commit, ``unflushThreshold=0``, syncs every
+write either way.)
+
+A 301 for a partition that has **no local data yet** means the master's data starts later
+(retention deleted its first segments): the reactor creates the local partition with its
+first segment at that offset (zk spec 6.1 step 6.3) and fetching goes on from there.
 
 A partition stops (its request leaves the manager; ``halt(key, reason)`` runs on the
-reactor, which logs an ERROR) when the master sends a bad record, answers 301 (its data no
-longer starts at our end), or the append is refused (local end differs from the fetched
-offset, the local partition failed, the topic is not accepted here). Nothing is skipped.
+reactor, which logs an ERROR) when the master sends a bad record, answers 301 for a
+partition that has local data (its data no longer starts at our end), or the append is
+refused (local end differs from the fetched offset, the local partition failed, the topic
+is not accepted here). Nothing is skipped.
 
-Thread-safety: as ``FetchManager``; ``_process`` runs on the fetch threads, ``append`` and
-``halt`` are called on the reactor thread only. Overrides ``FetchManager._process`` and
-``_moved`` and uses its ``_grow``/``_backoff``: a public raw-batch hook in the client would
-make this independent of those private methods.
+Thread-safety: as ``FetchManager``; ``_process`` and ``_moved`` run on the fetch threads
+(``_layouts`` entries are only touched by the thread holding the partition's request),
+``append``, ``start_at`` and ``halt`` are called on the reactor thread only. Overrides
+``FetchManager._process`` and ``_moved`` and uses its ``_grow``/``_backoff``/``_ask_offset``:
+a public raw-batch hook in the client would make this independent of those private methods.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import logging
+import zlib
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from twisted.internet import defer
 
-from meta.client.fetch import FetchManager, FetchRequest, FetchSettings
+from meta.client.fetch import FETCH_BYTES_MAX, FetchManager, FetchRequest, FetchSettings
 from meta.errors import InvalidRecordError, MetaError
-from meta.protocol.message import iter_messages
+from meta.protocol.message import CHECKSUM_MASK, HEADER, HEADER_SIZE
 
 log = logging.getLogger("meta.slave")
 
 POOL_USER = "meta-slave"
 APPEND_WAIT_S = 60.0
 """Longest wait of a fetch thread for the reactor to append and acknowledge its batch."""
+APPENDS_IN_FLIGHT_MAX = 2
+"""Batches of one partition handed to the reactor and not written yet (memory bound)."""
 
+UNCONFIRMED_TRIES_MAX = 50
+"""Fetches of a batch whose master segment end is not confirmed before it is appended anyway."""
+
+Layout = tuple[int, int]
+"""``(start of the local last segment, its roll size)`` of one partition."""
 Append = Callable[[str, int, int, bytes, list[int]], Any]
-"""Reactor side: ``append(topic, partition, base, records, sizes)`` -> Deferred[bytes]."""
+"""Reactor side: ``append(topic, partition, base, records, entries)`` -> Deferred[Layout].
+
+``entries`` are the sizes of the parts of ``records`` staged one by one (each part is one
+write at most; a part of several records is written whole, then the store may roll)."""
+StartAt = Callable[[str, int, int], Layout | None]
+"""Reactor side: ``start_at(topic, partition, offset)``: create the local partition with its
+first segment at ``offset`` and return its layout; None when it has local data already."""
 Halt = Callable[[tuple[str, str], str], None]
 """Reactor side: ``halt((topic, "B-P"), reason)`` after a partition stopped."""
 
@@ -49,25 +96,60 @@ class ReplicationHalted(MetaError):
     """A partition cannot be copied on; the text says why (logged as an ERROR)."""
 
 
-def record_sizes(data: bytes, base: int) -> tuple[list[int], int]:
-    """Sizes of the complete records at the start of a get reply, and the last one's id.
+def record_sizes(data: bytes, base: int) -> tuple[list[int], list[int]]:
+    """Sizes and ids of the complete records at the start of a get reply (CRC checked).
+
+    The checks of ``meta.protocol.message.iter_messages``, without building a record (or
+    copying a payload) per message: this loop bounds the replay rate.
 
     Args:
         data: the reply body.
         base: the offset of its first byte.
 
     Returns:
-        ``(sizes, last_msg_id)``; ``([], -1)`` when no record is complete.
+        ``(sizes, msg_ids)``; both empty when no record is complete.
 
     Raises:
         InvalidRecordError: a complete record has a negative length or a wrong CRC.
     """
     sizes: list[int] = []
-    last_id = -1
-    for record in iter_messages(data, base):
-        sizes.append(record.size)
-        last_id = record.msg_id
-    return sizes, last_id
+    ids: list[int] = []
+    view = memoryview(data)
+    total = len(view)
+    position = 0
+    unpack, crc32 = HEADER.unpack_from, zlib.crc32
+    while total - position >= HEADER_SIZE:
+        length, stored_checksum, msg_id, _flag = unpack(view, position)
+        if length < 0:
+            raise InvalidRecordError(
+                f"negative payload length {length} at offset {base + position}"
+            )
+        end = position + HEADER_SIZE + length
+        if end > total:
+            break
+        if crc32(view[position + HEADER_SIZE : end]) & CHECKSUM_MASK != stored_checksum:
+            raise InvalidRecordError(f"checksum mismatch at offset {base + position}")
+        sizes.append(HEADER_SIZE + length)
+        ids.append(msg_id)
+        position = end
+    return sizes, ids
+
+
+def first_reaching(base: int, sizes: list[int], layout: Layout) -> int | None:
+    """Index of the first record whose end fills the local last segment, or None.
+
+    Args:
+        base: offset of the first record.
+        sizes: record sizes.
+        layout: ``(segment start, roll size)``; ``base`` is in that segment.
+    """
+    limit = layout[0] + layout[1]
+    end = base
+    for index, size in enumerate(sizes):
+        end += size
+        if end >= limit:
+            return index
+    return None
 
 
 class SlaveFetchManager(FetchManager):
@@ -79,71 +161,229 @@ class SlaveFetchManager(FetchManager):
         reactor: the reactor the appends run on.
         append: see ``Append``.
         halt: see ``Halt``.
+        start_at: see ``StartAt``; None: a 301 always stops the partition.
+        layouts: ``(topic, "B-P")`` -> the local ``Layout`` of each partition to fetch; a
+            partition without one is appended record by record with no boundary check.
     """
 
     def __init__(
-        self, pool: Any, settings: FetchSettings, reactor: Any, append: Append, halt: Halt
+        self,
+        pool: Any,
+        settings: FetchSettings,
+        reactor: Any,
+        append: Append,
+        halt: Halt,
+        start_at: StartAt | None = None,
+        layouts: dict[tuple[str, str], Layout] | None = None,
     ) -> None:
         super().__init__(pool, POOL_USER, settings, listeners={})
         self._reactor = reactor
         self._append = append
         self._halt = halt
+        self._start_at = start_at
+        self._layouts: dict[tuple[str, str], Layout] = dict(layouts or {})
+        self._unconfirmed: dict[tuple[str, str], int] = {}
+        # Per partition, the appends handed to the reactor and not awaited yet, oldest first,
+        # each with the layout the fetch thread expects after it.
+        self._in_flight: dict[tuple[str, str], deque[tuple[Future, Layout | None]]] = {}
+
+    def stop(self) -> dict[tuple[str, str], FetchRequest]:
+        """Stop the threads, then wait (bounded) until every handed-off batch is written.
+
+        Not on the reactor thread: the appends run there.
+        """
+        requests = super().stop()
+        in_flight, self._in_flight = self._in_flight, {}
+        for futures in in_flight.values():
+            for future, _expected in futures:
+                try:
+                    future.result(timeout=APPEND_WAIT_S)
+                except Exception:  # Reported by _append_failed on the reactor.
+                    pass
+        return requests
 
     def _process(self, request: FetchRequest, data: bytes) -> None:
         """Append the batch's complete records and move on past them (a fetch thread)."""
         base = request.next_offset
         try:
-            sizes, last_id = record_sizes(data, base)
+            sizes, ids = record_sizes(data, base)
         except InvalidRecordError as error:
             self._stop_partition(request, f"the master sent a bad record: {error}")
             return
-        consumed = sum(sizes)
-        if not consumed:
+        if not sizes:
             self._backoff(request)
             self._grow(request, data)  # a record larger than the fetch size: ask for it whole
             return
+        planned = self._plan(request, data, base, sizes)
+        if planned is None:
+            return  # the master's segment end is not known yet: fetched again
+        entries, count = planned
+        consumed = sum(entries)
+        records = data if consumed == len(data) else bytes(data[:consumed])
+        expected = self._expected_layout(request.key, base, entries)
         try:
-            self._hand_off(request, base, bytes(data[:consumed]), sizes)
+            self._hand_off(request, base, bytes(records), entries, expected)
         except ReplicationHalted as error:
             self._stop_partition(request, str(error))
             return
         request.offset = base + consumed
         request.tmp_offset = -1
-        request.msg_id = last_id
+        request.msg_id = ids[count - 1]
         request.retries = 0
         request.delay_ms = 0
         if len(data) < request.max_size // 2 and request.max_size > request.initial_max_size:
             request.max_size = max(request.initial_max_size, request.max_size // 2)
 
-    def _hand_off(self, request: FetchRequest, base: int, records: bytes, sizes: list[int]) -> None:
-        """Run the append on the reactor and wait for its acknowledgement (bounded).
+    def _plan(
+        self, request: FetchRequest, data: bytes, base: int, sizes: list[int]
+    ) -> tuple[list[int], int] | None:
+        """The entries to stage and how many records they cover; None: append nothing now.
+
+        See "Segment boundaries" in the module docstring.
+        """
+        layout = self._layouts.get(request.key)
+        if layout is None:
+            return sizes, len(sizes)  # unknown layout: record by record, as the master
+        reaching = first_reaching(base, sizes, layout)
+        if reaching is None:
+            return [sum(sizes)], len(sizes)  # one write that does not fill the segment
+        before = [sum(sizes[:reaching])] if reaching else []
+        end = base + sum(sizes)
+        if self._ask_offset(request, end) == end:  # a master segment starts at ``end``
+            self._unconfirmed.pop(request.key, None)
+            return [*before, sum(sizes[reaching:])], len(sizes)
+        if reaching > 0:
+            return before, reaching
+        tries = self._unconfirmed.get(request.key, 0) + 1
+        self._unconfirmed[request.key] = tries
+        if tries <= UNCONFIRMED_TRIES_MAX:
+            cut = end < base + len(data) or len(data) >= request.max_size
+            if cut and request.max_size < FETCH_BYTES_MAX:
+                request.max_size = min(2 * request.max_size, FETCH_BYTES_MAX)
+                request.delay_ms = 0
+            else:
+                self._backoff(request)
+            return None
+        del self._unconfirmed[request.key]
+        log.warning(
+            "%s/%s: the master's segment holding offset %d does not end where a fetch of %d "
+            "bytes ends after %d tries; appending %d bytes as one write: offsets stay "
+            "identical, this segment's size may differ from the master's",
+            *request.key, base, request.max_size, UNCONFIRMED_TRIES_MAX, end - base,
+        )  # fmt: skip
+        return [sum(sizes)], len(sizes)
+
+    def _expected_layout(
+        self, key: tuple[str, str], base: int, entries: list[int]
+    ) -> Layout | None:
+        """The local layout after staging ``entries`` at ``base`` (the store's roll rule: it
+        rolls after a write that fills the segment); None while unknown."""
+        layout = self._layouts.get(key)
+        if layout is not None:
+            end = base + sum(entries)
+            if end >= layout[0] + layout[1]:
+                layout = (end, layout[1])
+            self._layouts[key] = layout
+        return layout
+
+    def _hand_off(
+        self,
+        request: FetchRequest,
+        base: int,
+        records: bytes,
+        entries: list[int],
+        expected: Layout | None,
+    ) -> None:
+        """Queue the append on the reactor without waiting for it, unless
+        ``APPENDS_IN_FLIGHT_MAX`` of this partition's appends are still unwritten: then wait
+        (bounded) for the oldest. So the reactor writes a batch while the next is fetched.
+
+        A refused or failed append stops the partition from the reactor
+        (``_append_failed``); a later batch then finds the local end short and is refused
+        too, so nothing is written after a gap.
 
         Raises:
-            ReplicationHalted: the append was refused or failed, or took too long.
+            ReplicationHalted: an earlier append failed, or took too long.
         """
-        done: concurrent.futures.Future = concurrent.futures.Future()
+        futures = self._in_flight.setdefault(request.key, deque())
+        while len(futures) >= APPENDS_IN_FLIGHT_MAX:
+            self._settle(request, *futures.popleft())
+        done: Future = Future()
         partition = request.partition.partition
         self._reactor.callFromThread(
-            self._append_on_reactor, done, request.topic, partition, base, records, sizes
-        )
+            self._append_on_reactor, done, request, request.topic, partition, base, records,
+            entries,
+        )  # fmt: skip
+        futures.append((done, expected))
+
+    def _settle(self, request: FetchRequest, done: Future, expected: Layout | None) -> None:
+        """Wait for one handed-off append; adopt the store's layout if it differs.
+
+        Raises:
+            ReplicationHalted: the append failed, or was not written within APPEND_WAIT_S.
+        """
         try:
-            appended = done.result(timeout=APPEND_WAIT_S)
+            layout = done.result(timeout=APPEND_WAIT_S)
         except concurrent.futures.TimeoutError:
             raise ReplicationHalted(
-                f"the append at offset {base} was not acknowledged within {APPEND_WAIT_S:g} s"
+                f"an append was not written within {APPEND_WAIT_S:g} s"
             ) from None
         except ReplicationHalted:
             raise
         except Exception as error:  # The store's error, e.g. PartitionFailedError.
-            raise ReplicationHalted(f"the append at offset {base} failed: {error!r}") from None
-        assert appended == len(records), (appended, len(records))
+            raise ReplicationHalted(f"an append failed: {error!r}") from None
+        if layout is not None and expected is not None and layout != expected:
+            log.warning(
+                "%s/%s: local segment layout %s, expected %s; going on with the store's",
+                *request.key, layout, expected,
+            )  # fmt: skip
+            self._layouts[request.key] = layout
 
-    def _append_on_reactor(self, done: concurrent.futures.Future, *arguments: Any) -> None:
+    def _append_on_reactor(self, done: Future, request: FetchRequest, *arguments: Any) -> None:
         appended = defer.maybeDeferred(self._append, *arguments)
-        appended.addCallbacks(done.set_result, lambda failure: done.set_exception(failure.value))
+        appended.addCallbacks(done.set_result, self._append_failed, errbackArgs=(done, request))
+
+    def _append_failed(self, failure: Any, done: Future, request: FetchRequest) -> None:
+        """Reactor: a handed-off append was refused or failed: stop its partition."""
+        error = failure.value
+        done.set_exception(error)
+        if isinstance(error, ReplicationHalted):
+            reason = str(error)
+        else:
+            reason = f"an append failed: {error!r}"
+        self._stop_partition(request, reason)
+
+    def _start_at_on_reactor(self, done: Future, *arguments: Any) -> None:
+        try:
+            done.set_result(self._start_at(*arguments))
+        except Exception as error:  # The store's error: reported as the halt reason.
+            done.set_exception(error)
 
     def _moved(self, request: FetchRequest, offset: int) -> bool:
-        """A 301: the master's data no longer covers our end; copying on would leave a gap."""
+        """A 301: start a new local partition there, else stop (copying on would leave a gap)."""
+        if self._start_at is not None and offset > request.next_offset:
+            done: Future = Future()
+            self._reactor.callFromThread(
+                self._start_at_on_reactor, done, request.topic, request.partition.partition, offset
+            )
+            try:
+                layout = done.result(timeout=APPEND_WAIT_S)
+            except Exception as error:
+                reason = f"cannot start the local partition at offset {offset}: {error!r}"
+                self._stop_partition(request, reason)
+                return False
+            if layout is not None:
+                log.info(
+                    "%s/%s: the master's data starts at offset %d: the local partition starts "
+                    "there too",
+                    *request.key, offset,
+                )  # fmt: skip
+                self._layouts[request.key] = layout
+                request.offset = offset
+                request.tmp_offset = -1
+                request.retries = 0
+                request.delay_ms = 0
+                return True
         self._stop_partition(
             request,
             f"the master has no data at offset {request.next_offset} (it answered 301 with "

@@ -10,12 +10,18 @@ or its topics and partitions change (a topic created on the master, a master res
 fetch loop is stopped and started again on the new set.
 
 Offsets: every partition is fetched from the **local** end of its log (0 when there is no
-local partition yet), never from ZooKeeper (zk spec 6.2, ``SlaveOffsetStorage``). Each fetched
-record is appended verbatim (same header, id, flag and payload) through the broker's store,
-one record at a time, so segments roll at the same records as on the master and every file
-stays byte-identical; the append checks first that the local end equals the fetched offset.
-A partition that cannot go on (see ``meta.slave.fetcher``) is stopped with an ERROR until the
-slave restarts; the others go on.
+local partition yet), never from ZooKeeper (zk spec 6.2, ``SlaveOffsetStorage``): the
+consumer-id node is registered (``meta.slave.consumer_node``) but no offset and no owner
+node is ever written. When the master's data for a partition with no local data starts
+after 0 (it answers 301), the local partition is created with its first segment at the
+master's first offset (``_start_at``, zk spec 6.1 step 6.3), so offsets match exactly. Each
+fetched record is appended verbatim (same header, id, flag and payload) through the broker's
+store, the records of one fetch as one write (two around a master segment boundary, see
+"Segment boundaries" in ``meta.slave.fetcher``), so segments roll at the same offsets as on
+the master and every file stays byte-identical; the append checks first that the local end
+equals the fetched offset, and the fetch goes on once the write is done (the fsync and its
+acknowledgement follow). A partition that cannot go on (see ``meta.slave.fetcher``) is
+stopped with an ERROR until the slave restarts; the others go on.
 
 Each poll also asks the master ``stats offsets`` (``MasterLink``) to follow the replication
 lag (``meta.slave.lag``, shown by ``stats slave``), and, with ``autoSyncMasterConfig``, reads
@@ -26,11 +32,9 @@ before the fetch set changes, and with ``autoSyncMasterConfig`` a master topic t
 slave's config does not accept yet is left out (logged) until a synced config accepts it,
 since the master registers a new topic before it rewrites its checksum.
 
-Not done yet (issue 6): the consumer-id node of ``slaveGroup`` (zk spec 6.2), a first local
-segment starting at the master's first offset when the master's data no longer starts at 0
-(zk spec 6.1 step 6.3: such a partition is stopped with an ERROR instead).
-
-Thread affinity: reactor thread only; the fetch threads reach it through ``callFromThread``.
+Thread affinity: reactor thread only; the fetch threads reach it through ``callFromThread``;
+blocking calls (``MasterLink``, ``ConsumerNode``, stopping the fetch loop) run in Twisted's
+thread pool, one at a time under ``_lock``.
 """
 
 from __future__ import annotations
@@ -47,7 +51,8 @@ from meta.config import SlaveConfig
 from meta.errors import ConfigError, MetaError
 from meta.server.reload import ReloadRefused
 from meta.slave.config_sync import write_merged_config
-from meta.slave.fetcher import ReplicationHalted, SlaveFetchManager
+from meta.slave.consumer_node import ConsumerNode, ConsumerNodeError
+from meta.slave.fetcher import Layout, ReplicationHalted, SlaveFetchManager
 from meta.slave.lag import LagTracker, parse_offsets, stats_body
 from meta.slave.master_link import MasterLink, MasterLinkError
 from meta.slave.plan import NO_MASTER, MasterView, master_view
@@ -99,6 +104,8 @@ class Replicator:
         self._link_failing = False
         self._synced_checksum: bytes | None = None
         self._waiting_topics: frozenset[str] = frozenset()
+        self._node = ConsumerNode(broker.config.zookeeper, slave.slave_group)
+        self._node_failing = False
 
     @property
     def halted(self) -> dict[tuple[str, str], str]:
@@ -128,9 +135,13 @@ class Replicator:
         self._stopped = True
         if self._loop is not None and self._loop.running:
             self._loop.stop()
-        stopped = self._lock.run(lambda: defer.ensureDeferred(self._stop_fetcher()))
+        stopped = self._lock.run(lambda: defer.ensureDeferred(self._shutdown()))
         stopped.addBoth(lambda result: self._pool.close() or self._link.close() or result)
         return stopped
+
+    async def _shutdown(self) -> None:
+        await self._stop_fetcher()
+        await threads.deferToThread(self._node.close)
 
     def lag_body(self) -> bytes:
         """The ``stats slave`` reply body (``meta.slave.lag``). Reactor thread."""
@@ -174,8 +185,29 @@ class Replicator:
             return
         if (view.address, view.partitions) != (self._view.address, self._view.partitions):
             await self._follow(view)
+        if view.address is not None and view.partitions and not self._stopped:
+            await self._register_consumer(view)
         if view.address is not None and not self._stopped:
             await self._observe(view)
+
+    async def _register_consumer(self, view: MasterView) -> None:
+        """Write the consumer-id node with the copied topics (when they or the session changed)."""
+        topics = sorted({topic for topic, _partition in view.partitions})
+        try:
+            written = await threads.deferToThread(self._node.write, topics)
+        except ConsumerNodeError as error:
+            if not self._node_failing:
+                log.warning("consumer group %s: %s", self._slave.slave_group, error)
+            self._node_failing = True
+            return
+        self._node_failing = False
+        if written:
+            log.info(
+                "registered %s (topics %s; no owner or offset nodes: the copy resumes from "
+                "the local end)",
+                self._node.path,
+                ",".join(topics),
+            )
 
     async def _follow(self, view: MasterView) -> None:
         await self._stop_fetcher()
@@ -283,12 +315,18 @@ class Replicator:
     def _start_fetcher(self, view: MasterView) -> None:
         broker_id = self._broker.config.broker_id
         requests = []
+        layouts: dict[tuple[str, str], Layout] = {}
         for topic, partition in view.partitions:
             key = (topic, f"{broker_id}-{partition}")
             if key in self._halted:
                 continue
             partition_log = self._broker.store.get(topic, partition)
-            offset = partition_log.next_offset if partition_log is not None else 0
+            if partition_log is not None:
+                offset = partition_log.next_offset
+                layouts[key] = _layout(partition_log)
+            else:  # created at the first append (or at the master's first offset)
+                offset = 0
+                layouts[key] = (0, self._broker.config.segment_bytes_max)
             source = Partition(broker_id, partition)
             requests.append(FetchRequest(topic, source, view.address, offset, max_size=FETCH_BYTES))
         delay_ms = self._slave.slave_max_delay_ms
@@ -301,7 +339,9 @@ class Replicator:
             fetch_threads=max(1, min(len(requests), FETCH_THREADS_MAX)),
             max_fetch_retries=LONG_MAX,
         )
-        fetcher = SlaveFetchManager(self._pool, settings, self._reactor, self._append, self._halt)
+        fetcher = SlaveFetchManager(
+            self._pool, settings, self._reactor, self._append, self._halt, self._start_at, layouts
+        )
         fetcher.start(requests)
         self._fetcher = fetcher
         topics = sorted({request.topic for request in requests})
@@ -322,6 +362,8 @@ class Replicator:
     # --- called by the fetch threads through callFromThread ------------------------------------
 
     def _halt(self, key: tuple[str, str], reason: str) -> None:
+        if key in self._halted:
+            return  # already stopped and logged (a failed ack, then the refused append)
         self._halted[key] = reason
         log.error(
             "replication of %s partition %s stopped: %s; the other partitions go on; restart "
@@ -331,10 +373,46 @@ class Replicator:
             reason,
         )
 
+    def _start_at(self, topic: str, partition: int, offset: int) -> Layout | None:
+        """Create the local partition with its first segment at ``offset`` (zk spec 6.1 6.3).
+
+        Returns:
+            The new partition's layout; None when the partition exists already (then the
+            master's 301 means a gap, and the caller stops the partition).
+
+        Raises:
+            ReplicationHalted: the topic is not accepted here, or the store failed.
+        """
+        broker = self._broker
+        if broker.store.get(topic, partition) is not None:
+            return None
+        try:
+            partition_log = broker.store.get_or_create(topic, partition, first_offset=offset)
+        except MetaError as error:
+            raise ReplicationHalted(
+                f"cannot create the local partition: {error} (see the [topic=...] sections of "
+                f"{broker.config.path})"
+            ) from None
+        if broker.registry is not None:  # as a first put does (zk spec 1.3 step 2)
+            registered = broker.registry.register_topic(topic)
+            registered.addErrback(
+                lambda failure: log.error("could not register topic %s: %s", topic, failure.value)
+            )
+        return _layout(partition_log)
+
     def _append(
-        self, topic: str, partition: int, base: int, records: bytes, sizes: list[int]
+        self, topic: str, partition: int, base: int, records: bytes, entries: list[int]
     ) -> defer.Deferred:
-        """Append ``records`` verbatim at ``base``; fire with their byte count once acked.
+        """Append ``records`` verbatim at ``base``, one stage per entry of ``entries`` sizes.
+
+        The fetch thread may go on as soon as the records are **written** (the local end
+        moved past them): their acknowledgement (the fsync, under group commit) comes later
+        and several fetches share one fsync. Nobody waits for a slave's acknowledgement, and
+        a failed one stops the partition (``_ack_failed``; the store refuses later appends).
+
+        Returns:
+            A Deferred firing with the partition's ``Layout`` once every entry is written
+            (at once, normally), or failing with the store's error.
 
         Raises:
             ReplicationHalted: the local partition cannot be created, takes no appends, or
@@ -355,14 +433,27 @@ class Replicator:
             )
         if not partition_log.accepts_appends:
             raise ReplicationHalted(f"the local partition takes no appends ({partition_log})")
-        acknowledged = _BatchAck(base, sizes)
+        acknowledged = _BatchAck(base, entries)
         position = 0
-        for size in sizes:
+        for size in entries:
             partition_log.stage(records[position : position + size], acknowledged.ack)
             position += size
         broker.store.commit_staged()
         broker.flush_output()  # replies to long-polling gets woken by these appends
-        return acknowledged.done
+        if acknowledged.done.called or partition_log.written_end < base + len(records):
+            # Failed already, or not written yet: the fetch thread waits for the outcome.
+            return acknowledged.done.addCallback(lambda _end: _layout(partition_log))
+        key = (topic, f"{broker.config.broker_id}-{partition}")
+        acknowledged.done.addErrback(self._ack_failed, key, base)
+        return defer.succeed(_layout(partition_log))
+
+    def _ack_failed(self, failure: Any, key: tuple[str, str], base: int) -> None:
+        self._halt(key, f"the append at offset {base} failed: {failure.value!r}")
+
+
+def _layout(partition_log: Any) -> Layout:
+    """``(start of the last segment, roll size)`` of a local partition."""
+    return partition_log.segments[-1].start, partition_log.segment_bytes_max
 
 
 class _BatchAck:

@@ -41,6 +41,7 @@ from meta.store import retention
 from meta.store.files import Files
 from meta.store.group_commit import Executor, Flusher, FlushPolicy, ThreadExecutor
 from meta.store.partition import PartitionLog
+from meta.store.segment import Segment, segment_name
 
 logger = logging.getLogger("meta.store")
 
@@ -215,8 +216,12 @@ class StoreManager:
         """Return the partition's log, or None when it does not exist (no check, no creation)."""
         return self._partitions.get((topic, partition))
 
-    def get_or_create(self, topic: str, partition: int) -> PartitionLog:
+    def get_or_create(self, topic: str, partition: int, first_offset: int = 0) -> PartitionLog:
         """Return the partition's log, creating its directory and first segment if needed.
+
+        A partition created here (new directory) has its first segment start at
+        ``first_offset`` (an async slave copying a master whose data starts there, zk spec
+        6.1 step 6.3); an existing one is returned as is.
 
         Raises:
             InvalidTopicError: ``The server do not accept topic <topic>``.
@@ -235,12 +240,12 @@ class StoreManager:
             raise StoreError(f"wrong partition {partition}")
         log = self._partitions.get(key)
         if log is None:
-            log = self._create(topic, partition, topic_config.data_path)
+            log = self._create(topic, partition, topic_config.data_path, first_offset)
             self._partitions[key] = log
         self._accepted.add(key)
         return log
 
-    def _create(self, topic: str, partition: int, root: str) -> PartitionLog:
+    def _create(self, topic: str, partition: int, root: str, first_offset: int = 0) -> PartitionLog:
         """Make the partition directory (single-level mkdir, as Java) and open it."""
         new_directories: list[str] = []
         directory = os.path.join(root, f"{topic}-{partition}")
@@ -251,6 +256,10 @@ class StoreManager:
             if not self._files.is_directory(directory):
                 self._files.mkdir(directory)
                 new_directories.append(root)
+                if first_offset > 0:  # else PartitionLog.open creates the segment at 0
+                    path = os.path.join(directory, segment_name(first_offset))
+                    Segment.open(self._files, path, first_offset, create=True).close()
+                    new_directories.append(directory)
         except OSError as error:
             raise StoreError(f"cannot create partition directory {directory}: {error}") from error
         logger.info("created partition %s-%d in %s", topic, partition, directory)

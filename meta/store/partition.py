@@ -96,6 +96,7 @@ class PartitionLog:
         self._flusher = flusher
         self._clock = clock
         self._segment_bytes_max = segment_bytes_max
+        self.segment_bytes_max = segment_bytes_max  # read-only: the roll size (async slave)
         self._policy = policy
         # Group commit syncs every append (should_flush says so); skip the call per record.
         self._always_sync = policy.mode is FlushMode.GROUP_COMMIT

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from meta.protocol.codec import encode
-from meta.protocol.commands import Data, Get, Offset, Put
-from meta.protocol.message import encode_payload
+from meta.protocol.commands import Data, Get, Offset, Put, Stats
+from meta.protocol.message import encode_payload, iter_messages
 from tests.integration.broker_process import REPO, BrokerProcess
 from tests.integration.client_helpers import make_root, wait_for
 
@@ -63,25 +63,33 @@ def cluster(tmp_path, zookeeper):
         master.stop()
 
 
-def produce(broker: BrokerProcess, count: int, seed: int, pause_s: float = 0.0) -> None:
-    """Put ``count`` messages round robin over PRODUCED's partitions, pipelined, all acked.
+def produce(
+    broker: BrokerProcess,
+    count: int,
+    seed: int,
+    pause_s: float = 0.0,
+    produced: tuple[tuple[str, int], ...] = PRODUCED,
+    body_bytes_max: int = 400,
+) -> None:
+    """Put ``count`` messages round robin over ``produced``'s partitions, pipelined, all acked.
 
-    A third carry an attribute (flag bit 0), a third the flag 6 (copied as is), sizes vary.
+    A third carry an attribute (flag bit 0), a third the flag 6 (copied as is), sizes vary
+    from 1 to ``body_bytes_max - 1`` bytes.
     """
     rng = random.Random(seed)
     with broker.connect() as connection:
         for first in range(0, count, PUT_BATCH):
             puts = []
             for n in range(first, min(count, first + PUT_BATCH)):
-                topic, partitions = PRODUCED[n % len(PRODUCED)]
-                body = rng.randbytes(rng.randrange(1, 400))
+                topic, partitions = produced[n % len(produced)]
+                body = rng.randbytes(rng.randrange(1, body_bytes_max))
                 if n % 3 == 0:
                     data, flag = body, 0
                 elif n % 3 == 1:
                     data, flag = encode_payload(body, f"attr-{seed}-{n}")
                 else:
                     data, flag = body, 6
-                partition = (n // len(PRODUCED)) % partitions
+                partition = (n // len(produced)) % partitions
                 puts.append(Put(topic, partition, data, flag, connection.next_opaque()))
             connection.send_bytes(b"".join(encode(put) for put in puts))
             for _ in puts:
@@ -98,12 +106,22 @@ def segment_files(broker: BrokerProcess) -> dict[str, bytes]:
     }
 
 
+def visible_ends(broker: BrokerProcess) -> set[str]:
+    """The ``stats offsets`` lines: every partition's first offset and visible end."""
+    with broker.connect() as connection:
+        reply = connection.request(Stats("offsets", connection.next_opaque()))
+    assert reply.code == 200, reply
+    return set(reply.body.decode().split("\r\n")[1:-2])
+
+
 def wait_until_identical(cluster: Cluster, timeout_s: float = COPY_WAIT_S) -> dict[str, bytes]:
-    """Wait until every segment file of the slave has the master's bytes; return the hashes."""
+    """Wait until every segment file of the slave has the master's bytes and the slave serves
+    all of it (its visible ends, which follow the fsync, are the master's); return the hashes."""
     expected = segment_files(cluster.master)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if segment_files(cluster.slave) == expected:
+        same_files = segment_files(cluster.slave) == expected
+        if same_files and visible_ends(cluster.slave) == visible_ends(cluster.master):
             return expected
         time.sleep(0.1)
     sizes = {
@@ -135,6 +153,60 @@ def test_every_slave_segment_file_is_byte_identical_to_the_masters(cluster):
         *(f"alpha-{p}" for p in range(4)),
         *(f"beta-{p}" for p in range(2)),
     }
+
+
+ACCEPTANCE_TOPICS = (("alpha", 4), ("beta", 4))
+ACCEPTANCE_MESSAGES = 100_000
+
+
+@pytest.mark.slow
+def test_acceptance_100k_messages_over_2_topics_x_4_partitions_are_byte_identical(
+    tmp_path, zookeeper
+):
+    """Issue 6 acceptance "Byte identity": 100k messages to a master with 2 topics x 4
+    partitions, then every segment file of the slave hashes the same as the master's. Small
+    messages (1-99 bytes, attributes and odd flags) and 16 KiB segments give hundreds of
+    segment files. Half is a backlog written before the slave starts, half is written while
+    it copies. Every record is counted on the slave."""
+    root = make_root(zookeeper)
+    settings = {
+        "system": {**SYSTEM, "maxSegmentSize": 16 * 1024},
+        "topics": {topic: {"numPartitions": count} for topic, count in ACCEPTANCE_TOPICS},
+        "zk_connect": zookeeper.connect_string,
+        "zk": {"zk.zkRoot": root, "zk.zkSessionTimeoutMs": 2000},
+    }
+    cluster = Cluster(
+        root,
+        BrokerProcess(tmp_path / "master", **settings),
+        BrokerProcess(tmp_path / "slave", **settings),
+    )
+    properties = cluster.slave.directory / "async_slave.properties"
+    properties.write_text("slaveId=0\nslaveGroup=copy-group\nslaveMaxDelayInMills=200\n")
+    cluster.slave.arguments = ["--slave", str(properties)]
+    half = ACCEPTANCE_MESSAGES // 2
+    try:
+        cluster.master.start()
+        produce(cluster.master, half, 21, produced=ACCEPTANCE_TOPICS, body_bytes_max=100)
+        cluster.slave.start()
+        produce(cluster.master, half, 22, produced=ACCEPTANCE_TOPICS, body_bytes_max=100)
+        hashes = wait_until_identical(cluster, timeout_s=120)
+        counts = _record_counts(cluster.slave)
+    finally:
+        cluster.slave.stop()
+        cluster.master.stop()
+    assert set(counts) == {f"{topic}-{p}" for topic, n in ACCEPTANCE_TOPICS for p in range(n)}
+    assert sum(counts.values()) == ACCEPTANCE_MESSAGES
+    assert len(hashes) > 200  # many segment files, each compared
+    assert " ERROR " not in cluster.slave.log()
+
+
+def _record_counts(broker: BrokerProcess) -> dict[str, int]:
+    """``<topic>-<partition>`` -> records in its segment files (each file holds whole records)."""
+    counts: dict[str, int] = {}
+    for path in Path(broker.data_path).glob("*-*/*.meta"):
+        found = sum(1 for _ in iter_messages(path.read_bytes(), 0))
+        counts[path.parent.name] = counts.get(path.parent.name, 0) + found
+    return counts
 
 
 def test_a_slave_killed_mid_stream_resumes_from_its_local_end(cluster):
@@ -278,3 +350,86 @@ def test_metaserver_sh_start_slave_names_the_bad_key_and_value(cluster):
     started = _script(cluster, "start", "slave")
     assert started.returncode != 0
     assert f"{properties}: slaveMaxDelayInMills='soon': not an integer" in started.stderr
+
+
+def test_a_transaction_batch_across_the_segment_size_rolls_as_on_the_master(cluster):
+    """Goal: byte identity when the master wrote a transaction's records in one append that
+    crosses maxSegmentSize (the master rolls after the whole batch, a record-by-record copy
+    would roll after the first record past the size). Method: fill alpha-0 to just below
+    64 KiB, commit a local transaction of ten 1 KiB messages, put more; compare the files."""
+    from tests.integration.test_transactions import Wire
+
+    cluster.master.start()
+    cluster.slave.start()
+    with cluster.master.connect() as connection:
+        wire = Wire(connection, "slave-tx")
+        for n in range(60):
+            assert wire.put(None, 0, b"p%04d" % n + b"." * 1000, topic="alpha").code == 200
+        key = f"TX:slave-tx:{time.monotonic_ns() % 2**31}"
+        assert wire.tx(key, "BEGIN").code == 200
+        for n in range(10):
+            assert wire.put(key, 0, b"t%04d" % n + b"." * 1000, topic="alpha").code == 200
+        assert wire.tx(key, "COMMIT_ONE_PHASE").code == 200
+        for n in range(10):
+            assert wire.put(None, 0, b"q%04d" % n + b"." * 1000, topic="alpha").code == 200
+    hashes = wait_until_identical(cluster)
+    first = Path(cluster.master.data_path, "alpha-0", "00000000000000000000.meta")
+    assert first.stat().st_size > 64 * 1024 + 1024  # the batch crossed the size in one append
+    assert len([name for name in hashes if name.startswith("alpha-0/")]) == 2
+
+
+def test_the_slave_registers_its_consumer_id_node_and_no_owner_or_offset_node(cluster, admin):
+    """Goal: zk spec 6.2, what Java's slave writes under consumers/<slaveGroup>: one
+    ephemeral ids/<slaveGroup>_<host>-<pid>-<uuid> node holding the copied topics
+    comma-joined, and nothing else (no owners, no offsets: the copy resumes from the local
+    end). Method: read the nodes while it copies, after a topic is added, and after stop."""
+    cluster.master.start()
+    cluster.slave.start()
+    produce(cluster.master, 60, seed=9)
+    wait_until_identical(cluster)
+    group = f"{cluster.root}/consumers/copy-group"
+    wait_for(lambda: admin.exists(f"{group}/ids") and admin.get_children(f"{group}/ids"))
+    [child] = admin.get_children(f"{group}/ids")
+    prefix, _, rest = child.partition("_")
+    host, pid, uuid = rest.split("-", 2)
+    assert prefix == "copy-group"
+    assert host and int(pid) == cluster.slave.process.pid and len(uuid) == 36
+    node = f"{group}/ids/{child}"
+    data, stat = admin.get(node)
+    assert stat.ephemeralOwner != 0
+    assert sorted(data.decode().split(",")) == ["alpha", "beta"]
+    with cluster.master.connect() as connection:
+        assert connection.request(Put("late-x", 1, b"x", 0, connection.next_opaque())).code == 200
+    wait_for(lambda: b"late-x" in admin.get(node)[0], what="late-x in the consumer node")
+    assert sorted(admin.get(node)[0].decode().split(",")) == ["alpha", "beta", "late-x"]
+    assert admin.get_children(group) == ["ids"]  # no owners, no offsets
+    assert cluster.slave.stop() == 0
+    assert admin.get_children(f"{group}/ids") == []
+
+
+def test_a_master_whose_data_starts_after_0_is_copied_at_the_same_offsets(cluster):
+    """Goal: zk spec 6.1 step 6.3, the slave's first local segment starts at the master's
+    first offset when retention deleted the master's first segments. Method: the master's
+    oldest segment files of alpha-0 and beta-1 are deleted while it is down (what retention
+    does); the slave must then hold exactly the master's files, first names included, and
+    serve a get at the master's first offset."""
+    cluster.master.start()
+    produce(cluster.master, 8000, seed=10)
+    cluster.master.stop()
+    firsts = {}
+    for name in ("alpha-0", "beta-1"):
+        files = sorted(Path(cluster.master.data_path, name).glob("*.meta"))
+        assert len(files) >= 3
+        for path in files[:2]:
+            path.unlink()
+        firsts[name] = int(files[2].name[:20])
+    cluster.master.start()
+    cluster.slave.start()
+    produce(cluster.master, 600, seed=11)
+    hashes = wait_until_identical(cluster)
+    for name, first in firsts.items():
+        assert min(int(n.split("/")[1][:20]) for n in hashes if n.startswith(name + "/")) == first
+    with cluster.slave.connect() as connection:
+        get = Get("alpha", "readers", 0, firsts["alpha-0"], 4096, connection.next_opaque())
+        assert isinstance(connection.request(get), Data)
+    assert " ERROR " not in cluster.slave.log()

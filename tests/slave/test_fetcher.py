@@ -13,7 +13,13 @@ from meta.client.cluster import BrokerAddress, Partition
 from meta.client.fetch import FetchRequest, FetchSettings
 from meta.errors import InvalidRecordError
 from meta.protocol.message import pack_message
-from meta.slave.fetcher import ReplicationHalted, SlaveFetchManager, record_sizes
+from meta.slave.fetcher import (
+    UNCONFIRMED_TRIES_MAX,
+    ReplicationHalted,
+    SlaveFetchManager,
+    first_reaching,
+    record_sizes,
+)
 
 RECORDS = [pack_message(-5, 0, b"a"), pack_message(7, 1, b"\0\0\0\1kdata"), pack_message(9, 6, b"")]
 
@@ -26,20 +32,31 @@ class ImmediateReactor:
 class Slave:
     """A SlaveFetchManager whose append and halt record their calls."""
 
-    def __init__(self, append_result=None) -> None:
+    def __init__(self, append_result=None, layout=None, start_at=None) -> None:
         self.appends: list[tuple] = []
         self.halts: list[tuple] = []
+        self.asked: list[int] = []
+        self.master_segment_starts: set[int] = set()
         self.append_result = append_result
         settings = FetchSettings("g", 1.0, 500, 0, "error", 1)
-        self.manager = SlaveFetchManager(None, settings, ImmediateReactor(), self.append, self.halt)
         self.request = FetchRequest("t", Partition(0, 2), BrokerAddress("h", 1), 100, max_size=4096)
+        layouts = {} if layout is None else {self.request.key: layout}
+        self.manager = SlaveFetchManager(
+            None, settings, ImmediateReactor(), self.append, self.halt, start_at, layouts
+        )
         self.manager._requests = {self.request.key: self.request}
+        self.manager._ask_offset = self.ask_offset
 
-    def append(self, topic, partition, base, records, sizes):
-        self.appends.append((topic, partition, base, records, sizes))
+    def ask_offset(self, request, offset):
+        """The master's ``offset`` answer: ``offset`` itself when a segment starts there."""
+        self.asked.append(offset)
+        return offset if offset in self.master_segment_starts else 0
+
+    def append(self, topic, partition, base, records, entries):
+        self.appends.append((topic, partition, base, records, entries))
         if self.append_result is not None:
             return self.append_result
-        return defer.succeed(len(records))
+        return defer.succeed((0, 1 << 30))
 
     def halt(self, key, reason):
         self.halts.append((key, reason))
@@ -47,7 +64,14 @@ class Slave:
 
 def test_record_sizes_covers_the_complete_records_only():
     data = b"".join(RECORDS) + RECORDS[0][:7]
-    assert record_sizes(data, 0) == ([len(record) for record in RECORDS], 9)
+    assert record_sizes(data, 0) == ([len(record) for record in RECORDS], [-5, 7, 9])
+
+
+def test_record_sizes_refuses_a_negative_length():
+    broken = bytearray(RECORDS[0])
+    broken[0:4] = (-1).to_bytes(4, "big", signed=True)
+    with pytest.raises(InvalidRecordError, match="negative"):
+        record_sizes(bytes(broken), 0)
 
 
 def test_record_sizes_refuses_a_bad_crc():
@@ -71,7 +95,6 @@ def test_a_batch_is_appended_verbatim_at_the_fetched_offset_and_the_offset_moves
 def test_a_refused_append_stops_the_partition_with_the_reason():
     slave = Slave(defer.fail(ReplicationHalted("the local end 5 differs")))
     slave.manager._process(slave.request, b"".join(RECORDS))
-    assert slave.request.offset == 100
     assert slave.halts == [(("t", "0-2"), "the local end 5 differs")]
     assert slave.request.key not in slave.manager._requests  # not fetched again
 
@@ -81,6 +104,30 @@ def test_a_failed_append_stops_the_partition_naming_the_error():
     slave.manager._process(slave.request, RECORDS[0])
     [(_key, reason)] = slave.halts
     assert "failed: OSError('disk full')" in reason
+
+
+def test_at_most_two_batches_wait_for_the_reactor_then_the_fetch_thread_waits(monkeypatch):
+    """The reactor writes a batch while the next one is fetched, but no more than
+    APPENDS_IN_FLIGHT_MAX batches of a partition are handed off unwritten (bounded memory);
+    one that stays unwritten for APPEND_WAIT_S stops the partition."""
+    monkeypatch.setattr("meta.slave.fetcher.APPEND_WAIT_S", 0.05)
+    slave = Slave(defer.Deferred())  # never written
+    for _ in range(2):
+        slave.manager._process(slave.request, RECORDS[0])
+    assert len(slave.appends) == 2 and slave.halts == []
+    assert slave.request.offset == 100 + 2 * len(RECORDS[0])
+    slave.manager._process(slave.request, RECORDS[0])
+    assert len(slave.appends) == 2
+    assert "not written within" in slave.halts[0][1]
+
+
+def test_stop_waits_until_the_handed_off_batches_are_written():
+    pending = defer.Deferred()
+    slave = Slave(pending)
+    slave.manager._process(slave.request, RECORDS[0])
+    pending.callback((0, 1 << 30))
+    slave.manager.stop()
+    assert slave.manager._in_flight == {}
 
 
 def test_a_bad_record_from_the_master_stops_the_partition_and_appends_nothing():
@@ -101,8 +148,89 @@ def test_a_record_larger_than_the_fetch_size_grows_the_next_fetch():
     assert slave.request.delay_ms == 0
 
 
-def test_a_301_stops_the_partition_instead_of_jumping():
-    slave = Slave()
+def test_a_301_for_a_partition_with_local_data_stops_it_instead_of_jumping():
+    slave = Slave(start_at=lambda topic, partition, offset: None)
     assert slave.manager._moved(slave.request, 5000) is False
     assert slave.request.offset == 100
     assert "answered 301 with 5000" in slave.halts[0][1]
+
+
+def test_a_301_for_a_partition_without_local_data_starts_it_at_the_masters_offset():
+    """zk spec 6.1 step 6.3: the local partition's first segment starts where the master's
+    data starts, so the offsets stay the master's."""
+    started = []
+
+    def start_at(topic, partition, offset):
+        started.append((topic, partition, offset))
+        return (offset, 1000)
+
+    slave = Slave(start_at=start_at)
+    slave.request.offset = 0
+    assert slave.manager._moved(slave.request, 5000) is True
+    assert started == [("t", 2, 5000)]
+    assert slave.request.offset == 5000
+    assert slave.manager._layouts[slave.request.key] == (5000, 1000)
+    assert slave.halts == []
+
+
+def test_a_301_that_cannot_create_the_partition_stops_it_naming_why():
+    def start_at(topic, partition, offset):
+        raise ReplicationHalted("not accepted here")
+
+    slave = Slave(start_at=start_at)
+    assert slave.manager._moved(slave.request, 5000) is False
+    assert "not accepted here" in slave.halts[0][1]
+
+
+SIZES = [len(record) for record in RECORDS]
+
+
+def test_first_reaching_finds_the_record_that_fills_the_segment():
+    assert first_reaching(100, SIZES, (0, 100 + SIZES[0] + 1)) == 1
+    assert first_reaching(100, SIZES, (0, 100 + SIZES[0])) == 0
+    assert first_reaching(100, SIZES, (0, 100 + sum(SIZES) + 1)) is None
+
+
+def test_a_batch_below_the_segment_size_is_one_write_without_asking():
+    """One stage (one write, one ack) per fetch: no record fills the segment, so the store
+    does not roll inside it, as the master did not."""
+    slave = Slave(layout=(0, 100 + sum(SIZES) + 1))
+    slave.manager._process(slave.request, b"".join(RECORDS))
+    assert slave.appends[0][4] == [sum(SIZES)]
+    assert slave.asked == []
+    assert slave.request.offset == 100 + sum(SIZES)
+
+
+def test_a_batch_that_ends_where_the_master_rolled_keeps_the_rest_in_one_write():
+    """The master wrote records 1 and 2 in one append past the size, then rolled: the copy
+    stages them as one entry, so the local store rolls after both, as the master did."""
+    end = 100 + sum(SIZES)
+    slave = Slave(layout=(0, 100 + SIZES[0] + 1))
+    slave.master_segment_starts = {end}
+    slave.manager._process(slave.request, b"".join(RECORDS))
+    assert slave.asked == [end]
+    assert slave.appends[0][4] == [SIZES[0], SIZES[1] + SIZES[2]]
+    assert slave.request.offset == end
+    assert slave.request.msg_id == 9
+
+
+def test_records_past_the_size_wait_while_the_masters_segment_goes_on():
+    """No master segment starts at the batch's end: only the records before the one that
+    fills the local segment are appended; the rest is fetched again."""
+    slave = Slave(layout=(0, 100 + SIZES[0] + 1))
+    slave.manager._process(slave.request, b"".join(RECORDS))
+    assert slave.appends[0][4] == [SIZES[0]]
+    assert slave.request.offset == 100 + SIZES[0]
+    assert slave.request.msg_id == -5
+
+
+def test_a_cut_reply_past_the_size_grows_the_fetch_then_gives_up_with_a_warning(caplog):
+    slave = Slave(layout=(0, 101))
+    data = b"".join(RECORDS) + RECORDS[0][:5]  # cut: a partial record follows
+    slave.manager._process(slave.request, data)
+    assert slave.appends == []
+    assert slave.request.max_size == 8192
+    for _ in range(UNCONFIRMED_TRIES_MAX):
+        slave.manager._process(slave.request, data)
+    assert slave.appends[0][4] == [sum(SIZES)]
+    assert "appending" in caplog.text

@@ -1,0 +1,495 @@
+"""Benchmark of the async slave: replication lag under steady load, and backlog replay rate.
+
+``python -m meta.bench_slave --megabytes 1000`` does, in one run:
+
+1. starts a standalone ZooKeeper (``tools/zookeeper.sh`` on a free port, in a temporary run
+   directory) and a master broker registered in it (one topic, one partition,
+   ``--segment-mb`` segments, ``unflushThreshold=--unflush-threshold``);
+2. **backlog**: produces ``--megabytes`` MB of ``--message-bytes`` messages to the master
+   (``meta.bench.run_pipelined``), then measures the raw client's consume rate of that
+   backlog from the master (``meta.bench.run_consume``: one connection, 1 MiB gets), the
+   same loop ``tools/bench consume`` uses. That loop checks only the length fields (at C
+   speed); for context the same loop is also timed with every record's CRC checked as the
+   slave does (``run_checked_consume``, reported as ``checked_consume``);
+3. starts the async slave (same ``brokerId``, ``--slave`` with ``slaveMaxDelayInMills =
+   --slave-max-delay-ms``) once the master is serving, and times its catch-up: from the
+   moment the slave answers until its end (the ``offset`` command at ``Long.MAX_VALUE``,
+   polled every ``POLL_S``) reaches the master's end. Replay rate = backlog bytes / that
+   time; target: at least ``TARGET_FRACTION`` of the raw consume rate;
+4. **lag**: a paced producer puts ``--rate`` messages/s for ``--seconds`` seconds (batches
+   every ``TICK_S``, replies read as they come, each put's offset and ack time recorded)
+   while a second thread polls the slave's end every ``POLL_S``. A message's lag is the
+   time from its ack on the producer to the first poll that saw the slave's end cover it
+   (0 if the slave had it before the ack arrived). p50/p99/max are reported and p99 is
+   compared with ``slaveMaxDelayInMills`` + one fetch round trip (the mean time of one
+   1 MiB get in step 2);
+5. prints a table, or JSON with ``--json``.
+
+Everything it starts is stopped on exit (slave, master, ZooKeeper); the temporary
+directory is removed unless ``--keep``. Every wait has a deadline. Runs on the caller's
+thread plus one polling thread during step 4; only 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import selectors
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from meta.bench import (
+    HOST,
+    MAX_SIZE_DEFAULT,
+    REPLY_TIMEOUT_S,
+    REPO,
+    START_TIMEOUT_S,
+    BenchBroker,
+    BenchError,
+    PutFrames,
+    connect,
+    read_reply,
+    receive_into,
+    run_consume,
+    run_pipelined,
+    wait_until_answering,
+)
+from meta.bench_spark import ZooKeeper, rates
+from meta.protocol.codec import HEADER_BYTES_MAX, NEED_DATA, Decoder
+from meta.protocol.commands import Result
+from meta.protocol.message import HEADER_SIZE
+from meta.slave.fetcher import record_sizes
+
+TOPIC = "bench-slave"
+ZK_ROOT = "/meta"
+BROKER_ID = 1
+TARGET_FRACTION = 0.5
+POLL_S = 0.002
+"""How often the slave's end is read (lag and catch-up)."""
+TICK_S = 0.005
+"""The paced producer sends what is due every tick."""
+CATCH_UP_TIMEOUT_S = 3600.0
+LAG_TAIL_TIMEOUT_S = 60.0
+"""After the last put, how long the slave may take to reach the master's end."""
+LONG_MAX = 2**63 - 1
+
+
+@dataclass
+class SlaveBenchBroker(BenchBroker):
+    """``BenchBroker`` registered in ZooKeeper as broker ``BROKER_ID``; a slave if
+    ``slave_max_delay_ms`` >= 0 (then started with ``--slave``)."""
+
+    zk_connect: str = ""
+    segment_bytes: int = 64 << 20
+    slave_max_delay_ms: int = -1
+
+    def start(self) -> SlaveBenchBroker:
+        self.data_path.mkdir(parents=True, exist_ok=True)
+        config = self.directory / "server.ini"
+        config.write_text(self.server_ini())
+        command = [sys.executable]
+        if self.profile_path is not None:
+            command += ["-m", "cProfile", "-o", str(self.profile_path)]
+        command += ["-m", "meta.server", "-f", str(config)]
+        if self.slave_max_delay_ms >= 0:
+            properties = self.directory / "async_slave.properties"
+            properties.write_text(
+                f"slaveId=0\nslaveGroup=bench-slave-group\n"
+                f"slaveMaxDelayInMills={self.slave_max_delay_ms}\n"
+            )
+            command += ["--slave", str(properties)]
+        env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.directory,
+                env=env,
+                start_new_session=True,
+            )
+        try:
+            wait_until_answering(self.address, START_TIMEOUT_S, self.alive)
+        except BaseException:
+            self.stop()
+            raise BenchError(f"broker did not start; its log:\n{self.log_tail()}") from None
+        return self
+
+    def server_ini(self) -> str:
+        system = {
+            "brokerId": BROKER_ID,
+            "hostName": HOST,
+            "serverPort": self.port,
+            "dataPath": self.data_path,
+            "numPartitions": 1,
+            "unflushThreshold": self.threshold,
+            "unflushInterval": self.interval_ms,
+            "maxSegmentSize": self.segment_bytes,
+            "maxTransferSize": MAX_SIZE_DEFAULT,
+        }
+        zookeeper = {
+            "zk.zkEnable": "true",
+            "zk.zkConnect": self.zk_connect,
+            "zk.zkRoot": ZK_ROOT,
+            "zk.zkSyncTimeMs": 0,
+        }
+        lines = ["[system]", *(f"{key}={value}" for key, value in system.items()), ""]
+        lines += ["[zookeeper]", *(f"{key}={value}" for key, value in zookeeper.items())]
+        lines += ["", f"[topic={TOPIC}]", "numPartitions=1"]
+        return "\n".join(lines) + "\n"
+
+
+class EndReader:
+    """One connection asking a broker for the end of ``TOPIC`` partition 0 (``offset``)."""
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        self._sock = connect(address)
+        self._decoder = Decoder()
+        self._opaque = 0
+
+    def end(self) -> int:
+        """The visible end (0 while the partition does not exist: 404)."""
+        self._opaque += 1
+        self._sock.sendall(
+            b"offset %s bench 0 %d %d\r\n" % (TOPIC.encode(), LONG_MAX, self._opaque)
+        )
+        deadline = time.monotonic() + REPLY_TIMEOUT_S
+        while (reply := self._decoder.next_command()) is NEED_DATA:
+            if time.monotonic() > deadline:
+                raise BenchError(f"no offset reply within {REPLY_TIMEOUT_S} s")
+            receive_into(self._sock, self._decoder)
+        if not isinstance(reply, Result) or reply.opaque != self._opaque:
+            raise BenchError(f"unexpected offset reply {reply!r}")
+        if reply.code == 404:
+            return 0
+        if reply.code != 200:
+            raise BenchError(f"offset failed: {reply!r}")
+        return int(reply.body)
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def run_checked_consume(address: tuple[str, int], timeout_s: float) -> dict:
+    """``meta.bench.run_consume``'s loop, each record's length and CRC checked (the slave's
+    ``record_sizes``): what a client that verifies what it reads gets."""
+    offset = records = gets = 0
+    buffer = bytearray(MAX_SIZE_DEFAULT + HEADER_BYTES_MAX + 2)
+    start = time.monotonic()
+    deadline = start + timeout_s
+    with connect(address) as sock:
+        while time.monotonic() < deadline:
+            gets += 1
+            command = b"get %s bench 0 %d %d %d\r\n" % (
+                TOPIC.encode(), offset, MAX_SIZE_DEFAULT, gets
+            )  # fmt: skip
+            sock.sendall(command)
+            tokens, body = read_reply(sock, buffer)
+            if tokens[0] == b"result" and tokens[1] == b"404":
+                break
+            if tokens[0] != b"value" or int(tokens[-1]) != gets:
+                raise BenchError(f"get at {offset} failed: {tokens!r}")
+            sizes, _ids = record_sizes(body, offset)
+            if not sizes:
+                raise BenchError(f"get at {offset} returned no complete record")
+            records, offset = records + len(sizes), offset + sum(sizes)
+    return {"messages": records, "bytes": offset, "seconds": time.monotonic() - start}
+
+
+def wait_for_end(reader: EndReader, end: int, timeout_s: float) -> float:
+    """Poll until the broker's end is at least ``end``; return the monotonic time it was seen."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = time.monotonic()
+        if reader.end() >= end:
+            return now
+        if now > deadline:
+            raise BenchError(f"the slave did not reach offset {end} within {timeout_s} s")
+        time.sleep(POLL_S)
+
+
+class EndPoller(threading.Thread):
+    """Reads the slave's end every ``POLL_S`` until stopped; keeps ``(time, end)`` samples.
+
+    A sample is kept only when the end moved, so memory is bounded by the number of
+    distinct ends (at most one per message)."""
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        super().__init__(name="bench-slave-poller", daemon=True)
+        self._reader = EndReader(address)
+        self._stop_event = threading.Event()
+        self.times: list[float] = []
+        self.ends: list[int] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self._stop_event.is_set():
+                sent = time.monotonic()
+                end = self._reader.end()
+                if not self.ends or end > self.ends[-1]:
+                    # The end was read after ``sent``: credit the earliest possible time.
+                    self.times.append(sent)
+                    self.ends.append(end)
+                self._stop_event.wait(POLL_S)
+        except BaseException as error:  # Reported by the caller.
+            self.error = error
+        finally:
+            self._reader.close()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(REPLY_TIMEOUT_S + 5)
+
+
+def run_paced(
+    address: tuple[str, int], frames: PutFrames, rate: float, duration_s: float
+) -> tuple[list[float], list[int], float]:
+    """Put ``rate`` messages/s for ``duration_s`` on one connection, all acked.
+
+    Returns:
+        ``(ack_times, ends, seconds)``: per message, the monotonic time its reply was read
+        and the offset just past its record; and the time the whole run took.
+    """
+    total = max(1, int(rate * duration_s))
+    record_bytes = HEADER_SIZE + len(frames.body)
+    sock = connect(address)
+    sock.setblocking(False)
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ)
+    decoder = Decoder()
+    ack_times: list[float] = []
+    ends: list[int] = []
+    pending = memoryview(b"")
+    sent = 0
+    start = time.monotonic()
+    last_progress = start
+    try:
+        while len(ack_times) < total:
+            now = time.monotonic()
+            due = min(total, int((now - start) * rate) + 1)
+            if not pending and due > sent:
+                pending = memoryview(frames.batch(sent + 1, due - sent))
+                sent = due
+            if now - last_progress > REPLY_TIMEOUT_S:
+                raise BenchError(f"no reply for {REPLY_TIMEOUT_S} s ({sent - len(ack_times)} open)")
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if pending else 0)
+            selector.modify(sock, events)
+            for _key, ready in selector.select(TICK_S):
+                if ready & selectors.EVENT_WRITE and pending:
+                    try:
+                        pending = pending[sock.send(pending) :]
+                    except BlockingIOError:
+                        pass
+                if ready & selectors.EVENT_READ:
+                    receive_into(sock, decoder)
+                    read_at = time.monotonic()
+                    while (reply := decoder.next_command()) is not NEED_DATA:
+                        if not isinstance(reply, Result) or reply.code != 200:
+                            raise BenchError(f"put failed: {reply!r}")
+                        ack_times.append(read_at)
+                        ends.append(int(reply.body.rsplit(b" ", 1)[1]) + record_bytes)
+                        last_progress = read_at
+    finally:
+        selector.close()
+        sock.close()
+    return ack_times, ends, time.monotonic() - start
+
+
+def lags(ack_times: list[float], ends: list[int], seen_times: list[float], seen_ends: list[int]):
+    """Per message: seconds from its ack until the slave's end covered it (>= 0).
+
+    Raises:
+        BenchError: a message the slave never reached.
+    """
+    result = []
+    for acked, end in zip(ack_times, ends, strict=True):
+        index = bisect.bisect_left(seen_ends, end)
+        if index == len(seen_ends):
+            raise BenchError(f"the slave never reached offset {end}")
+        result.append(max(0.0, seen_times[index] - acked))
+    return result
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m meta.bench_slave",
+        description="Async slave: replication lag under a steady load, and backlog replay "
+        "rate vs the raw consume rate (starts ZooKeeper, a master and a slave).",
+    )
+    parser.add_argument("--megabytes", type=int, default=200, help="backlog size (MB)")
+    parser.add_argument("--message-bytes", type=int, default=1024, help="message body size")
+    parser.add_argument("--rate", type=float, default=20_000, help="lag phase: messages/s")
+    parser.add_argument("--seconds", type=float, default=10.0, help="lag phase duration (s)")
+    parser.add_argument(
+        "--slave-max-delay-ms", type=int, default=500, help="slaveMaxDelayInMills of the slave"
+    )
+    parser.add_argument("--segment-mb", type=int, default=64, help="segment size (MiB)")
+    parser.add_argument(
+        "--unflush-threshold",
+        type=int,
+        default=0,
+        help="unflushThreshold of both brokers (0: group commit, the shipped default)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--profile-slave", type=Path, help="run the slave under cProfile, stats written here"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    return parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace, work: Path) -> dict:
+    """Steps 1-4 of the module docstring; returns the report."""
+    messages = max(1, args.megabytes * 1_000_000 // args.message_bytes)
+    frames = PutFrames(TOPIC, args.message_bytes)
+    with ZooKeeper(work / "zookeeper") as zookeeper:
+        common = {
+            "threshold": args.unflush_threshold,
+            "zk_connect": zookeeper.connect,
+            "segment_bytes": args.segment_mb << 20,
+        }
+        with SlaveBenchBroker(work / "master", **common) as master:
+            produced = run_pipelined(master.address, frames, CATCH_UP_TIMEOUT_S, messages)
+            if produced["messages"] != messages:
+                raise BenchError(f"produced {produced['messages']} of {messages} messages")
+            raw = run_consume(master.address, TOPIC, CATCH_UP_TIMEOUT_S, 1 << 62)
+            if raw["messages"] != messages:
+                raise BenchError(f"raw consume read {raw['messages']} of {messages} messages")
+            checked = run_checked_consume(master.address, CATCH_UP_TIMEOUT_S)
+            if checked["messages"] != messages:
+                raise BenchError(f"checked consume read {checked['messages']} of {messages}")
+            backlog_end = raw["bytes"]
+            slave = SlaveBenchBroker(
+                work / "slave",
+                slave_max_delay_ms=args.slave_max_delay_ms,
+                profile_path=args.profile_slave,
+                **common,
+            )
+            with slave:
+                began = time.monotonic()
+                reader = EndReader(slave.address)
+                try:
+                    caught_up = wait_for_end(reader, backlog_end, CATCH_UP_TIMEOUT_S)
+                finally:
+                    reader.close()
+                replay_s = caught_up - began
+                lag_report = measure_lag(args, master, slave, frames)
+            slave_log = slave.log_tail()
+    fetch_round_trip_ms = raw["seconds"] / max(raw["gets"], 1) * 1000
+    raw_rates = rates(messages, args.message_bytes, raw["seconds"])
+    replay = rates(messages, args.message_bytes, replay_s)
+    checked_rates = rates(messages, args.message_bytes, checked["seconds"])
+    replay["fraction_of_raw"] = round(replay["msg_per_s"] / max(raw_rates["msg_per_s"], 1), 2)
+    replay["fraction_of_checked"] = round(
+        replay["msg_per_s"] / max(checked_rates["msg_per_s"], 1), 2
+    )
+    replay["meets_target"] = replay["fraction_of_raw"] >= TARGET_FRACTION
+    bound_ms = args.slave_max_delay_ms + fetch_round_trip_ms
+    lag_report["bound_ms"] = round(bound_ms, 1)
+    lag_report["meets_target"] = lag_report["p99_ms"] < bound_ms
+    if " ERROR " in slave_log:
+        raise BenchError(f"the slave logged an error:\n{slave_log}")
+    return {
+        "messages": messages,
+        "message_bytes": args.message_bytes,
+        "backlog_bytes": backlog_end,
+        "slave_max_delay_ms": args.slave_max_delay_ms,
+        "unflush_threshold": args.unflush_threshold,
+        "fetch_round_trip_ms": round(fetch_round_trip_ms, 2),
+        "produce": rates(messages, args.message_bytes, produced["seconds"]),
+        "raw_consume": raw_rates,
+        "checked_consume": checked_rates,
+        "slave_replay": replay,
+        "lag": lag_report,
+        "target_fraction": TARGET_FRACTION,
+    }
+
+
+def measure_lag(
+    args: argparse.Namespace, master: SlaveBenchBroker, slave: SlaveBenchBroker, frames: PutFrames
+) -> dict:
+    """Step 4: paced puts to the master, the slave's end polled meanwhile."""
+    poller = EndPoller(slave.address)
+    poller.start()
+    try:
+        ack_times, ends, seconds = run_paced(master.address, frames, args.rate, args.seconds)
+        deadline = time.monotonic() + LAG_TAIL_TIMEOUT_S
+        while not poller.ends or poller.ends[-1] < ends[-1]:
+            if time.monotonic() > deadline or not poller.is_alive():
+                raise BenchError(
+                    f"the slave did not reach offset {ends[-1]} within {LAG_TAIL_TIMEOUT_S} s"
+                    f" ({poller.error!r})"
+                )
+            time.sleep(POLL_S)
+    finally:
+        poller.stop()
+    if poller.error is not None:
+        raise BenchError(f"polling the slave failed: {poller.error!r}")
+    values = lags(ack_times, ends, poller.times, poller.ends)
+    return {
+        "messages": len(values),
+        "offered_msg_per_s": args.rate,
+        "achieved_msg_per_s": round(len(values) / max(seconds, 1e-9)),
+        "p50_ms": round(percentile(values, 0.50) * 1000, 2),
+        "p99_ms": round(percentile(values, 0.99) * 1000, 2),
+        "max_ms": round(max(values) * 1000, 2),
+    }
+
+
+def format_report(report: dict) -> str:
+    lag = report["lag"]
+    lines = [
+        f"backlog: {report['messages']} messages of {report['message_bytes']} bytes; "
+        f"slaveMaxDelayInMills {report['slave_max_delay_ms']}, unflushThreshold "
+        f"{report['unflush_threshold']}, one 1 MiB fetch round trip "
+        f"{report['fetch_round_trip_ms']} ms",
+    ]
+    for name in ("produce", "raw_consume", "checked_consume", "slave_replay"):
+        row = report[name]
+        line = f"{name:15} {row['msg_per_s']:>10} msg/s {row['mb_per_s']:>8} MB/s"
+        line += f" {row['seconds']:>8} s"
+        if "fraction_of_raw" in row:
+            verdict = "meets" if row["meets_target"] else "MISSES"
+            line += (
+                f"  {row['fraction_of_raw']:.0%} of raw ({verdict} the target >= "
+                f"{report['target_fraction']:.0%}), {row['fraction_of_checked']:.0%} of checked"
+            )
+        lines.append(line)
+    verdict = "meets" if lag["meets_target"] else "MISSES"
+    lines.append(
+        f"lag             {lag['messages']} messages at {lag['achieved_msg_per_s']} msg/s "
+        f"(offered {lag['offered_msg_per_s']:g}): p50 {lag['p50_ms']} ms, p99 "
+        f"{lag['p99_ms']} ms, max {lag['max_ms']} ms ({verdict} the target p99 < "
+        f"{lag['bound_ms']} ms)"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_arguments(argv)
+    work = Path(tempfile.mkdtemp(prefix="metaq-bench-slave-"))
+    try:
+        report = run(args, work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Smoke test of ``meta.bench_slave`` at a tiny size (no timing assertions)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from meta import bench_slave
+from tests.integration.broker_process import REPO
+
+pytestmark = pytest.mark.integration
+
+
+def test_bench_runs_end_to_end_and_reports_lag_and_replay(tmp_path):
+    """Goal: the bench runs end to end (ZooKeeper, master, backlog, raw consume, slave
+    catch-up, paced load with the lag measured) and stops everything. Method: 2 MB of
+    backlog and one second of 1000 msg/s; check counts and the report's shape only."""
+    args = bench_slave.parse_arguments(
+        ["--megabytes", "2", "--seconds", "1", "--rate", "1000", "--segment-mb", "1"]
+    )
+    report = bench_slave.run(args, tmp_path)
+    messages = 2_000_000 // 1024
+    assert report["messages"] == messages
+    for name in ("produce", "raw_consume", "checked_consume", "slave_replay"):
+        assert report[name]["messages"] == messages
+        assert report[name]["msg_per_s"] > 0
+    assert report["backlog_bytes"] == messages * (1024 + 20)
+    lag = report["lag"]
+    assert lag["messages"] == 1000
+    assert 0 <= lag["p50_ms"] <= lag["p99_ms"] <= lag["max_ms"]
+    assert lag["bound_ms"] > 500
+    text = bench_slave.format_report(report)
+    assert "of raw" in text and "p99" in text
+    assert (tmp_path / "zookeeper" / "zookeeper.log").exists()
+    assert not (tmp_path / "zookeeper" / "zookeeper.pid").exists()  # ZooKeeper stopped
+    for broker in ("master", "slave"):
+        assert "stopped" in (tmp_path / broker / "broker.log").read_text()
+
+
+def test_help_names_the_options():
+    done = subprocess.run(
+        [sys.executable, "-m", "meta.bench_slave", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr
+    for option in ("--megabytes", "--rate", "--seconds", "--slave-max-delay-ms", "--json"):
+        assert option in done.stdout
