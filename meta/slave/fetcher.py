@@ -28,11 +28,8 @@ the batch is appended anyway with a WARNING (offsets stay identical; file names 
 That costs one ``offset`` round trip per master segment. Everything else of a fetch (the
 records that do not fill the local segment) is staged as one entry too: one write and one
 acknowledgement per fetch instead of per record, which is what lets the replay keep up with
-a raw client. (The store then counts one ``message_count`` per entry, and an
-``unflushThreshold`` counts entries: the slave's ``stats topics`` message counts are lower
-than the master's, and with an interval flush policy its fsyncs come from
-``unflushInterval`` rather than the count; group commit, ``unflushThreshold=0``, syncs every
-write either way.)
+a raw client. (Each entry is staged with its record count, so ``stats topics``
+message counts and ``unflushThreshold`` count messages as on the master.)
 
 A 301 for a partition that has **no local data yet** means the master's data starts later
 (retention deleted its first segments): the reactor creates the local partition with its
@@ -80,11 +77,13 @@ UNCONFIRMED_TRIES_MAX = 50
 
 Layout = tuple[int, int]
 """``(start of the local last segment, its roll size)`` of one partition."""
-Append = Callable[[str, int, int, bytes, list[int]], Any]
-"""Reactor side: ``append(topic, partition, base, records, entries)`` -> Deferred[Layout].
+Append = Callable[[str, int, int, bytes, list[int], list[int]], Any]
+"""Reactor side: ``append(topic, partition, base, records, entries, counts)`` ->
+Deferred[Layout].
 
 ``entries`` are the sizes of the parts of ``records`` staged one by one (each part is one
-write at most; a part of several records is written whole, then the store may roll)."""
+write at most; a part of several records is written whole, then the store may roll), and
+``counts`` how many records each part holds (the store's message counts)."""
 StartAt = Callable[[str, int, int], Layout | None]
 """Reactor side: ``start_at(topic, partition, offset)``: create the local partition with its
 first segment at ``offset`` and return its layout; None when it has local data already."""
@@ -217,12 +216,13 @@ class SlaveFetchManager(FetchManager):
         planned = self._plan(request, data, base, sizes)
         if planned is None:
             return  # the master's segment end is not known yet: fetched again
-        entries, count = planned
+        entries, counts = planned
+        count = sum(counts)
         consumed = sum(entries)
         records = data if consumed == len(data) else bytes(data[:consumed])
         expected = self._expected_layout(request.key, base, entries)
         try:
-            self._hand_off(request, base, bytes(records), entries, expected)
+            self._hand_off(request, base, bytes(records), entries, counts, expected)
         except ReplicationHalted as error:
             self._stop_partition(request, str(error))
             return
@@ -236,24 +236,25 @@ class SlaveFetchManager(FetchManager):
 
     def _plan(
         self, request: FetchRequest, data: bytes, base: int, sizes: list[int]
-    ) -> tuple[list[int], int] | None:
-        """The entries to stage and how many records they cover; None: append nothing now.
+    ) -> tuple[list[int], list[int]] | None:
+        """The entries to stage and how many records each covers; None: append nothing now.
 
         See "Segment boundaries" in the module docstring.
         """
         layout = self._layouts.get(request.key)
         if layout is None:
-            return sizes, len(sizes)  # unknown layout: record by record, as the master
+            return sizes, [1] * len(sizes)  # unknown layout: record by record, as the master
         reaching = first_reaching(base, sizes, layout)
         if reaching is None:
-            return [sum(sizes)], len(sizes)  # one write that does not fill the segment
+            return [sum(sizes)], [len(sizes)]  # one write that does not fill the segment
         before = [sum(sizes[:reaching])] if reaching else []
         end = base + sum(sizes)
         if self._ask_offset(request, end) == end:  # a master segment starts at ``end``
             self._unconfirmed.pop(request.key, None)
-            return [*before, sum(sizes[reaching:])], len(sizes)
+            counts = [reaching] if reaching else []
+            return [*before, sum(sizes[reaching:])], [*counts, len(sizes) - reaching]
         if reaching > 0:
-            return before, reaching
+            return before, [reaching]
         tries = self._unconfirmed.get(request.key, 0) + 1
         self._unconfirmed[request.key] = tries
         if tries <= UNCONFIRMED_TRIES_MAX:
@@ -271,7 +272,7 @@ class SlaveFetchManager(FetchManager):
             "identical, this segment's size may differ from the master's",
             *request.key, base, request.max_size, UNCONFIRMED_TRIES_MAX, end - base,
         )  # fmt: skip
-        return [sum(sizes)], len(sizes)
+        return [sum(sizes)], [len(sizes)]
 
     def _expected_layout(
         self, key: tuple[str, str], base: int, entries: list[int]
@@ -292,6 +293,7 @@ class SlaveFetchManager(FetchManager):
         base: int,
         records: bytes,
         entries: list[int],
+        counts: list[int],
         expected: Layout | None,
     ) -> None:
         """Queue the append on the reactor without waiting for it, unless
@@ -312,7 +314,7 @@ class SlaveFetchManager(FetchManager):
         partition = request.partition.partition
         self._reactor.callFromThread(
             self._append_on_reactor, done, request, request.topic, partition, base, records,
-            entries,
+            entries, counts,
         )  # fmt: skip
         futures.append((done, expected))
 

@@ -401,9 +401,16 @@ class Replicator:
         return _layout(partition_log)
 
     def _append(
-        self, topic: str, partition: int, base: int, records: bytes, entries: list[int]
+        self,
+        topic: str,
+        partition: int,
+        base: int,
+        records: bytes,
+        entries: list[int],
+        counts: list[int] | None = None,
     ) -> defer.Deferred:
-        """Append ``records`` verbatim at ``base``, one stage per entry of ``entries`` sizes.
+        """Append ``records`` verbatim at ``base``, one stage per entry of ``entries`` sizes,
+        each holding ``counts`` records (default: one each).
 
         The fetch thread may go on as soon as the records are **written** (the local end
         moved past them): their acknowledgement (the fsync, under group commit) comes later
@@ -435,8 +442,8 @@ class Replicator:
             raise ReplicationHalted(f"the local partition takes no appends ({partition_log})")
         acknowledged = _BatchAck(base, entries)
         position = 0
-        for size in entries:
-            partition_log.stage(records[position : position + size], acknowledged.ack)
+        for size, count in zip(entries, counts or [1] * len(entries), strict=True):
+            partition_log.stage(records[position : position + size], acknowledged.ack, count)
             position += size
         broker.store.commit_staged()
         broker.flush_output()  # replies to long-polling gets woken by these appends

@@ -95,8 +95,7 @@ class PartitionLog:
         self._files = files
         self._flusher = flusher
         self._clock = clock
-        self._segment_bytes_max = segment_bytes_max
-        self.segment_bytes_max = segment_bytes_max  # read-only: the roll size (async slave)
+        self.segment_bytes_max = segment_bytes_max
         self._policy = policy
         # Group commit syncs every append (should_flush says so); skip the call per record.
         self._always_sync = policy.mode is FlushMode.GROUP_COMMIT
@@ -199,7 +198,7 @@ class PartitionLog:
     @property
     def room_bytes(self) -> int:
         """Bytes that can be staged before the segment is full (<= 0: the next record fills it)."""
-        return self._segment_bytes_max - (self._staged_end - self._segment.start)
+        return self.segment_bytes_max - (self._staged_end - self._segment.start)
 
     def reserve(self, length: int, ack: Ack) -> Reservation | None:
         """Reserve the next ``length`` bytes of the log for a batch given later by ``fill``.
@@ -254,7 +253,7 @@ class PartitionLog:
             self._unflushed_count = 0
             self._unflushed_bytes = 0
         self._pending.append((end, offset, must_sync, ack))
-        if end - self._segment.start >= self._segment_bytes_max:
+        if end - self._segment.start >= self.segment_bytes_max:
             self.commit()  # the segment is full: write now, then roll
         elif len(staged) == 1 and self.on_staged is not None:
             self.on_staged(self)
@@ -283,7 +282,7 @@ class PartitionLog:
         dirty = self._dirty_segments
         if not dirty or dirty[-1] is not segment:
             dirty.append(segment)
-        if segment.written_size >= self._segment_bytes_max:
+        if segment.written_size >= self.segment_bytes_max:
             self._roll()
         if self._sync_staged:
             # Records still staged behind a reservation may need a flush once written.

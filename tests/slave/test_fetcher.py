@@ -34,6 +34,7 @@ class Slave:
 
     def __init__(self, append_result=None, layout=None, start_at=None) -> None:
         self.appends: list[tuple] = []
+        self.counts: list[list[int]] = []
         self.halts: list[tuple] = []
         self.asked: list[int] = []
         self.master_segment_starts: set[int] = set()
@@ -52,8 +53,10 @@ class Slave:
         self.asked.append(offset)
         return offset if offset in self.master_segment_starts else 0
 
-    def append(self, topic, partition, base, records, entries):
+    def append(self, topic, partition, base, records, entries, counts):
+        assert len(counts) == len(entries) and all(count > 0 for count in counts)
         self.appends.append((topic, partition, base, records, entries))
+        self.counts.append(counts)
         if self.append_result is not None:
             return self.append_result
         return defer.succeed((0, 1 << 30))
@@ -197,6 +200,7 @@ def test_a_batch_below_the_segment_size_is_one_write_without_asking():
     slave = Slave(layout=(0, 100 + sum(SIZES) + 1))
     slave.manager._process(slave.request, b"".join(RECORDS))
     assert slave.appends[0][4] == [sum(SIZES)]
+    assert slave.counts == [[len(SIZES)]]
     assert slave.asked == []
     assert slave.request.offset == 100 + sum(SIZES)
 
@@ -210,6 +214,7 @@ def test_a_batch_that_ends_where_the_master_rolled_keeps_the_rest_in_one_write()
     slave.manager._process(slave.request, b"".join(RECORDS))
     assert slave.asked == [end]
     assert slave.appends[0][4] == [SIZES[0], SIZES[1] + SIZES[2]]
+    assert slave.counts == [[1, 2]]
     assert slave.request.offset == end
     assert slave.request.msg_id == 9
 
@@ -220,6 +225,7 @@ def test_records_past_the_size_wait_while_the_masters_segment_goes_on():
     slave = Slave(layout=(0, 100 + SIZES[0] + 1))
     slave.manager._process(slave.request, b"".join(RECORDS))
     assert slave.appends[0][4] == [SIZES[0]]
+    assert slave.counts == [[1]]
     assert slave.request.offset == 100 + SIZES[0]
     assert slave.request.msg_id == -5
 

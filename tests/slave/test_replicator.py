@@ -24,6 +24,7 @@ class FakeLog:
         self.next_offset = end
         self.accepts_appends = True
         self.staged: list[tuple[bytes, object]] = []
+        self.counts: list[int] = []  # records per staged entry (the store's message counts)
         self.segments = (FakeSegment(),)
         self.segment_bytes_max = 1 << 20
 
@@ -51,8 +52,9 @@ class FakeBroker:
             raise self.refuse
         return self.log
 
-    def _stage(self, record: bytes, ack) -> None:
+    def _stage(self, record: bytes, ack, count: int = 1) -> None:
         self.log.staged.append((record, ack))
+        self.log.counts.append(count)
 
     def commit_staged(self) -> None:
         self.log.written_end = self.log.next_offset + sum(len(r) for r, _a in self.log.staged)
@@ -73,9 +75,9 @@ class FakeBroker:
         self.flushed += 1
 
 
-def append(broker: FakeBroker, base: int = 0, entries: list[int] = SIZES):
+def append(broker: FakeBroker, base: int = 0, entries: list[int] = SIZES, counts=None):
     replicator = Replicator(broker, SlaveConfig(0, "g"), reactor=None)
-    return replicator._append("t", 1, base, b"".join(RECORDS), entries)
+    return replicator._append("t", 1, base, b"".join(RECORDS), entries, counts)
 
 
 def test_each_entry_is_staged_alone_with_its_exact_bytes():
@@ -92,8 +94,11 @@ def test_each_entry_is_staged_alone_with_its_exact_bytes():
 def test_an_entry_of_several_records_is_staged_as_one_write():
     broker = FakeBroker(end=0)
     results = []
-    append(broker, entries=[SIZES[0], SIZES[1] + SIZES[2]]).addCallback(results.append)
+    append(broker, entries=[SIZES[0], SIZES[1] + SIZES[2]], counts=[1, 2]).addCallback(
+        results.append
+    )
     assert [record for record, _ack in broker.log.staged] == [RECORDS[0], RECORDS[1] + RECORDS[2]]
+    assert broker.log.counts == [1, 2]  # message counts stay per message, as on the master
     assert results == [(0, 1 << 20)]
 
 
