@@ -101,10 +101,6 @@ class InvalidTopicError(InternalServerError):
     """
 
 
-class MessageTooLargeError(InternalServerError):
-    """A put body is larger than ``maxMessageSize``."""
-
-
 class ClientError(MetaError):
     """A client-side failure (raised by ``meta.client``, never sent on the wire)."""
 
@@ -119,6 +115,14 @@ class NoPartitionError(ClientError):
 
 class NoBrokerError(ClientError):
     """The chosen partition's broker has no reachable master right now."""
+
+
+class MessageTooLargeError(ClientError):
+    """A message is larger than the producer's ``max_message_bytes``; nothing was sent.
+
+    Raised by the client before any I/O (the broker answers an oversized put with a 500,
+    which the producer reports as a failed ``SendResult``), so it is a ``ClientError``.
+    """
 
 
 class InvalidGroupError(ClientError):

@@ -58,6 +58,13 @@ def test_quick_run_reports_every_scenario(tmp_path: Path):
     consumer = rows[("consumer", "1000")]
     assert consumer["messages"] == report["parameters"]["backlog_messages"]
     assert consumer["msg_per_s"] > 0
+    group = rows[("group", "1000")]  # its own ZooKeeper and broker (meta.bench_client)
+    assert group["messages"] == report["parameters"]["backlog_messages"]
+    assert group["msg_per_s"] > 0 and group["client_cpu_us_per_msg"] > 0
+    assert group["members"] == 2 and group["partitions"] == 4
+    for key in ("join_s", "rebalance_join_s", "rebalance_leave_s"):
+        assert 0 < group[key] < 60
+    assert "consumer group of 2 over 4 partitions" in completed.stdout
     e2e = rows[("e2e", "0")]
     assert e2e["messages"] > 0 and 0 < e2e["p50_ms"] <= e2e["p99_ms"]
     for mode in ("0", "1", "1000"):

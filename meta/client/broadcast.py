@@ -82,6 +82,7 @@ def create_broadcast_consumer(
         factory._zk_client,  # noqa: SLF001
         factory.config.zk_root,
         factory._consumer_shut_down,  # noqa: SLF001
+        registry=factory._subscriptions,  # noqa: SLF001
     )
     consumer._group_class = _local_group_class(storage, group)  # noqa: SLF001
     _register(factory, consumer)

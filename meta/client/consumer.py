@@ -6,14 +6,21 @@ loop (``meta.client.fetch``) on them. A message whose listener fails more than
 ``max_fetch_retries`` times in a row is handed to the reject policy: the local recover store
 (``meta.client.recover``, redelivered every ``recover_interval_ms``) or a logged drop.
 Offsets are committed to ZooKeeper every ``commit_offset_period_ms``, on every rebalance and
-at shutdown, in the Java format, so Python and Java consumers can share a group.
+at shutdown, in the Java format, so Python and Java consumers can share a group. In direct
+mode (a factory with ``server_url``) ``meta.client.direct`` replaces the group: the
+partitions named in ``ConsumerConfig.partition`` are read from that one broker, no
+ZooKeeper, offsets in memory only (spec §3.2).
 
 Invariants:
 
 * ``complete_subscribe`` runs at most once; no subscription is accepted after it.
+* A topic is subscribed at most once per group within one session factory (the factory's
+  ``SubscribeRegistry``, Java's ``SubscribeInfoManager``); ``shutdown`` releases it.
 * After ``shutdown()`` no thread of the consumer runs, its offsets are committed, its
   recover files are closed and its owner and ids nodes are deleted. ``shutdown`` is
-  idempotent.
+  idempotent and bounded: with ZooKeeper unreachable it skips the commit and the node
+  cleanup (the ephemeral nodes go with the session), and a thread stuck in a ZooKeeper
+  call ends when the factory closes its ZooKeeper client.
 
 Thread-safety: every public method is thread-safe. Listeners run on the fetch threads and,
 for recovered messages, on the ``meta-recover`` thread.
@@ -23,12 +30,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from meta.client.balance import STRATEGIES
-from meta.client.cluster import Partition, consumer_id_string, validate_group, validate_topic
+from meta.client.cluster import (
+    BrokerAddress,
+    Partition,
+    consumer_id_string,
+    validate_group,
+    validate_topic,
+)
 from meta.client.delivery import Subscription
 from meta.client.fetch import LONG_MAX, FetchManager, FetchSettings, RejectHandler
 from meta.client.message import Message
@@ -36,6 +49,7 @@ from meta.client.recover import DEFAULT_DIRECTORY, RecoverManager, RecoverStore
 from meta.errors import ClientClosedError, ClientError
 
 if TYPE_CHECKING:
+    from meta.client.direct import DirectConsumerGroup
     from meta.client.factory import ConnectionPool
     from meta.client.zk_group import ZkConsumerGroup
 
@@ -43,6 +57,9 @@ log = logging.getLogger("meta.client")
 
 OFFSET_RESETS = ("follow-broker", "earliest", "latest", "error")
 """The ``offset_reset`` policies (DECISIONS 15)."""
+
+COMMIT_JOIN_S = 10.0
+"""How long ``shutdown`` waits for a periodic offset commit in progress."""
 
 REJECT_POLICIES = ("recover", "drop")
 """What happens to a message that failed too often (Java's ``RejectConsumptionHandler``)."""
@@ -79,6 +96,9 @@ class ConsumerConfig:
         recover_interval_ms: the pause between redelivery rounds of the recover store.
         recover_messages_max: the most messages one ``<topic>@<group>`` file holds; later
             rejects are dropped with an ERROR log.
+        partition: direct mode only (a factory with ``server_url``): the partitions to read,
+            ``"B-P"`` or several comma-separated (``"0-0,0-1"``); ignored with ZooKeeper,
+            as in Java.
 
     Raises:
         InvalidGroupError: the group is blank or has a character Java refuses.
@@ -103,6 +123,7 @@ class ConsumerConfig:
     recover_path: str = DEFAULT_DIRECTORY
     recover_interval_ms: int = 300_000
     recover_messages_max: int = 500_000
+    partition: str | None = None
 
     @property
     def always_from_max(self) -> bool:
@@ -126,10 +147,51 @@ class ConsumerConfig:
         for name in (*positive, "fetch_threads", "zk_sync_s", *recover):
             if not getattr(self, name) > 0:
                 raise ClientError(f"ConsumerConfig.{name} must be positive")
+        if self.partition is not None:
+            from meta.client.direct import parse_partitions
+
+            if not isinstance(self.partition, str):
+                raise ClientError(f"ConsumerConfig.partition must be a str, got {self.partition!r}")
+            parse_partitions(self.partition)  # raises ClientError naming the bad part
         if self.long_poll_ms < 0 or self.offset < 0 or self.max_fetch_retries < 0:
             raise ClientError(
                 "ConsumerConfig.long_poll_ms, offset and max_fetch_retries must not be negative"
             )
+
+
+class SubscribeRegistry:
+    """The topics each group subscribes within one session factory (Java's
+    ``SubscribeInfoManager``): a topic may be subscribed once per group per factory.
+
+    Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._topics: dict[str, set[str]] = {}
+
+    def claim(self, group: str, topic: str) -> None:
+        """Record ``topic`` for ``group``.
+
+        Raises:
+            ClientError: ``group`` subscribed ``topic`` already in this factory.
+        """
+        with self._lock:
+            topics = self._topics.setdefault(group, set())
+            if topic in topics:
+                raise ClientError(
+                    f"topic {topic} is already subscribed by group {group} in this session "
+                    "factory (a topic may be subscribed once per group and factory)"
+                )
+            topics.add(topic)
+
+    def release(self, group: str, topics: Iterable[str]) -> None:
+        """Forget ``topics`` of ``group`` (its consumer shut down)."""
+        with self._lock:
+            claimed = self._topics.get(group, set())
+            claimed.difference_update(topics)
+            if not claimed:
+                self._topics.pop(group, None)
 
 
 class MessageConsumer:
@@ -140,9 +202,12 @@ class MessageConsumer:
     Args:
         config: the consumer settings.
         pool: the factory's connection pool.
-        zk_client: the factory's started ``KazooClient``.
+        zk_client: the factory's started ``KazooClient``; None in direct mode.
         zk_root: the MetaQ root in ZooKeeper.
         on_shutdown: called with this consumer once it has shut down.
+        pull: the factory's ``get`` (for ``consumer.get``).
+        registry: the factory's ``SubscribeRegistry``; None: a private one.
+        direct_broker: direct mode: the factory's ``server_url`` broker (no ZooKeeper).
     """
 
     def __init__(
@@ -153,8 +218,21 @@ class MessageConsumer:
         zk_root: str,
         on_shutdown: Callable[[MessageConsumer], None] | None = None,
         pull: Callable[..., Any] | None = None,
+        registry: SubscribeRegistry | None = None,
+        direct_broker: BrokerAddress | None = None,
     ) -> None:
+        if direct_broker is None and zk_client is None:
+            raise ClientError("a consumer needs ZooKeeper or a direct-mode broker")
+        if direct_broker is not None and config.partition is None:
+            raise ClientError(
+                f"direct mode ({direct_broker.uri}) needs ConsumerConfig.partition, the "
+                'partitions to read ("B-P" or "0-0,0-1"): without ZooKeeper there is no '
+                "rebalance to assign them"
+            )
         self.config = config
+        self._registry = registry if registry is not None else SubscribeRegistry()
+        self._direct_broker = direct_broker
+        self._fetcher: FetchManager | None = None
         self._pull = pull
         self.consumer_id = consumer_id_string(config.group, config.consumer_id)
         self._pool = pool
@@ -163,7 +241,7 @@ class MessageConsumer:
         self._on_shutdown = on_shutdown
         self._lock = threading.Lock()
         self._subscriptions: dict[str, tuple[int, Any]] = {}
-        self._group: ZkConsumerGroup | None = None
+        self._group: ZkConsumerGroup | DirectConsumerGroup | None = None
         # The seam of offset storage: a ZkConsumerGroup subclass (None: ZooKeeper offsets).
         self._group_class: type[ZkConsumerGroup] | None = None
         self._completed = False
@@ -208,7 +286,10 @@ class MessageConsumer:
             if self._completed:
                 raise ClientError("subscribe after complete_subscribe")
             if topic in self._subscriptions:
-                raise ClientError(f"topic {topic} is already subscribed by this consumer")
+                raise ClientError(
+                    f"topic {topic} is already subscribed by this consumer (group {group})"
+                )
+            self._registry.claim(group, topic)
             self._subscriptions[topic] = (max_size, Subscription(group, listener, message_filter))
         return self
 
@@ -225,31 +306,23 @@ class MessageConsumer:
         Raises:
             ClientError: called twice, nothing subscribed, or the group could not be joined.
         """
-        from meta.client.zk_group import ZkConsumerGroup
-
         with self._lock:
             self._check_open()
             if self._completed:
                 raise ClientError("complete_subscribe may be called only once")
             if not self._subscriptions:
                 raise ClientError("complete_subscribe without any subscription")
-            if self._group_class is None:
-                self._group_class = ZkConsumerGroup
             self._completed = True
             listeners = {topic: listener for topic, (_s, listener) in self._subscriptions.items()}
             fetcher = FetchManager(
                 self._pool, f"<consumer {self.consumer_id}>", self._fetch_settings(),
                 listeners, self._reject_handler(listeners),
             )  # fmt: skip
-            self._group = self._group_class(
-                self._zk_client, self._zk_root, self.config.group, self.consumer_id,
-                {topic: size for topic, (size, _listener) in self._subscriptions.items()},
-                self.config.load_balance_strategy, fetcher, self.config.offset,
-                bool(self.config.consume_from_max_offset), self.config.zk_sync_s,
-            )  # fmt: skip
-            if self.config.always_from_max:
-                # Every newly owned partition starts at the tail, committed offset or not.
-                self._group._load_offset = _from_max_offset  # noqa: SLF001
+            self._fetcher = fetcher
+            if self._direct_broker is not None:
+                self._group = self._direct_group(fetcher)
+            else:
+                self._group = self._zk_group(fetcher)
         try:
             self._group.start()
         except ClientError:
@@ -262,10 +335,54 @@ class MessageConsumer:
         )
         self._committer.start()
 
+    def _direct_group(self, fetcher: FetchManager) -> DirectConsumerGroup:
+        from meta.client.direct import DirectConsumerGroup, parse_partitions
+
+        config = self.config
+        assert self._direct_broker is not None and config.partition is not None
+        from_max = bool(config.consume_from_max_offset) or config.always_from_max
+        return DirectConsumerGroup(
+            self._direct_broker, self.consumer_id,
+            {topic: size for topic, (size, _listener) in self._subscriptions.items()},
+            parse_partitions(config.partition), fetcher,
+            LONG_MAX if from_max else config.offset,
+        )  # fmt: skip
+
+    def _zk_group(self, fetcher: FetchManager) -> ZkConsumerGroup:
+        from meta.client.zk_group import ZkConsumerGroup
+
+        if self._group_class is None:
+            self._group_class = ZkConsumerGroup
+        group = self._group_class(
+                self._zk_client, self._zk_root, self.config.group, self.consumer_id,
+                {topic: size for topic, (size, _listener) in self._subscriptions.items()},
+                self.config.load_balance_strategy, fetcher, self.config.offset,
+                bool(self.config.consume_from_max_offset), self.config.zk_sync_s,
+        )  # fmt: skip
+        if self.config.always_from_max:
+            # Every newly owned partition starts at the tail, committed offset or not.
+            group._load_offset = _from_max_offset  # noqa: SLF001
+        return group
+
     def owned_partitions(self) -> set[tuple[str, str]]:
         """The ``(topic, "B-P")`` pairs this consumer owns now (empty before joining)."""
         group = self._group
         return group.owned() if group is not None else set()
+
+    def offsets(self) -> dict[tuple[str, str], int]:
+        """``(topic, B-P)`` -> the offset of the next unacknowledged message, for the
+        partitions fetched now (empty before ``complete_subscribe``). In direct mode this is
+        the only record of progress: nothing is committed anywhere."""
+        fetcher = self._fetcher
+        if fetcher is None:
+            return {}
+        return {key: request.offset for key, request in fetcher.requests().items()}
+
+    @property
+    def paused(self) -> bool:
+        """True while fetching is paused (the ZooKeeper connection is suspended)."""
+        fetcher = self._fetcher
+        return fetcher is not None and fetcher.paused
 
     def shutdown(self) -> None:
         """Stop fetching, commit offsets, leave the group. Idempotent; no thread remains."""
@@ -274,9 +391,13 @@ class MessageConsumer:
                 return
             self._closed = True
             group = self._group
+            topics = list(self._subscriptions)
+        self._registry.release(self.config.group, topics)
         self._stop_commits.set()
         if self._committer is not None and self._committer is not threading.current_thread():
-            self._committer.join()
+            # Bounded: a commit stuck on a lost ZooKeeper connection ends when the factory
+            # closes the ZooKeeper client.
+            self._committer.join(COMMIT_JOIN_S)
         if group is not None:
             group.close()
         if self._recover_manager is not None:

@@ -2,12 +2,14 @@
 
 A session factory owns what its producers share (zk spec §2.1, §2.7): one ``KazooClient``
 (through ``meta.client.zk_cluster``, the only module that imports kazoo, imported here only
-when ZooKeeper is configured), one ``ZkClusterView`` and one ``ConnectionPool`` of pipelined
-broker connections (``meta.client.pipeline``). The pool maps broker URIs to connections:
+when ZooKeeper is configured), one ``ZkClusterView`` and one ``ConnectionPool``
+(``meta.client.pool``, re-exported here) of pipelined broker connections
+(``meta.client.pipeline``). The pool maps broker URIs to connections:
 each user (a topic of the ZooKeeper view, or direct mode) declares the brokers it needs; a
 connection is opened when first needed and closed when no user references its URI any more.
 With ``server_url`` set (direct mode) no ZooKeeper is used at all: every message goes to
-that broker with partition -1.
+that broker with partition -1, and consumers read the partitions their config names.
+The factory's ``SubscribeRegistry`` refuses a topic subscribed twice by one group.
 
 Invariants:
 
@@ -25,16 +27,16 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from meta.client.cluster import BrokerAddress, Partition
-from meta.client.pipeline import REPLY_BYTES_MAX, PipelinedConnection
+from meta.client.consumer import SubscribeRegistry
+from meta.client.pool import RECONNECT_DELAY_S, ConnectionPool
 from meta.client.producer import MessageProducer
 from meta.client.selectors import PartitionSelector, RoundRobinPartitionSelector
-from meta.errors import ClientClosedError, ClientError, NoBrokerError
+from meta.errors import ClientClosedError, ClientError
 
 if TYPE_CHECKING:
     from meta.client.async_producer import AsyncMessageProducer
@@ -46,140 +48,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("meta.client")
 
+__all__ = ["RECONNECT_DELAY_S", "ConnectionPool", "MetaClientConfig", "MetaMessageSessionFactory"]
+
 DIRECT_USER = "<direct>"
 """The pool user that holds the direct-mode broker (not a valid topic name, so no clash)."""
-
-
-RECONNECT_DELAY_S = 1.0
-"""After a failed connect, sends to that broker fail at once for this long (no connect
-storm against a dead broker, whose nodes stay in ZooKeeper until its session expires)."""
-
-
-class _PoolEntry:
-    __slots__ = ("address", "users", "connection", "lock", "connect_error", "retry_at")
-
-    def __init__(self, address: BrokerAddress) -> None:
-        self.address = address
-        self.users: set[str] = set()
-        self.connection: PipelinedConnection | None = None
-        self.lock = threading.Lock()
-        self.connect_error: ClientError | None = None
-        self.retry_at = 0.0  # time.monotonic() before which no new connect is tried
-
-
-class ConnectionPool:
-    """Reference-counted connections by broker URI, shared by one session factory.
-
-    A *user* (a string such as a topic name) declares the brokers it needs with
-    ``set_brokers``; a URI's connection lives while at least one user lists it. ``get`` opens
-    (or re-opens after a failure) the connection lazily, in the calling thread, so callers on
-    kazoo's event thread never do network I/O through ``set_brokers``.
-
-    Args:
-        connect_timeout_s: passed to each ``PipelinedConnection``.
-        reply_bytes_max: passed to each ``PipelinedConnection``.
-    """
-
-    def __init__(
-        self, connect_timeout_s: float = 10.0, reply_bytes_max: int = REPLY_BYTES_MAX
-    ) -> None:
-        self._connect_timeout_s = connect_timeout_s
-        self._reply_bytes_max = reply_bytes_max
-        self._lock = threading.Lock()
-        self._entries: dict[str, _PoolEntry] = {}
-        self._closed = False
-
-    def set_brokers(self, user: str, addresses: Iterable[BrokerAddress]) -> None:
-        """Make ``user`` reference exactly ``addresses``; close connections nobody references."""
-        wanted = {address.uri: address for address in addresses}
-        unused: list[PipelinedConnection] = []
-        with self._lock:
-            if self._closed:
-                return
-            for uri, address in wanted.items():
-                self._entries.setdefault(uri, _PoolEntry(address)).users.add(user)
-            for uri, entry in list(self._entries.items()):
-                if uri not in wanted and user in entry.users:
-                    entry.users.discard(user)
-                    if not entry.users:
-                        del self._entries[uri]
-                        unused.append(entry.connection)
-        for connection in unused:
-            if connection is not None:
-                connection.close()
-
-    def get(self, address: BrokerAddress) -> PipelinedConnection:
-        """Return an open connection to ``address``, connecting now if needed.
-
-        Raises:
-            ClientClosedError: the pool was closed.
-            NoBrokerError: no user references this broker any more.
-            ClientError: the broker cannot be reached.
-        """
-        entry = self._entry(address)
-        connection = entry.connection
-        if connection is not None and not connection.closed:
-            return connection
-        with entry.lock:  # One connect at a time per broker; other brokers are not held up.
-            connection = entry.connection
-            if connection is None or connection.closed:
-                connection = self._connect(entry)
-                with self._lock:
-                    still_used = self._entries.get(address.uri) is entry and not self._closed
-                    if still_used:
-                        entry.connection = connection
-                if not still_used:
-                    connection.close()
-                    raise NoBrokerError(f"broker {address.uri} is no longer used")
-            return connection
-
-    def _connect(self, entry: _PoolEntry) -> PipelinedConnection:
-        """Connect to the entry's broker (entry lock held), or fail fast after a recent failure."""
-        if entry.connect_error is not None and time.monotonic() < entry.retry_at:
-            raise ClientError(f"{entry.connect_error} (next attempt within {RECONNECT_DELAY_S} s)")
-        address = entry.address
-        try:
-            connection = PipelinedConnection(
-                address.host, address.port, self._connect_timeout_s, self._reply_bytes_max
-            )
-        except ClientError as error:
-            entry.connect_error = error
-            entry.retry_at = time.monotonic() + RECONNECT_DELAY_S
-            raise
-        entry.connect_error = None
-        return connection
-
-    def _entry(self, address: BrokerAddress) -> _PoolEntry:
-        with self._lock:
-            if self._closed:
-                raise ClientClosedError("the session factory was shut down")
-            entry = self._entries.get(address.uri)
-        if entry is None:
-            raise NoBrokerError(f"broker {address.uri} is not in use by any topic")
-        return entry
-
-    def connect_quietly(self, address: BrokerAddress) -> None:
-        """Open the connection to ``address`` now if possible; log (not raise) a failure."""
-        try:
-            self.get(address)
-        except ClientError as error:
-            log.warning("cannot connect to %s yet: %s", address.uri, error)
-
-    def uris(self) -> list[str]:
-        """The URIs currently referenced (for tests and diagnostics)."""
-        with self._lock:
-            return sorted(self._entries)
-
-    def close(self) -> None:
-        """Close every connection and refuse further use. Idempotent."""
-        with self._lock:
-            self._closed = True
-            entries = list(self._entries.values())
-            self._entries.clear()
-        for entry in entries:
-            with entry.lock:
-                if entry.connection is not None:
-                    entry.connection.close()
 
 
 @dataclass(frozen=True)
@@ -251,6 +123,7 @@ class MetaMessageSessionFactory:
         self._extras: list[OrderedMessageProducer | AsyncMessageProducer] = []
         self._closed = False
         self._pool = ConnectionPool(config.connect_timeout_s)
+        self._subscriptions = SubscribeRegistry()
         self._zk_client: Any = None
         self._view: ZkClusterView | None = None
         self._direct_broker: BrokerAddress | None = None
@@ -395,14 +268,15 @@ class MetaMessageSessionFactory:
     def create_consumer(self, config: ConsumerConfig) -> MessageConsumer:
         """Return a new consumer of ``config.group`` (spec §3); it joins at ``complete_subscribe``.
 
+        In direct mode (``server_url``) the consumer reads the partitions named in
+        ``config.partition`` from that broker, without ZooKeeper (``meta.client.direct``).
+
         Raises:
             ClientClosedError: the factory was shut down.
-            ClientError: direct mode (consumers need ZooKeeper here).
+            ClientError: direct mode without ``config.partition``.
         """
         from meta.client.consumer import MessageConsumer
 
-        if self._zk_client is None:
-            raise ClientError("create_consumer needs ZooKeeper; direct mode is not supported")
         consumer = MessageConsumer(
             config,
             self._pool,
@@ -410,6 +284,8 @@ class MetaMessageSessionFactory:
             self.config.zk_root,
             self._consumer_shut_down,
             pull=self.get,
+            registry=self._subscriptions,
+            direct_broker=self._direct_broker,
         )
         with self._lock:
             if self._closed:

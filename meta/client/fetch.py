@@ -22,7 +22,11 @@ Invariants:
   in a row. Once it exceeds ``max_fetch_retries`` that message goes to the reject handler
   instead of the listener and the offset moves past it (spec §3.7): listener calls for one
   message are at most ``max_fetch_retries + 1``.
-* After ``stop()`` returns no fetch thread runs and no listener call is in progress.
+* After ``stop()`` returns no fetch thread runs and no listener call is in progress;
+  ``stop()`` cancels gets still waiting for a reply (a long poll), so it does not wait
+  for them.
+* While ``paused`` (ZooKeeper connection suspended) no new get is sent, across
+  ``stop()``/``start()`` too; only ``resume()`` clears the pause.
 
 Thread-safety: public ``FetchManager`` methods are thread-safe. Listeners and the reject
 handler run on the fetch threads. A ``PartitionControl`` belongs to the thread holding its
@@ -37,12 +41,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from concurrent.futures import CancelledError, Future
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from meta.client.cluster import BrokerAddress, Partition
+from meta.client.fetch_state import FetchRequest, FetchSettings
 from meta.client.message import Message
-from meta.client.received import PartitionControl, ReceivedMessage
+from meta.client.received import PartitionControl, ReceivedMessage, decode_batch
 from meta.errors import ClientError, InvalidRecordError
 from meta.protocol.commands import Data, Get, Offset, Result
 from meta.protocol.message import HEADER_SIZE, iter_messages
@@ -52,10 +57,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("meta.client")
 
+__all__ = ["FetchManager", "FetchRequest", "FetchSettings", "PartitionControl", "ReceivedMessage"]
+
 FETCH_BYTES_MAX = 64 * 1024 * 1024
 """The largest fetch size a request grows to (a client connection's reply limit)."""
 LONG_MAX = 2**63 - 1
 """Java's ``Long.MAX_VALUE``: a get at this offset is answered 301 with the max offset."""
+
+
+class FetchCancelled(ClientError):
+    """``stop()`` cancelled a get or offset request that was waiting for its reply."""
+
 
 Listener = Callable[[Message], Any]
 RejectHandler = Callable[[Message], Any]
@@ -69,50 +81,6 @@ class _Batch:
     last_id: int | None = None
     failed: bool = False
     invalid: InvalidRecordError | None = None
-
-
-@dataclass(frozen=True)
-class FetchSettings:
-    """What the fetch loop needs from ``ConsumerConfig`` (see there for the meanings)."""
-
-    group: str
-    fetch_timeout_s: float
-    max_delay_fetch_ms: int
-    long_poll_ms: int
-    offset_reset: str
-    fetch_threads: int
-    max_fetch_retries: int = 5
-
-
-@dataclass
-class FetchRequest:
-    """One owned partition's fetch state (mutated only by the thread that holds it)."""
-
-    topic: str
-    partition: Partition
-    address: BrokerAddress | None
-    offset: int
-    msg_id: int = -1
-    modified: bool = False
-    max_size: int = 1024 * 1024
-    delay_ms: int = 0
-    retries: int = 0
-    tmp_offset: int = -1
-    control: PartitionControl = field(default_factory=PartitionControl, repr=False)
-    initial_max_size: int = 0  # the subscription's size; 0: max_size at creation
-
-    def __post_init__(self) -> None:
-        if not self.initial_max_size:
-            self.initial_max_size = self.max_size
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return self.topic, str(self.partition)
-
-    @property
-    def next_offset(self) -> int:
-        """Where the next fetch reads: ``tmp_offset`` in manual mode, else ``offset``."""
-        return self.tmp_offset if self.tmp_offset >= 0 else self.offset
 
 
 def call_listener(listener: Any, message: Message) -> None:
@@ -152,6 +120,8 @@ class FetchManager:
         self._sequence = itertools.count()
         self._threads: list[threading.Thread] = []
         self._running = False
+        self._paused = False
+        self._in_flight: set[Future] = set()  # gets being waited for (stop cancels them)
 
     def start(self, requests: list[FetchRequest]) -> None:
         """Start fetching ``requests`` (the manager must be stopped)."""
@@ -171,15 +141,42 @@ class FetchManager:
         for thread in self._threads:
             thread.start()
 
+    @property
+    def paused(self) -> bool:
+        """True between ``pause()`` and ``resume()``."""
+        return self._paused
+
+    def pause(self) -> None:
+        """Stop taking requests (a batch in progress finishes); never blocks.
+
+        Safe from any thread, kazoo's included: it only sets a flag under the condition.
+        """
+        with self._cond:
+            self._paused = True
+
+    def resume(self) -> None:
+        """Take requests again after ``pause()``; due requests are fetched at once."""
+        with self._cond:
+            self._paused = False
+            self._cond.notify_all()
+
     def stop(self) -> dict[tuple[str, str], FetchRequest]:
         """Stop the threads (waiting for batches in progress) and return the requests by key."""
         with self._cond:
             self._running = False
             self._cond.notify_all()
             threads, self._threads = self._threads, []
+            in_flight = list(self._in_flight)
+        for future in in_flight:  # A long-polled get must not hold up a rebalance.
+            future.cancel()
         for thread in threads:
             if thread is not threading.current_thread():
                 thread.join()
+        with self._cond:
+            return dict(self._requests)
+
+    def requests(self) -> dict[tuple[str, str], FetchRequest]:
+        """The current requests by ``(topic, B-P)`` (read their ``offset`` only)."""
         with self._cond:
             return dict(self._requests)
 
@@ -207,6 +204,9 @@ class FetchManager:
         """Wait for the next due request; None once stopped."""
         with self._cond:
             while self._running:
+                if self._paused:
+                    self._cond.wait()
+                    continue
                 now = time.monotonic()
                 if self._queue and self._queue[0][0] <= now:
                     return heapq.heappop(self._queue)[2]
@@ -235,10 +235,14 @@ class FetchManager:
         started = time.monotonic()
         try:
             reply = self._request(request, self._get_command(request))
+        except FetchCancelled:
+            return True  # stop(): the request keeps its state for the next start().
         except ClientError as error:
             log.warning("get %s/%s from %s failed: %s", *request.key, request.address.uri, error)
             self._backoff(request)
             return True
+        if self._paused:
+            return True  # Suspended while the get was out: drop the reply, keep the offset.
         if isinstance(reply, Data):
             self._process(request, reply.data)
             return True
@@ -266,9 +270,26 @@ class FetchManager:
         )
 
     def _request(self, request: FetchRequest, command: Get | Offset) -> Result | Data:
+        """Send ``command`` and wait for the reply.
+
+        Raises:
+            ClientError: no reply in time, the connection failed, or ``stop()`` cancelled
+                the request (``FetchCancelled``).
+        """
         connection = self._pool.get(request.address)
         timeout_s = self._settings.fetch_timeout_s + self._settings.long_poll_ms / 1000
-        return connection.request(command, timeout_s).result()
+        future = connection.request(command, timeout_s)
+        with self._cond:
+            if not self._running:
+                future.cancel()
+            self._in_flight.add(future)
+        try:
+            return future.result()
+        except CancelledError:
+            raise FetchCancelled(f"get of {request.topic}/{request.partition} cancelled") from None
+        finally:
+            with self._cond:
+                self._in_flight.discard(future)
 
     def _backoff(self, request: FetchRequest) -> None:
         """Empty fetch or error: the delay grows by a tenth of the maximum (spec §3.6)."""
@@ -372,26 +393,28 @@ class FetchManager:
         control = request.control
         topic, partition = request.topic, request.partition
         batch = _Batch()
+        consumed = 0
+        last_id = None
         try:
-            for record in iter_messages(data, base):
-                message = ReceivedMessage.from_record(topic, record, partition)
-                message.partition_control = control
+            for message, size in decode_batch(data, base, topic, partition, control):
                 try:
                     receive(message)
                 except Exception:
-                    log.exception("listener failed on %s/%s@%d", *request.key, record.offset)
+                    log.exception("listener failed on %s/%s@%d", *request.key, message.offset)
                     message.rollback_only = True
                 if message.rollback_only:
                     batch.failed = True
                     break
                 if control.rolled_back:
                     break
-                batch.consumed += record.size
-                batch.last_id = record.msg_id
+                consumed += size
+                last_id = message.id
                 if control.acked:
                     break
         except InvalidRecordError as error:
             batch.invalid = error
+        batch.consumed = consumed
+        batch.last_id = last_id
         return batch
 
     def _finish(self, request: FetchRequest, base: int, batch: _Batch) -> None:

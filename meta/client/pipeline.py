@@ -36,7 +36,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 from meta.errors import ClientClosedError, ClientError, MetaError, OperationTimeoutError
@@ -270,13 +270,17 @@ class PipelinedConnection:
         """Reader thread: receive, decode, complete futures, sweep deadlines; close at end."""
         poller = select.poll()
         poller.register(self._socket, select.POLLIN)
+        # One receive buffer for the connection's life: no fresh allocation (and page
+        # faults) per recv; the decoder copies what it keeps.
+        buffer = bytearray(RECEIVE_BYTES)
+        view = memoryview(buffer)
         try:
             while self._failure is None:
                 if poller.poll(SWEEP_INTERVAL_S * 1000):
-                    data = self._socket.recv(RECEIVE_BYTES)
-                    if not data:
+                    received = self._socket.recv_into(buffer)
+                    if not received:
                         raise ConnectionError("the broker closed the connection")
-                    self._decoder.receive_data(data)
+                    self._decoder.receive_data(view[:received])
                     self._dispatch()
                 if time.monotonic() >= self._next_sweep:
                     self._sweep()
@@ -363,15 +367,22 @@ def _with_opaque(command: Command, opaque: int) -> Command:
 def _settle(
     future: _PendingFuture, reply: Result | Data | None = None, error: BaseException | None = None
 ) -> None:
-    """Complete a future taken out of the table, unless its caller cancelled it meanwhile."""
-    if not future.set_running_or_notify_cancel():
-        return
+    """Complete a future taken out of the table, unless its caller cancelled it meanwhile.
+
+    A pending future may be completed directly (no RUNNING step: one lock round trip
+    less per reply); one cancelled meanwhile refuses with ``InvalidStateError`` and is then
+    moved on the way ``set_running_or_notify_cancel`` does, so ``wait()`` callers hear.
+    """
     if error is None and future.convert is not None:
         try:
             reply = future.convert(reply)
         except Exception as convert_error:  # Handed to the caller through the future.
             error = convert_error
-    if error is None:
-        future.set_result(reply)
-    else:
-        future.set_exception(error)
+    try:
+        if error is None:
+            future.set_result(reply)
+        else:
+            future.set_exception(error)
+    except InvalidStateError:
+        if future.cancelled():
+            future.set_running_or_notify_cancel()

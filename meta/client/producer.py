@@ -419,9 +419,8 @@ class _SendResultConverter:
         return SendResult.failure(reply.body.decode("utf-8", "replace"))
 
     def _success(self, body: bytes) -> SendResult:
-        fields = body.split()
         try:
-            msg_id, partition_number, offset = (int(field) for field in fields)
+            msg_id, partition_number, offset = map(int, body.split())
         except ValueError:
             raise ClientError(f"malformed put reply {body!r} for {self.message.topic}") from None
         partition = Partition(self.broker_id, partition_number)

@@ -16,6 +16,8 @@ Invariants:
   owner of a released partition reads where this consumer stopped.
 * A partition kept across a rebalance keeps its in-memory offset; a newly owned one loads
   the committed offset (or the configured start offset).
+* While the ZooKeeper connection is SUSPENDED, no get is sent and no offset is written
+  (the fetcher is paused, modified offsets wait); CONNECTED on the same session resumes.
 * After the session expires, in-memory state is dropped (uncommitted progress is lost, as in
   Java) and the consumer registers again and rebalances once reconnected.
 
@@ -53,6 +55,9 @@ ATTEMPTS = 7
 """Rebalance attempts per trigger (Java's ``maxRebalanceRetries`` default)."""
 
 _REBALANCE, _STOP = "rebalance", "stop"
+CLOSE_WAIT_S = 10.0
+"""How long ``close`` waits for a rebalance in progress (one stuck in a ZooKeeper call that
+waits for the connection) before it stops the fetcher without the ZooKeeper cleanup."""
 
 
 class _AttemptFailed(Exception):
@@ -102,6 +107,9 @@ class ZkConsumerGroup:
         self._owned: set[tuple[str, str]] = set()
         self._previous: object = None
         self._needs_register = False
+        self._suspended = False
+        self._rebalance_pending = False  # a rebalance was skipped or cut short while suspended
+        self._close_once = threading.Lock()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="meta-rebalance", daemon=True)
 
@@ -138,7 +146,14 @@ class ZkConsumerGroup:
         self._thread.start()
 
     def commit(self) -> None:
-        """Write every modified offset to ``consumers/G/offsets/T/B-P`` (spec §1.5)."""
+        """Write every modified offset to ``consumers/G/offsets/T/B-P`` (spec §1.5).
+
+        While the connection is suspended nothing is written; the entries stay modified
+        for the next commit.
+        """
+        if self._suspended:
+            log.info("offset commit of %s deferred: ZooKeeper is suspended", self.consumer_id)
+            return
         entries = self._fetcher.take_modified()
         for index, (topic, partition, msg_id, offset) in enumerate(entries):
             path = f"{self._group_path}/offsets/{topic}/{partition}"
@@ -154,23 +169,42 @@ class ZkConsumerGroup:
                 return
 
     def close(self) -> None:
-        """Stop rebalancing and fetching, commit, delete the owner and ids nodes. Idempotent."""
-        with self._lock:
+        """Stop rebalancing and fetching, commit, delete the owner and ids nodes. Idempotent.
+
+        Bounded: a rebalance stuck in a ZooKeeper call (the connection is down) is waited
+        for at most ``CLOSE_WAIT_S``; the fetcher is then stopped without the ZooKeeper
+        cleanup (the ephemeral nodes go with the session) and the rebalance thread ends
+        once the factory closes the ZooKeeper client.
+        """
+        with self._close_once:
             if self._closed:
                 return
             self._closed = True
         self._tokens.put(_STOP)
         if self._thread.is_alive():
-            self._thread.join()
+            self._thread.join(CLOSE_WAIT_S)
         self._client.remove_listener(self._state_changed)
-        with self._lock:
+        if not self._lock.acquire(timeout=CLOSE_WAIT_S if not self._thread.is_alive() else 0):
+            log.warning("consumer %s: a rebalance is stuck on ZooKeeper; closing without it",
+                        self.consumer_id)  # fmt: skip
             self._fetcher.stop()
+            return
+        try:
+            self._fetcher.stop()
+            if self._suspended or not self._client.connected:
+                # Calls would block until ZooKeeper is back; the ephemeral nodes go with the
+                # session, and the uncommitted progress is delivered again (at least once).
+                log.warning("consumer %s closes without ZooKeeper: offsets not committed",
+                            self.consumer_id)  # fmt: skip
+                return
             try:
                 self.commit()
                 self._release_all()
                 self._client.delete(self.ids_path)
             except KazooException as error:
                 log.warning("consumer %s left nodes behind: %s", self.consumer_id, error)
+        finally:
+            self._lock.release()
 
     def _children_changed(self, _children: list[str]) -> bool | None:
         """ChildrenWatch callback (kazoo's event thread): only enqueue."""
@@ -179,13 +213,40 @@ class ZkConsumerGroup:
         self._tokens.put(_REBALANCE)
         return None
 
+    @property
+    def suspended(self) -> bool:
+        """True while the ZooKeeper connection is suspended or the session is lost."""
+        return self._suspended
+
     def _state_changed(self, state: str) -> None:
-        """State listener (kazoo's connection thread): never call ZooKeeper from here."""
-        if state == KazooState.LOST:
+        """State listener (kazoo's connection thread): never call ZooKeeper from here.
+
+        SUSPENDED pauses fetching and offset commits: the session may expire meanwhile and
+        another member take these partitions over, so reading on would only make
+        duplicates, and commits cannot reach ZooKeeper. CONNECTED on the same session
+        resumes both; LOST keeps them paused until the new session re-registered and
+        rebalanced (which restarts the fetcher).
+        """
+        if state == KazooState.SUSPENDED:
+            self._suspended = True
+            self._fetcher.pause()
+            log.warning("consumer %s: ZooKeeper connection suspended, fetching paused",
+                        self.consumer_id)  # fmt: skip
+        elif state == KazooState.LOST:
+            self._suspended = True
+            self._fetcher.pause()
             self._needs_register = True
             self._tokens.put(_REBALANCE)
-        elif state == KazooState.CONNECTED and self._needs_register:
-            self._tokens.put(_REBALANCE)
+        elif state == KazooState.CONNECTED:
+            self._suspended = False
+            if self._needs_register:
+                self._tokens.put(_REBALANCE)
+            else:
+                self._fetcher.resume()
+                log.info("consumer %s: ZooKeeper connection back, fetching resumed",
+                         self.consumer_id)  # fmt: skip
+                if self._rebalance_pending:
+                    self._tokens.put(_REBALANCE)
 
     def _run(self) -> None:
         while True:
@@ -194,9 +255,14 @@ class ZkConsumerGroup:
                 tokens.append(self._tokens.get_nowait())
             if _STOP in tokens:
                 return
+            if self._suspended:
+                # ZooKeeper calls would wait for the connection; CONNECTED re-queues this.
+                self._rebalance_pending = True
+                continue
             with self._lock:
                 if self._closed:
                     return
+                self._rebalance_pending = False
                 if self._needs_register and not self._reregister():
                     continue
                 self._synced_rebalance()
@@ -212,6 +278,8 @@ class ZkConsumerGroup:
             log.warning("consumer %s cannot register again yet: %s", self.consumer_id, error)
             return False
         self._needs_register = False
+        if not self._suspended:
+            self._fetcher.resume()
         log.info("consumer %s registered again after session expiry", self.consumer_id)
         return True
 
@@ -236,6 +304,12 @@ class ZkConsumerGroup:
             except (_AttemptFailed, KazooException, ClientError) as error:
                 log.info("rebalance attempt %d of %s failed: %s", attempt, self.consumer_id, error)
                 self._fetcher.stop()
+                if self._suspended:
+                    # Cleanup would wait for the connection. Ownership is kept as it is (the
+                    # next attempt releases what it must); CONNECTED rebalances again.
+                    self._rebalance_pending = True
+                    self._previous = None
+                    return False
                 try:
                     self.commit()
                     self._release_all()

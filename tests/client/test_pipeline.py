@@ -255,3 +255,31 @@ def test_the_pool_fails_fast_for_a_while_after_a_failed_connect():
             pool.get(address)
     finally:
         pool.close()
+
+
+def test_settle_completes_a_pending_future_and_leaves_a_cancelled_one_cancelled():
+    """The reply path completes futures without the RUNNING step; a future cancelled at
+    that instant must stay cancelled (no InvalidStateError) and wake ``wait()`` callers."""
+    from concurrent.futures import FIRST_COMPLETED
+
+    from meta.client import pipeline
+
+    class Owner:
+        def forget(self, opaque):
+            pass
+
+    done = pipeline._PendingFuture(Owner(), time.monotonic() + 5, 5.0, None)
+    pipeline._settle(done, reply=Result(200, b"ok", 1))
+    assert done.result(0).body == b"ok"
+    failed = pipeline._PendingFuture(Owner(), time.monotonic() + 5, 5.0, None)
+    pipeline._settle(failed, error=ClientError("gone"))
+    with pytest.raises(ClientError, match="gone"):
+        failed.result(0)
+    cancelled = pipeline._PendingFuture(Owner(), time.monotonic() + 5, 5.0, len)
+    waiter = threading.Thread(target=wait, args=([cancelled],), kwargs={"timeout": 5,
+                              "return_when": FIRST_COMPLETED})  # fmt: skip
+    assert cancelled.cancel()
+    waiter.start()
+    pipeline._settle(cancelled, reply=Result(200, b"late", 1))
+    waiter.join(5)
+    assert not waiter.is_alive() and cancelled.cancelled()
