@@ -121,7 +121,7 @@ class FetchManager:
         self._threads: list[threading.Thread] = []
         self._running = False
         self._paused = False
-        self._in_flight: set[Future] = set()  # gets being waited for (stop cancels them)
+        self._gets_in_flight: set[Future] = set()  # gets being waited for (stop cancels them)
 
     def start(self, requests: list[FetchRequest]) -> None:
         """Start fetching ``requests`` (the manager must be stopped)."""
@@ -166,7 +166,7 @@ class FetchManager:
             self._running = False
             self._cond.notify_all()
             threads, self._threads = self._threads, []
-            in_flight = list(self._in_flight)
+            in_flight = list(self._gets_in_flight)
         for future in in_flight:  # A long-polled get must not hold up a rebalance.
             future.cancel()
         for thread in threads:
@@ -282,14 +282,14 @@ class FetchManager:
         with self._cond:
             if not self._running:
                 future.cancel()
-            self._in_flight.add(future)
+            self._gets_in_flight.add(future)
         try:
             return future.result()
         except CancelledError:
             raise FetchCancelled(f"get of {request.topic}/{request.partition} cancelled") from None
         finally:
             with self._cond:
-                self._in_flight.discard(future)
+                self._gets_in_flight.discard(future)
 
     def _backoff(self, request: FetchRequest) -> None:
         """Empty fetch or error: the delay grows by a tenth of the maximum (spec §3.6)."""
