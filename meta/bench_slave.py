@@ -15,7 +15,11 @@
    --slave-max-delay-ms``) once the master is serving, and times its catch-up: from the
    moment the slave answers until its end (the ``offset`` command at ``Long.MAX_VALUE``,
    polled every ``POLL_S``) reaches the master's end. Replay rate = backlog bytes / that
-   time; target: at least ``TARGET_FRACTION`` of the raw consume rate;
+   time; target: at least ``TARGET_FRACTION`` of the raw consume rate. The slave process's
+   CPU time over the same interval (user + system, all its threads, from
+   ``/proc/<pid>/stat``) is reported per MiB of backlog (``cpu_ms_per_mib``), as is the
+   bench thread's own CPU per MiB for the two consume loops: CPU time, unlike the rates, is
+   not skewed by other load on the machine;
 4. **lag**: a paced producer puts ``--rate`` messages/s for ``--seconds`` seconds (batches
    every ``TICK_S``, replies read as they come, each put's offset and ack time recorded)
    while a second thread polls the slave's end every ``POLL_S``. A message's lag is the
@@ -25,23 +29,21 @@
    1 MiB get in step 2);
 5. prints a table, or JSON with ``--json``.
 
-Everything it starts is stopped on exit (slave, master, ZooKeeper); the temporary
-directory is removed unless ``--keep``. Every wait has a deadline. Runs on the caller's
-thread plus one polling thread during step 4; only 127.0.0.1.
+The probes of steps 3 and 4 (the slave's end, the paced producer) live in
+``meta.bench_slave_probes``. Everything it starts is stopped on exit (slave, master,
+ZooKeeper); the temporary directory is removed unless ``--keep``. Every wait has a
+deadline. Runs on the caller's thread plus one polling thread during step 4; only 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
 import os
-import selectors
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +51,6 @@ from pathlib import Path
 from meta.bench import (
     HOST,
     MAX_SIZE_DEFAULT,
-    REPLY_TIMEOUT_S,
     REPO,
     START_TIMEOUT_S,
     BenchBroker,
@@ -57,29 +58,30 @@ from meta.bench import (
     PutFrames,
     connect,
     read_reply,
-    receive_into,
     run_consume,
     run_pipelined,
     wait_until_answering,
 )
+from meta.bench_slave_probes import (
+    POLL_S,
+    TOPIC,
+    EndPoller,
+    EndReader,
+    lags,
+    percentile,
+    run_paced,
+    wait_for_end,
+)
 from meta.bench_spark import ZooKeeper, rates
-from meta.protocol.codec import HEADER_BYTES_MAX, NEED_DATA, Decoder
-from meta.protocol.commands import Result
-from meta.protocol.message import HEADER_SIZE
+from meta.protocol.codec import HEADER_BYTES_MAX
 from meta.slave.fetcher import record_sizes
 
-TOPIC = "bench-slave"
 ZK_ROOT = "/meta"
 BROKER_ID = 1
 TARGET_FRACTION = 0.5
-POLL_S = 0.002
-"""How often the slave's end is read (lag and catch-up)."""
-TICK_S = 0.005
-"""The paced producer sends what is due every tick."""
 CATCH_UP_TIMEOUT_S = 3600.0
 LAG_TAIL_TIMEOUT_S = 60.0
 """After the last put, how long the slave may take to reach the master's end."""
-LONG_MAX = 2**63 - 1
 
 
 @dataclass
@@ -147,35 +149,19 @@ class SlaveBenchBroker(BenchBroker):
         return "\n".join(lines) + "\n"
 
 
-class EndReader:
-    """One connection asking a broker for the end of ``TOPIC`` partition 0 (``offset``)."""
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far (all threads); None off Linux."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def __init__(self, address: tuple[str, int]) -> None:
-        self._sock = connect(address)
-        self._decoder = Decoder()
-        self._opaque = 0
 
-    def end(self) -> int:
-        """The visible end (0 while the partition does not exist: 404)."""
-        self._opaque += 1
-        self._sock.sendall(
-            b"offset %s bench 0 %d %d\r\n" % (TOPIC.encode(), LONG_MAX, self._opaque)
-        )
-        deadline = time.monotonic() + REPLY_TIMEOUT_S
-        while (reply := self._decoder.next_command()) is NEED_DATA:
-            if time.monotonic() > deadline:
-                raise BenchError(f"no offset reply within {REPLY_TIMEOUT_S} s")
-            receive_into(self._sock, self._decoder)
-        if not isinstance(reply, Result) or reply.opaque != self._opaque:
-            raise BenchError(f"unexpected offset reply {reply!r}")
-        if reply.code == 404:
-            return 0
-        if reply.code != 200:
-            raise BenchError(f"offset failed: {reply!r}")
-        return int(reply.body)
-
-    def close(self) -> None:
-        self._sock.close()
+def cpu_ms_per_mib(cpu_s: float | None, size_bytes: int) -> float | None:
+    if cpu_s is None:
+        return None
+    return round(cpu_s * 1000 / max(size_bytes / (1 << 20), 1e-9), 3)
 
 
 def run_checked_consume(address: tuple[str, int], timeout_s: float) -> dict:
@@ -202,126 +188,6 @@ def run_checked_consume(address: tuple[str, int], timeout_s: float) -> dict:
                 raise BenchError(f"get at {offset} returned no complete record")
             records, offset = records + len(sizes), offset + sum(sizes)
     return {"messages": records, "bytes": offset, "seconds": time.monotonic() - start}
-
-
-def wait_for_end(reader: EndReader, end: int, timeout_s: float) -> float:
-    """Poll until the broker's end is at least ``end``; return the monotonic time it was seen."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        now = time.monotonic()
-        if reader.end() >= end:
-            return now
-        if now > deadline:
-            raise BenchError(f"the slave did not reach offset {end} within {timeout_s} s")
-        time.sleep(POLL_S)
-
-
-class EndPoller(threading.Thread):
-    """Reads the slave's end every ``POLL_S`` until stopped; keeps ``(time, end)`` samples.
-
-    A sample is kept only when the end moved, so memory is bounded by the number of
-    distinct ends (at most one per message)."""
-
-    def __init__(self, address: tuple[str, int]) -> None:
-        super().__init__(name="bench-slave-poller", daemon=True)
-        self._reader = EndReader(address)
-        self._stop_event = threading.Event()
-        self.times: list[float] = []
-        self.ends: list[int] = []
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            while not self._stop_event.is_set():
-                sent = time.monotonic()
-                end = self._reader.end()
-                if not self.ends or end > self.ends[-1]:
-                    # The end was read after ``sent``: credit the earliest possible time.
-                    self.times.append(sent)
-                    self.ends.append(end)
-                self._stop_event.wait(POLL_S)
-        except BaseException as error:  # Reported by the caller.
-            self.error = error
-        finally:
-            self._reader.close()
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        self.join(REPLY_TIMEOUT_S + 5)
-
-
-def run_paced(
-    address: tuple[str, int], frames: PutFrames, rate: float, duration_s: float
-) -> tuple[list[float], list[int], float]:
-    """Put ``rate`` messages/s for ``duration_s`` on one connection, all acked.
-
-    Returns:
-        ``(ack_times, ends, seconds)``: per message, the monotonic time its reply was read
-        and the offset just past its record; and the time the whole run took.
-    """
-    total = max(1, int(rate * duration_s))
-    record_bytes = HEADER_SIZE + len(frames.body)
-    sock = connect(address)
-    sock.setblocking(False)
-    selector = selectors.DefaultSelector()
-    selector.register(sock, selectors.EVENT_READ)
-    decoder = Decoder()
-    ack_times: list[float] = []
-    ends: list[int] = []
-    pending = memoryview(b"")
-    sent = 0
-    start = time.monotonic()
-    last_progress = start
-    try:
-        while len(ack_times) < total:
-            now = time.monotonic()
-            due = min(total, int((now - start) * rate) + 1)
-            if not pending and due > sent:
-                pending = memoryview(frames.batch(sent + 1, due - sent))
-                sent = due
-            if now - last_progress > REPLY_TIMEOUT_S:
-                raise BenchError(f"no reply for {REPLY_TIMEOUT_S} s ({sent - len(ack_times)} open)")
-            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if pending else 0)
-            selector.modify(sock, events)
-            for _key, ready in selector.select(TICK_S):
-                if ready & selectors.EVENT_WRITE and pending:
-                    try:
-                        pending = pending[sock.send(pending) :]
-                    except BlockingIOError:
-                        pass
-                if ready & selectors.EVENT_READ:
-                    receive_into(sock, decoder)
-                    read_at = time.monotonic()
-                    while (reply := decoder.next_command()) is not NEED_DATA:
-                        if not isinstance(reply, Result) or reply.code != 200:
-                            raise BenchError(f"put failed: {reply!r}")
-                        ack_times.append(read_at)
-                        ends.append(int(reply.body.rsplit(b" ", 1)[1]) + record_bytes)
-                        last_progress = read_at
-    finally:
-        selector.close()
-        sock.close()
-    return ack_times, ends, time.monotonic() - start
-
-
-def lags(ack_times: list[float], ends: list[int], seen_times: list[float], seen_ends: list[int]):
-    """Per message: seconds from its ack until the slave's end covered it (>= 0).
-
-    Raises:
-        BenchError: a message the slave never reached.
-    """
-    result = []
-    for acked, end in zip(ack_times, ends, strict=True):
-        index = bisect.bisect_left(seen_ends, end)
-        if index == len(seen_ends):
-            raise BenchError(f"the slave never reached offset {end}")
-        result.append(max(0.0, seen_times[index] - acked))
-    return result
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -366,12 +232,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             produced = run_pipelined(master.address, frames, CATCH_UP_TIMEOUT_S, messages)
             if produced["messages"] != messages:
                 raise BenchError(f"produced {produced['messages']} of {messages} messages")
-            raw = run_consume(master.address, TOPIC, CATCH_UP_TIMEOUT_S, 1 << 62)
-            if raw["messages"] != messages:
-                raise BenchError(f"raw consume read {raw['messages']} of {messages} messages")
-            checked = run_checked_consume(master.address, CATCH_UP_TIMEOUT_S)
-            if checked["messages"] != messages:
-                raise BenchError(f"checked consume read {checked['messages']} of {messages}")
+            raw, checked = measure_consumes(master.address, messages)
             backlog_end = raw["bytes"]
             slave = SlaveBenchBroker(
                 work / "slave",
@@ -380,13 +241,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                 **common,
             )
             with slave:
-                began = time.monotonic()
-                reader = EndReader(slave.address)
-                try:
-                    caught_up = wait_for_end(reader, backlog_end, CATCH_UP_TIMEOUT_S)
-                finally:
-                    reader.close()
-                replay_s = caught_up - began
+                replay_s, slave_cpu_s = measure_catch_up(slave, backlog_end)
                 lag_report = measure_lag(args, master, slave, frames)
             slave_log = slave.log_tail()
     fetch_round_trip_ms = raw["seconds"] / max(raw["gets"], 1) * 1000
@@ -398,6 +253,9 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         replay["msg_per_s"] / max(checked_rates["msg_per_s"], 1), 2
     )
     replay["meets_target"] = replay["fraction_of_raw"] >= TARGET_FRACTION
+    raw_rates["cpu_ms_per_mib"] = cpu_ms_per_mib(raw["cpu_s"], backlog_end)
+    checked_rates["cpu_ms_per_mib"] = cpu_ms_per_mib(checked["cpu_s"], backlog_end)
+    replay["cpu_ms_per_mib"] = cpu_ms_per_mib(slave_cpu_s, backlog_end)
     bound_ms = args.slave_max_delay_ms + fetch_round_trip_ms
     lag_report["bound_ms"] = round(bound_ms, 1)
     lag_report["meets_target"] = lag_report["p99_ms"] < bound_ms
@@ -417,6 +275,38 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         "lag": lag_report,
         "target_fraction": TARGET_FRACTION,
     }
+
+
+def measure_consumes(address: tuple[str, int], messages: int) -> tuple[dict, dict]:
+    """Step 2's two consume loops over the backlog, each with this thread's CPU (``cpu_s``)."""
+    cpu_began = time.thread_time()
+    raw = run_consume(address, TOPIC, CATCH_UP_TIMEOUT_S, 1 << 62)
+    raw["cpu_s"] = time.thread_time() - cpu_began
+    if raw["messages"] != messages:
+        raise BenchError(f"raw consume read {raw['messages']} of {messages} messages")
+    cpu_began = time.thread_time()
+    checked = run_checked_consume(address, CATCH_UP_TIMEOUT_S)
+    checked["cpu_s"] = time.thread_time() - cpu_began
+    if checked["messages"] != messages:
+        raise BenchError(f"checked consume read {checked['messages']} of {messages}")
+    return raw, checked
+
+
+def measure_catch_up(slave: SlaveBenchBroker, backlog_end: int) -> tuple[float, float | None]:
+    """Step 3: seconds until the slave's end reaches ``backlog_end``, and the slave
+    process's CPU seconds meanwhile (None off Linux)."""
+    assert slave.process is not None
+    began = time.monotonic()
+    cpu_began = process_cpu_s(slave.process.pid)
+    reader = EndReader(slave.address)
+    try:
+        caught_up = wait_for_end(reader, backlog_end, CATCH_UP_TIMEOUT_S)
+    finally:
+        reader.close()
+    cpu_s = process_cpu_s(slave.process.pid)
+    if cpu_s is not None and cpu_began is not None:
+        cpu_s -= cpu_began
+    return caught_up - began, cpu_s
 
 
 def measure_lag(
@@ -462,6 +352,8 @@ def format_report(report: dict) -> str:
         row = report[name]
         line = f"{name:15} {row['msg_per_s']:>10} msg/s {row['mb_per_s']:>8} MB/s"
         line += f" {row['seconds']:>8} s"
+        if row.get("cpu_ms_per_mib") is not None:
+            line += f" {row['cpu_ms_per_mib']:>7.3f} ms CPU/MiB"
         if "fraction_of_raw" in row:
             verdict = "meets" if row["meets_target"] else "MISSES"
             line += (

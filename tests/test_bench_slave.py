@@ -26,13 +26,15 @@ def test_bench_runs_end_to_end_and_reports_lag_and_replay(tmp_path):
     for name in ("produce", "raw_consume", "checked_consume", "slave_replay"):
         assert report[name]["messages"] == messages
         assert report[name]["msg_per_s"] > 0
+    for name in ("raw_consume", "checked_consume", "slave_replay"):
+        assert report[name]["cpu_ms_per_mib"] > 0  # Linux: /proc and thread_time
     assert report["backlog_bytes"] == messages * (1024 + 20)
     lag = report["lag"]
     assert lag["messages"] == 1000
     assert 0 <= lag["p50_ms"] <= lag["p99_ms"] <= lag["max_ms"]
     assert lag["bound_ms"] > 500
     text = bench_slave.format_report(report)
-    assert "of raw" in text and "p99" in text
+    assert "of raw" in text and "p99" in text and "ms CPU/MiB" in text
     assert (tmp_path / "zookeeper" / "zookeeper.log").exists()
     assert not (tmp_path / "zookeeper" / "zookeeper.pid").exists()  # ZooKeeper stopped
     for broker in ("master", "slave"):

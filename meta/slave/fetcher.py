@@ -31,6 +31,12 @@ acknowledgement per fetch instead of per record, which is what lets the replay k
 a raw client. (Each entry is staged with its record count, so ``stats topics``
 message counts and ``unflushThreshold`` count messages as on the master.)
 
+Replay (a backlog on the master): while replies come back full, the fetch size doubles, up
+to ``REPLAY_FETCH_BYTES_MAX``, so per-fetch costs (round trip, thread hops, the reactor's
+write and acknowledgement) are spread over more records; it halves again, as the client's
+does, once replies come back less than half full (caught up). The records handed to the
+reactor are a ``memoryview`` of the reply when it was cut inside a record (no copy).
+
 A 301 for a partition that has **no local data yet** means the master's data starts later
 (retention deleted its first segments): the reactor creates the local partition with its
 first segment at that offset (zk spec 6.1 step 6.3) and fetching goes on from there.
@@ -50,7 +56,9 @@ a public raw-batch hook in the client would make this independent of those priva
 
 from __future__ import annotations
 
+import bisect
 import concurrent.futures
+import itertools
 import logging
 import zlib
 from collections import deque
@@ -72,12 +80,17 @@ APPEND_WAIT_S = 60.0
 APPENDS_IN_FLIGHT_MAX = 2
 """Batches of one partition handed to the reactor and not written yet (memory bound)."""
 
+REPLAY_FETCH_BYTES_MAX = 4 * 1024 * 1024
+"""Largest fetch size a partition grows to while the master has a backlog (memory per
+partition: ``APPENDS_IN_FLIGHT_MAX`` + 1 replies of at most this size: the appends handed
+off and the batch being checked)."""
+
 UNCONFIRMED_TRIES_MAX = 50
 """Fetches of a batch whose master segment end is not confirmed before it is appended anyway."""
 
 Layout = tuple[int, int]
 """``(start of the local last segment, its roll size)`` of one partition."""
-Append = Callable[[str, int, int, bytes, list[int], list[int]], Any]
+Append = Callable[[str, int, int, bytes | memoryview, list[int], list[int]], Any]
 """Reactor side: ``append(topic, partition, base, records, entries, counts)`` ->
 Deferred[Layout].
 
@@ -113,23 +126,26 @@ def record_sizes(data: bytes, base: int) -> tuple[list[int], list[int]]:
     """
     sizes: list[int] = []
     ids: list[int] = []
+    add_size, add_id = sizes.append, ids.append
     view = memoryview(data)
     total = len(view)
+    last_header = total - HEADER_SIZE
     position = 0
     unpack, crc32 = HEADER.unpack_from, zlib.crc32
-    while total - position >= HEADER_SIZE:
+    while position <= last_header:
         length, stored_checksum, msg_id, _flag = unpack(view, position)
-        if length < 0:
-            raise InvalidRecordError(
-                f"negative payload length {length} at offset {base + position}"
-            )
-        end = position + HEADER_SIZE + length
-        if end > total:
+        start = position + HEADER_SIZE
+        end = start + length
+        if end > total or length < 0:  # one test per record for both rare cases
+            if length < 0:
+                raise InvalidRecordError(
+                    f"negative payload length {length} at offset {base + position}"
+                )
             break
-        if crc32(view[position + HEADER_SIZE : end]) & CHECKSUM_MASK != stored_checksum:
+        if crc32(view[start:end]) & CHECKSUM_MASK != stored_checksum:
             raise InvalidRecordError(f"checksum mismatch at offset {base + position}")
-        sizes.append(HEADER_SIZE + length)
-        ids.append(msg_id)
+        add_size(HEADER_SIZE + length)
+        add_id(msg_id)
         position = end
     return sizes, ids
 
@@ -142,13 +158,22 @@ def first_reaching(base: int, sizes: list[int], layout: Layout) -> int | None:
         sizes: record sizes.
         layout: ``(segment start, roll size)``; ``base`` is in that segment.
     """
-    limit = layout[0] + layout[1]
-    end = base
-    for index, size in enumerate(sizes):
-        end += size
-        if end >= limit:
-            return index
-    return None
+    limit = layout[0] + layout[1] - base
+    if not sizes or sum(sizes) < limit:  # the common case, at C speed
+        return None
+    return bisect.bisect_left(list(itertools.accumulate(sizes)), limit)
+
+
+def next_fetch_size(request: FetchRequest, received: int) -> int:
+    """The fetch size after a batch of ``received`` bytes was appended: doubled (up to
+    ``REPLAY_FETCH_BYTES_MAX``) after a full reply, halved (down to the subscription's
+    size) after one less than half full."""
+    size = request.max_size
+    if received >= size and size < REPLAY_FETCH_BYTES_MAX:
+        return min(2 * size, REPLAY_FETCH_BYTES_MAX)  # a backlog
+    if received < size // 2 and size > request.initial_max_size:
+        return max(request.initial_max_size, size // 2)
+    return size
 
 
 class SlaveFetchManager(FetchManager):
@@ -219,10 +244,10 @@ class SlaveFetchManager(FetchManager):
         entries, counts = planned
         count = sum(counts)
         consumed = sum(entries)
-        records = data if consumed == len(data) else bytes(data[:consumed])
+        records = data if consumed == len(data) else memoryview(data)[:consumed]
         expected = self._expected_layout(request.key, base, entries)
         try:
-            self._hand_off(request, base, bytes(records), entries, counts, expected)
+            self._hand_off(request, base, records, entries, counts, expected)
         except ReplicationHalted as error:
             self._stop_partition(request, str(error))
             return
@@ -231,8 +256,7 @@ class SlaveFetchManager(FetchManager):
         request.msg_id = ids[count - 1]
         request.retries = 0
         request.delay_ms = 0
-        if len(data) < request.max_size // 2 and request.max_size > request.initial_max_size:
-            request.max_size = max(request.initial_max_size, request.max_size // 2)
+        request.max_size = next_fetch_size(request, len(data))
 
     def _plan(
         self, request: FetchRequest, data: bytes, base: int, sizes: list[int]
@@ -291,7 +315,7 @@ class SlaveFetchManager(FetchManager):
         self,
         request: FetchRequest,
         base: int,
-        records: bytes,
+        records: bytes | memoryview,
         entries: list[int],
         counts: list[int],
         expected: Layout | None,

@@ -405,12 +405,15 @@ class Replicator:
         topic: str,
         partition: int,
         base: int,
-        records: bytes,
+        records: bytes | memoryview,
         entries: list[int],
         counts: list[int] | None = None,
     ) -> defer.Deferred:
         """Append ``records`` verbatim at ``base``, one stage per entry of ``entries`` sizes,
         each holding ``counts`` records (default: one each).
+
+        ``records`` may be a ``memoryview`` of a fetched reply: it and the entries staged
+        from it (views, not copies) are only read, by the store's write.
 
         The fetch thread may go on as soon as the records are **written** (the local end
         moved past them): their acknowledgement (the fsync, under group commit) comes later
@@ -441,6 +444,8 @@ class Replicator:
         if not partition_log.accepts_appends:
             raise ReplicationHalted(f"the local partition takes no appends ({partition_log})")
         acknowledged = _BatchAck(base, entries)
+        if len(entries) > 1 and type(records) is bytes:
+            records = memoryview(records)  # slices of the view are not copies
         position = 0
         for size, count in zip(entries, counts or [1] * len(entries), strict=True):
             partition_log.stage(records[position : position + size], acknowledged.ack, count)

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meta.errors import LocalProtocolError
-from meta.protocol.codec import NEED_DATA, Decoder, decode_all, encode
+from meta.protocol.codec import BODY_PARTS_BYTES_MIN, NEED_DATA, Decoder, decode_all, encode
 from meta.protocol.commands import (
     OPAQUE_DEFAULT,
     BodyTooLarge,
@@ -403,3 +403,77 @@ def test_a_result_run_leaves_every_other_form_to_next_command(wire):
             decoder.next_command()
     else:
         assert decoder.next_command() == expected
+
+
+# --- large bodies: collected as the caller's chunks (BODY_PARTS_BYTES_MIN) -------------------
+
+LARGE = bytes(range(256)) * ((BODY_PARTS_BYTES_MIN + 4099) // 256)
+LARGE_FRAMES = [Data(LARGE, 7), Result(200, LARGE, 8), Put("t", 0, LARGE, 0, 9), Version(10)]
+
+
+def feed_in_chunks(decoder: Decoder, data: bytes, cuts: list[int]) -> list:
+    decoded = []
+    bounds = [0, *sorted(set(cuts)), len(data)]
+    for start, end in zip(bounds, bounds[1:], strict=False):
+        decoder.receive_data(data[start:end])
+        while (item := decoder.next_command()) is not NEED_DATA:
+            decoded.append(item)
+    return decoded
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 3 * len(LARGE) + 200), max_size=12))
+def test_large_bodies_decode_identically_however_the_input_is_cut(cuts):
+    data = b"".join(encode(frame) for frame in LARGE_FRAMES)
+    assert feed_in_chunks(Decoder(), data, [cut for cut in cuts if cut < len(data)]) == (
+        LARGE_FRAMES
+    )
+
+
+def test_a_large_body_decodes_when_fed_one_byte_at_a_time():
+    data = encode(Data(LARGE, 1)) + encode(Version(2))
+    decoder = Decoder()
+    decoded = []
+    for index in range(len(data)):
+        decoder.receive_data(data[index : index + 1])
+        while (item := decoder.next_command()) is not NEED_DATA:
+            decoded.append(item)
+        assert decoder.buffered_bytes <= index + 1
+    assert decoded == [Data(LARGE, 1), Version(2)]
+    assert decoder.buffered_bytes == 0
+
+
+def test_a_large_body_keeps_no_reference_to_a_mutable_input_buffer():
+    data = encode(Data(LARGE, 1))
+    decoder = Decoder()
+    half = len(data) // 2
+    for start, end in ((0, 100), (100, half), (half, len(data))):
+        chunk = bytearray(data[start:end])
+        decoder.receive_data(memoryview(chunk) if start else chunk)
+        chunk[:] = b"\xff" * len(chunk)  # the caller reuses its buffer
+    assert decoder.next_command() == Data(LARGE, 1)
+
+
+def test_a_pending_large_body_counts_as_buffered_and_the_next_frame_follows_it():
+    wire = encode(Data(LARGE, 1)) + encode(Result(200, b"ok", 2))
+    decoder = Decoder()
+    decoder.receive_data(wire[:1000])
+    assert decoder.next_command() is NEED_DATA
+    assert decoder.buffered_bytes == 1000 - len(b"value %d 1\r\n" % len(LARGE))
+    decoder.receive_data(wire[1000:-3])  # the body's end and most of the next frame
+    assert decoder.next_command() == Data(LARGE, 1)
+    assert decoder.next_command() is NEED_DATA
+    assert decoder.buffered_bytes == len(encode(Result(200, b"ok", 2))) - 3
+    decoder.receive_data(wire[-3:])
+    assert decoder.next_command() == Result(200, b"ok", 2)
+    assert decoder.buffered_bytes == 0
+
+
+def test_a_large_body_over_the_limit_is_still_skipped_unbuffered():
+    decoder = Decoder(body_bytes_max=BODY_PARTS_BYTES_MIN)
+    wire = encode(Data(LARGE, 1)) + encode(Version(2))
+    decoder.receive_data(wire[:5000])
+    assert decoder.next_command() == BodyTooLarge("value", len(LARGE), 1)
+    decoder.receive_data(wire[5000:])
+    assert decoder.next_command() == Version(2)
+    assert decoder.buffered_bytes == 0

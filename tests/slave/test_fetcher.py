@@ -7,13 +7,16 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from twisted.internet import defer
 
 from meta.client.cluster import BrokerAddress, Partition
 from meta.client.fetch import FetchRequest, FetchSettings
 from meta.errors import InvalidRecordError
-from meta.protocol.message import pack_message
+from meta.protocol.message import HEADER_SIZE, pack_message
 from meta.slave.fetcher import (
+    REPLAY_FETCH_BYTES_MAX,
     UNCONFIRMED_TRIES_MAX,
     ReplicationHalted,
     SlaveFetchManager,
@@ -194,6 +197,29 @@ def test_first_reaching_finds_the_record_that_fills_the_segment():
     assert first_reaching(100, SIZES, (0, 100 + sum(SIZES) + 1)) is None
 
 
+@given(
+    st.lists(st.integers(HEADER_SIZE, 5000), max_size=30),
+    st.integers(0, 200),
+    st.integers(1, 100_000),
+)
+def test_first_reaching_is_the_first_record_whose_end_reaches_the_roll_size(sizes, base, size):
+    """The bisect over cumulative sizes equals the record-by-record definition."""
+    end, expected = base, None
+    for index, record_size in enumerate(sizes):
+        end += record_size
+        if end >= size:
+            expected = index
+            break
+    assert first_reaching(base, sizes, (0, size)) == expected
+
+
+def test_record_sizes_refuses_a_negative_length_in_the_last_header():
+    """A negative length right after complete records is refused, not taken as a cut."""
+    broken = (-7).to_bytes(4, "big", signed=True) + bytes(HEADER_SIZE - 4)
+    with pytest.raises(InvalidRecordError, match="negative"):
+        record_sizes(b"".join(RECORDS) + broken, 0)
+
+
 def test_a_batch_below_the_segment_size_is_one_write_without_asking():
     """One stage (one write, one ack) per fetch: no record fills the segment, so the store
     does not roll inside it, as the master did not."""
@@ -240,3 +266,40 @@ def test_a_cut_reply_past_the_size_grows_the_fetch_then_gives_up_with_a_warning(
         slave.manager._process(slave.request, data)
     assert slave.appends[0][4] == [sum(SIZES)]
     assert "appending" in caplog.text
+
+
+def full_reply(size: int) -> bytes:
+    """``size`` bytes of 1 KiB-payload records, the last one cut (as a get of ``size``)."""
+    record = pack_message(1, 0, b"r" * 1024)
+    return (record * (size // len(record) + 1))[:size]
+
+
+def test_full_replies_grow_the_fetch_to_the_replay_bound_and_short_ones_shrink_it():
+    """A backlog (every reply as long as asked) doubles the fetch size up to
+    REPLAY_FETCH_BYTES_MAX and no further; replies under half the size (caught up) halve it
+    back to the subscription's size."""
+    slave = Slave()
+    sizes = []
+    for _ in range(12):
+        slave.manager._process(slave.request, full_reply(slave.request.max_size))
+        sizes.append(slave.request.max_size)
+    assert sizes[:3] == [8192, 16384, 32768]
+    assert max(sizes) == sizes[-1] == REPLAY_FETCH_BYTES_MAX
+    for _ in range(12):
+        slave.manager._process(slave.request, b"".join(RECORDS))
+    assert slave.request.max_size == slave.request.initial_max_size == 4096
+    assert slave.halts == []
+    appended = b"".join(bytes(append[3]) for append in slave.appends)
+    assert slave.request.offset == 100 + len(appended)
+
+
+def test_a_cut_reply_is_handed_over_as_a_view_of_its_complete_records():
+    """No copy of the reply: the records are a memoryview of it, ending at the last
+    complete record."""
+    slave = Slave()
+    data = b"".join(RECORDS) + RECORDS[1][:25]
+    slave.manager._process(slave.request, data)
+    records = slave.appends[0][3]
+    assert isinstance(records, memoryview)
+    assert records.obj is data
+    assert records == b"".join(RECORDS)
