@@ -67,6 +67,7 @@ from meta.server.stats import (
     render_stats,
     stat_enabled,
 )
+from meta.store.lock import DataPathLock
 from meta.store.manager import StoreManager
 from meta.tx.manager import TransactionManager
 
@@ -160,6 +161,7 @@ class Broker:
         self._stopping: defer.Deferred | None = None
         # Held by start() and by each reload, so they never interleave.
         self._config_lock = defer.DeferredLock()
+        self._data_lock = DataPathLock()  # one broker per data directory, held while running
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -169,7 +171,15 @@ class Broker:
 
     @defer.inlineCallbacks
     def _start(self, listen: bool):
-        self.store.load()
+        config = self.config
+        self._data_lock.acquire(
+            [config.data_path, *(t.data_path for t in config.topics), config.data_log_path]
+        )
+        try:
+            self.store.load()
+        except BaseException:
+            self._data_lock.release()
+            raise
         self.store.start()
         yield self.tx.open()
         if listen:
@@ -221,6 +231,7 @@ class Broker:
         self.tx.close()
         await self.store.close()
         self.tx.close_files()
+        self._data_lock.release()
         for connection in list(self.connections):
             connection.transport.loseConnection()
         log.info("broker %d stopped", self.config.broker_id)
