@@ -44,6 +44,8 @@ REPLY_TIMEOUT_S = 30.0
 RECEIVE_BYTES = 64 * 1024
 RESULT_RUN_MAX = 4096
 MAX_SIZE_DEFAULT = 1024 * 1024
+ZK_ROOT = "/meta"
+"""The ZooKeeper root of benchmark brokers that register (``BenchBroker.zk_connect``)."""
 OPAQUE_MAX = 2**31 - 1
 SCENARIO_NAMES = ("sync", "pipelined", "concurrent", "client", "consume", "latency", "tx", "e2e")
 TOPICS = tuple(f"bench-{name}" for name in SCENARIO_NAMES)
@@ -63,26 +65,45 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def server_ini(port: int, data_path: Path, threshold: int, interval_ms: int) -> str:
-    """A server.ini for one benchmark broker: 1 partition, zk disabled, 127.0.0.1."""
+def server_ini(
+    port: int,
+    data_path: Path,
+    threshold: int,
+    interval_ms: int,
+    *,
+    zk_connect: str = "",
+    broker_id: int = 0,
+    segment_bytes: int = 1024 * 1024 * 1024,
+    topics: dict[str, int] | None = None,
+) -> str:
+    """A server.ini for one benchmark broker on 127.0.0.1.
+
+    ``zk_connect``: register in that ZooKeeper under ``ZK_ROOT`` (else ZooKeeper is off);
+    ``topics``: topic -> partitions (default: every bench topic with one partition).
+    """
     system = {
-        "brokerId": 0,
+        "brokerId": broker_id,
         "hostName": HOST,
         "serverPort": port,
         "dataPath": data_path,
         "numPartitions": 1,
         "unflushThreshold": threshold,
         "unflushInterval": interval_ms,
-        "maxSegmentSize": 1024 * 1024 * 1024,
+        "maxSegmentSize": segment_bytes,
         "maxTransferSize": MAX_SIZE_DEFAULT,
         "maxMessageSize": MAX_SIZE_DEFAULT,
         "flushTxLogAtCommit": 1,  # the tx scenario (meta.bench_tx) measures durable commits
     }
-    zookeeper = {"zk.zkEnable": "false", "zk.zkConnect": "127.0.0.1:1", "zk.zkSyncTimeMs": 0}
+    zookeeper = {
+        "zk.zkEnable": "true" if zk_connect else "false",
+        "zk.zkConnect": zk_connect or "127.0.0.1:1",
+        "zk.zkRoot": ZK_ROOT,
+        "zk.zkSyncTimeMs": 0,
+    }
     lines = ["[system]", *(f"{key}={value}" for key, value in system.items()), ""]
     lines += ["[zookeeper]", *(f"{key}={value}" for key, value in zookeeper.items())]
-    for topic in TOPICS:
-        lines += ["", f"[topic={topic}]", "numPartitions=1"]
+    for topic, partitions in (topics or dict.fromkeys(TOPICS, 1)).items():
+        lines += ["", f"[topic={topic}]", f"numPartitions={partitions}"]
     return "\n".join(lines) + "\n"
 
 
@@ -114,6 +135,26 @@ class BenchBroker:
     profile_path: Path | None = None
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
+    zk_connect: str = ""  # register in this ZooKeeper (``ZK_ROOT``); "": ZooKeeper off
+    broker_id: int = 0
+    segment_bytes: int = 1024 * 1024 * 1024
+    topics: dict[str, int] | None = None  # topic -> partitions; None: the bench topics
+
+    def server_ini(self) -> str:
+        return server_ini(
+            self.port,
+            self.data_path,
+            self.threshold,
+            self.interval_ms,
+            zk_connect=self.zk_connect,
+            broker_id=self.broker_id,
+            segment_bytes=self.segment_bytes,
+            topics=self.topics,
+        )
+
+    def extra_arguments(self) -> list[str]:
+        """More ``meta.server`` arguments (a slave adds ``--slave FILE``)."""
+        return []
 
     @property
     def address(self) -> tuple[str, int]:
@@ -130,11 +171,11 @@ class BenchBroker:
     def start(self) -> BenchBroker:
         self.data_path.mkdir(parents=True, exist_ok=True)
         config = self.directory / "server.ini"
-        config.write_text(server_ini(self.port, self.data_path, self.threshold, self.interval_ms))
+        config.write_text(self.server_ini())
         command = [sys.executable]
         if self.profile_path is not None:
             command += ["-m", "cProfile", "-o", str(self.profile_path)]
-        command += ["-m", "meta.server", "-f", str(config)]
+        command += ["-m", "meta.server", "-f", str(config), *self.extra_arguments()]
         env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(

@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from meta.bench import HOST, MAX_SIZE_DEFAULT, BenchError, PutFrames, run_pipelined
-from meta.bench_spark import ZK_ROOT, SparkBenchBroker, ZooKeeper
+from meta.bench import ZK_ROOT, BenchError, PutFrames, run_pipelined
+from meta.bench_spark import SparkBenchBroker, ZooKeeper
 
 TOPIC = "bench-group"
 GROUP = "bench-group"
@@ -46,28 +46,8 @@ class GroupBenchBroker(SparkBenchBroker):
 
     partitions: int = 4
 
-    def server_ini(self) -> str:
-        system = {
-            "brokerId": 1,
-            "hostName": HOST,
-            "serverPort": self.port,
-            "dataPath": self.data_path,
-            "numPartitions": self.partitions,
-            "unflushThreshold": self.threshold,
-            "unflushInterval": self.interval_ms,
-            "maxSegmentSize": self.segment_bytes,
-            "maxTransferSize": MAX_SIZE_DEFAULT,
-        }
-        zookeeper = {
-            "zk.zkEnable": "true",
-            "zk.zkConnect": self.zk_connect,
-            "zk.zkRoot": ZK_ROOT,
-            "zk.zkSyncTimeMs": 0,
-        }
-        lines = ["[system]", *(f"{key}={value}" for key, value in system.items()), ""]
-        lines += ["[zookeeper]", *(f"{key}={value}" for key, value in zookeeper.items())]
-        lines += ["", f"[topic={TOPIC}]", f"numPartitions={self.partitions}"]
-        return "\n".join(lines) + "\n"
+    def __post_init__(self) -> None:
+        self.topics = {TOPIC: self.partitions}
 
 
 class _Counter:

@@ -41,18 +41,14 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from meta.bench import (
-    HOST,
     MAX_SIZE_DEFAULT,
-    REPO,
-    START_TIMEOUT_S,
     BenchBroker,
     BenchError,
     PutFrames,
@@ -60,7 +56,6 @@ from meta.bench import (
     read_reply,
     run_consume,
     run_pipelined,
-    wait_until_answering,
 )
 from meta.bench_slave_probes import (
     POLL_S,
@@ -76,7 +71,6 @@ from meta.bench_spark import ZooKeeper, rates
 from meta.protocol.codec import HEADER_BYTES_MAX
 from meta.slave.fetcher import record_sizes
 
-ZK_ROOT = "/meta"
 BROKER_ID = 1
 TARGET_FRACTION = 0.5
 CATCH_UP_TIMEOUT_S = 3600.0
@@ -86,67 +80,23 @@ LAG_TAIL_TIMEOUT_S = 60.0
 
 @dataclass
 class SlaveBenchBroker(BenchBroker):
-    """``BenchBroker`` registered in ZooKeeper as broker ``BROKER_ID``; a slave if
-    ``slave_max_delay_ms`` >= 0 (then started with ``--slave``)."""
+    """``BenchBroker`` registered in ZooKeeper (pass ``zk_connect``) as broker ``BROKER_ID``
+    serving ``TOPIC``; a slave if ``slave_max_delay_ms`` >= 0 (then started with ``--slave``)."""
 
-    zk_connect: str = ""
+    broker_id: int = BROKER_ID
     segment_bytes: int = 64 << 20
+    topics: dict[str, int] | None = field(default_factory=lambda: {TOPIC: 1})
     slave_max_delay_ms: int = -1
 
-    def start(self) -> SlaveBenchBroker:
-        self.data_path.mkdir(parents=True, exist_ok=True)
-        config = self.directory / "server.ini"
-        config.write_text(self.server_ini())
-        command = [sys.executable]
-        if self.profile_path is not None:
-            command += ["-m", "cProfile", "-o", str(self.profile_path)]
-        command += ["-m", "meta.server", "-f", str(config)]
-        if self.slave_max_delay_ms >= 0:
-            properties = self.directory / "async_slave.properties"
-            properties.write_text(
-                f"slaveId=0\nslaveGroup=bench-slave-group\n"
-                f"slaveMaxDelayInMills={self.slave_max_delay_ms}\n"
-            )
-            command += ["--slave", str(properties)]
-        env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                command,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.directory,
-                env=env,
-                start_new_session=True,
-            )
-        try:
-            wait_until_answering(self.address, START_TIMEOUT_S, self.alive)
-        except BaseException:
-            self.stop()
-            raise BenchError(f"broker did not start; its log:\n{self.log_tail()}") from None
-        return self
-
-    def server_ini(self) -> str:
-        system = {
-            "brokerId": BROKER_ID,
-            "hostName": HOST,
-            "serverPort": self.port,
-            "dataPath": self.data_path,
-            "numPartitions": 1,
-            "unflushThreshold": self.threshold,
-            "unflushInterval": self.interval_ms,
-            "maxSegmentSize": self.segment_bytes,
-            "maxTransferSize": MAX_SIZE_DEFAULT,
-        }
-        zookeeper = {
-            "zk.zkEnable": "true",
-            "zk.zkConnect": self.zk_connect,
-            "zk.zkRoot": ZK_ROOT,
-            "zk.zkSyncTimeMs": 0,
-        }
-        lines = ["[system]", *(f"{key}={value}" for key, value in system.items()), ""]
-        lines += ["[zookeeper]", *(f"{key}={value}" for key, value in zookeeper.items())]
-        lines += ["", f"[topic={TOPIC}]", "numPartitions=1"]
-        return "\n".join(lines) + "\n"
+    def extra_arguments(self) -> list[str]:
+        if self.slave_max_delay_ms < 0:
+            return []
+        properties = self.directory / "async_slave.properties"
+        properties.write_text(
+            f"slaveId=0\nslaveGroup=bench-slave-group\n"
+            f"slaveMaxDelayInMills={self.slave_max_delay_ms}\n"
+        )
+        return ["--slave", str(properties)]
 
 
 def process_cpu_s(pid: int) -> float | None:

@@ -36,79 +36,34 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from meta.bench import (
     HOST,
-    MAX_SIZE_DEFAULT,
     REPO,
-    START_TIMEOUT_S,
+    ZK_ROOT,
     BenchBroker,
     BenchError,
     PutFrames,
     free_port,
     run_consume,
     run_pipelined,
-    wait_until_answering,
 )
 
 TOPIC = "bench-spark"
-ZK_ROOT = "/meta"
 ZOOKEEPER_SCRIPT = REPO / "tools" / "zookeeper.sh"
 TARGET_FRACTION = 0.5
 
 
 @dataclass
 class SparkBenchBroker(BenchBroker):
-    """``BenchBroker`` registered in ZooKeeper, serving ``TOPIC`` with smaller segments."""
+    """``BenchBroker`` registered in ZooKeeper as broker 1, serving ``TOPIC``, 64 MiB segments
+    (pass ``zk_connect``)."""
 
-    zk_connect: str = ""
+    broker_id: int = 1
     segment_bytes: int = 64 << 20
-
-    def start(self) -> SparkBenchBroker:
-        self.data_path.mkdir(parents=True, exist_ok=True)
-        config = self.directory / "server.ini"
-        config.write_text(self.server_ini())
-        env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "meta.server", "-f", str(config)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.directory,
-                env=env,
-                start_new_session=True,
-            )
-        try:
-            wait_until_answering(self.address, START_TIMEOUT_S, self.alive)
-        except BaseException:
-            self.stop()
-            raise BenchError(f"broker did not start; its log:\n{self.log_tail()}") from None
-        return self
-
-    def server_ini(self) -> str:
-        system = {
-            "brokerId": 1,
-            "hostName": HOST,
-            "serverPort": self.port,
-            "dataPath": self.data_path,
-            "numPartitions": 1,
-            "unflushThreshold": self.threshold,
-            "unflushInterval": self.interval_ms,
-            "maxSegmentSize": self.segment_bytes,
-            "maxTransferSize": MAX_SIZE_DEFAULT,
-        }
-        zookeeper = {
-            "zk.zkEnable": "true",
-            "zk.zkConnect": self.zk_connect,
-            "zk.zkRoot": ZK_ROOT,
-            "zk.zkSyncTimeMs": 0,
-        }
-        lines = ["[system]", *(f"{key}={value}" for key, value in system.items()), ""]
-        lines += ["[zookeeper]", *(f"{key}={value}" for key, value in zookeeper.items())]
-        lines += ["", f"[topic={TOPIC}]", "numPartitions=1"]
-        return "\n".join(lines) + "\n"
+    topics: dict[str, int] | None = field(default_factory=lambda: {TOPIC: 1})
 
 
 class ZooKeeper:
