@@ -2,12 +2,15 @@
 
 ``PipelinedConnection`` is one TCP connection to one broker, shared by every thread of a
 session factory. ``request(command)`` gives the command a fresh opaque, registers a
-``Future`` under it and queues the encoded bytes; a writer thread sends everything queued
-in one ``sendall`` (so a burst of async sends costs few system calls), and a reader thread
-decodes replies with the shared codec (``meta.protocol.codec``) and completes the future
-whose opaque the reply carries. Replies may come back in any order; requests leave in the
-order they were queued. Plain blocking sockets and threads: there is no reactor anywhere in
-``meta.client``, so this is safe inside Spark executors.
+``PendingFuture`` (``meta.client.futures``) under it and queues the encoded bytes, all under
+one lock acquisition; a writer thread sends everything queued in one ``sendall`` per wake-up
+(so a burst of async sends costs few system calls and few thread switches), and a reader
+thread decodes every complete reply in its receive buffer (runs of ``result`` frames in bulk
+with ``Decoder.next_result_run``, anything else with ``next_command``), takes their futures
+out of the table under one lock acquisition, converts the replies, and completes the whole
+batch under one more (``futures.complete_batch``). Replies may come back in any order;
+requests leave in the order they were registered. Plain blocking sockets and threads: there
+is no reactor anywhere in ``meta.client``, so this is safe inside Spark executors.
 
 Invariants:
 
@@ -16,15 +19,20 @@ Invariants:
   then raises ``OperationTimeoutError``.
 * Every pending entry leaves the table exactly once: by its reply, by its deadline (the
   reader thread sweeps expired entries every ``SWEEP_INTERVAL_S``), by ``Future.cancel()``,
-  or by the connection failing. So timed-out entries cannot leak, whatever the caller does.
+  or by the connection failing; whoever removes it completes its future, once. So timed-out
+  entries cannot leak, whatever the caller does.
 * Once failed or closed, a connection stays closed: every pending future fails with a
   ``ClientError`` naming the broker (``ClientClosedError`` after ``close()``) and later
   requests raise at once. Reconnecting means a new connection (``factory.ConnectionPool``).
 * Opaques are per connection, in ``1 .. 2**31 - 1``, wrapping, never one still pending.
+* Bytes queued for the writer leave even if their future was cancelled meanwhile (a one-way
+  command is sent by requesting it and cancelling the future at once).
 
-Thread-safety: ``PipelinedConnection`` is thread-safe. Futures are
-completed on the connection's reader thread, so their done-callbacks (and ``convert``) run
-there: they must be short and must never wait for another reply of the same connection.
+Thread-safety: ``PipelinedConnection`` is thread-safe. One ``RLock`` guards the table and the
+outgoing queue and is also the condition every future of the connection waits on. Futures
+are completed on the connection's reader thread, so ``convert`` and done-callbacks run
+there (outside the lock): they must be short and must never wait for another reply of the
+same connection.
 """
 
 from __future__ import annotations
@@ -36,9 +44,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from typing import Any
 
+from meta.client.futures import Outcome, PendingFuture, complete_batch, convert_reply
 from meta.errors import ClientClosedError, ClientError, MetaError, OperationTimeoutError
 from meta.protocol.codec import NEED_DATA, Decoder, encode
 from meta.protocol.commands import BodyTooLarge, Command, Data, Put, Result
@@ -52,35 +61,31 @@ REPLY_BYTES_MAX = 64 * 1024 * 1024
 RECEIVE_BYTES = 256 * 1024
 OUTGOING_BYTES_MAX = 4 * 1024 * 1024
 """Bound on encoded requests queued for the writer thread; ``request`` waits for room."""
+RESULT_RUN_MAX = 4096
+"""Most ``result`` frames decoded in one ``next_result_run`` call."""
 SWEEP_INTERVAL_S = 0.1
 """How often the reader thread fails requests whose deadline has passed."""
 CLOSE_JOIN_S = 5.0
 """How long ``close()`` waits for the reader thread (a slow done-callback may hold it)."""
 OPAQUE_MAX = 2**31 - 1
+_PUT_HEADER = b"put %b %d %d %d %d %d\r\n"
+"""The 7-token put header exactly as ``codec.encode`` writes it (the tests compare both)."""
 
 
-class _PendingFuture(Future):
-    """A request's future; cancelling it removes the request from its connection's table."""
+class ResultConverter:
+    """A ``convert`` that also takes a ``result`` frame's code and body without a ``Result``.
 
-    def __init__(
-        self,
-        connection: PipelinedConnection,
-        deadline: float,
-        timeout_s: float,
-        convert: Callable[[Result | Data], Any] | None,
-    ) -> None:
-        super().__init__()
-        self.connection = connection
-        self.opaque = 0
-        self.deadline = deadline
-        self.timeout_s = timeout_s
-        self.convert = convert
+    The reader thread calls ``from_result(code, body)`` for replies decoded in bulk, and
+    ``__call__(reply)`` for any other reply (a ``Data`` frame, or a ``Result`` decoded alone).
+    """
 
-    def cancel(self) -> bool:
-        cancelled = super().cancel()
-        if cancelled:
-            self.connection.forget(self.opaque)
-        return cancelled
+    __slots__ = ()
+
+    def from_result(self, code: int, body: bytes) -> Any:
+        raise NotImplementedError
+
+    def __call__(self, reply: Result | Data) -> Any:
+        raise NotImplementedError
 
 
 class PipelinedConnection:
@@ -117,17 +122,18 @@ class PipelinedConnection:
         self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._decoder = Decoder(body_bytes_max=reply_bytes_max)
         self._pending_max = pending_max
-        self._lock = threading.Lock()
-        self._not_full = threading.Condition(self._lock)
-        # Guards the outgoing queue; the writer thread waits on _send_ready for data,
-        # requesters on _send_room while OUTGOING_BYTES_MAX bytes are queued.
-        self._send_lock = threading.Lock()
-        self._send_ready = threading.Condition(self._send_lock)
-        self._send_room = threading.Condition(self._send_lock)
+        # One lock for the table and the outgoing queue. Futures wait on _done (notified once
+        # per completed batch); requesters wait on _room while the table or queue is full;
+        # the writer waits on _send_ready for data.
+        self._lock = threading.RLock()
+        self._done = threading.Condition(self._lock)
+        self._room = threading.Condition(self._lock)
+        self._send_ready = threading.Condition(self._lock)
+        self._room_waiters = 0
         self._outgoing: list[bytes] = []
         self._outgoing_bytes = 0
         self._writer_idle = False
-        self._pending: dict[int, _PendingFuture] = {}
+        self._pending: dict[int, PendingFuture] = {}
         self._next_opaque = 1
         self._failure: tuple[type[ClientError], str] | None = None
         self._next_sweep = time.monotonic() + SWEEP_INTERVAL_S
@@ -161,36 +167,71 @@ class PipelinedConnection:
         Args:
             command: a command with an ``opaque`` field; its value is replaced.
             timeout_s: the future fails with ``OperationTimeoutError`` when no reply came
-                within this time; also bounds the wait for room in the pending table.
+                within this time; also bounds the wait for room in the table and the queue.
             convert: applied to the reply on the reader thread; the future gets its return
-                value, or the exception it raises.
+                value, or the exception it raises. A ``ResultConverter`` is given the code
+                and body of a ``result`` reply directly.
 
         Returns:
-            A future of the ``Result``/``Data`` reply (or of ``convert(reply)``).
+            A ``concurrent.futures.Future`` of the ``Result``/``Data`` reply (or of
+            ``convert(reply)``).
 
         Raises:
-            OperationTimeoutError: ``pending_max`` requests stayed in flight for ``timeout_s``.
+            OperationTimeoutError: ``pending_max`` requests stayed in flight, or
+                ``OUTGOING_BYTES_MAX`` bytes stayed queued, for ``timeout_s``.
             ClientError: the connection is closed or failed (``ClientClosedError`` if closed).
         """
         deadline = time.monotonic() + timeout_s
-        future = _PendingFuture(self, deadline, timeout_s, convert)
+        future = PendingFuture(self, deadline, timeout_s, convert, self._done)
+        fast_put = type(command) is Put and command.tx_key is None and command.checksum is not None
         with self._lock:
-            self._wait_for_room(deadline, timeout_s)
-            future.opaque = self._take_opaque()
-            self._pending[future.opaque] = future
-        data = encode(_with_opaque(command, future.opaque))
-        if not self._enqueue(data, deadline):
-            self.forget(future.opaque)
-            raise OperationTimeoutError(
-                f"{OUTGOING_BYTES_MAX} bytes stayed queued for broker {self.name} for {timeout_s} s"
-            )
+            if (
+                self._failure is not None
+                or len(self._pending) >= self._pending_max
+                or self._outgoing_bytes >= OUTGOING_BYTES_MAX
+            ):
+                self._wait_for_room(deadline, timeout_s)
+            pending = self._pending
+            opaque = self._next_opaque
+            while opaque in pending:  # Only after a wrap; the table is never full here.
+                opaque = opaque + 1 if opaque < OPAQUE_MAX else 1
+            # Encoded before anything is registered: an encoding error leaves no trace.
+            if fast_put:
+                data = command.data
+                header = _PUT_HEADER % (
+                    command.topic.encode(),
+                    command.partition,
+                    len(data),
+                    command.flag,
+                    command.checksum,
+                    opaque,
+                )
+                self._outgoing += (header, data)
+                self._outgoing_bytes += len(header) + len(data)
+            else:
+                frame = encode(dataclasses.replace(command, opaque=opaque))
+                self._outgoing.append(frame)
+                self._outgoing_bytes += len(frame)
+            self._next_opaque = opaque + 1 if opaque < OPAQUE_MAX else 1
+            future.opaque = opaque
+            pending[opaque] = future
+            if self._writer_idle:
+                self._writer_idle = False
+                self._send_ready.notify()
         return future
 
-    def forget(self, opaque: int) -> None:
-        """Drop a pending request without completing its future (a late reply is dropped)."""
+    def forget(self, opaque: int) -> bool:
+        """Drop a pending request without completing its future (a late reply is dropped).
+
+        Returns:
+            True if the request was still in the table (so nothing else will complete it).
+        """
         with self._lock:
-            if self._pending.pop(opaque, None) is not None:
-                self._not_full.notify()
+            if self._pending.pop(opaque, None) is None:
+                return False
+            if self._room_waiters:
+                self._room.notify_all()
+            return True
 
     def close(self) -> None:
         """Close the connection: pending futures fail with ``ClientClosedError``. Idempotent.
@@ -205,46 +246,30 @@ class PipelinedConnection:
                 log.warning("reader of broker %s still busy after %s s", self.name, CLOSE_JOIN_S)
 
     def _wait_for_room(self, deadline: float, timeout_s: float) -> None:
-        """Block (lock held) until the table has room; raise if closed or out of time."""
+        """Block (lock held) until the table and queue have room; raise if closed or late."""
         while True:
             if self._failure is not None:
                 error_type, text = self._failure
                 raise error_type(text)
-            if len(self._pending) < self._pending_max:
+            table_full = len(self._pending) >= self._pending_max
+            if not table_full and self._outgoing_bytes < OUTGOING_BYTES_MAX:
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                if table_full:
+                    raise OperationTimeoutError(
+                        f"{self._pending_max} requests stayed in flight to broker {self.name} "
+                        f"for {timeout_s} s"
+                    )
                 raise OperationTimeoutError(
-                    f"{self._pending_max} requests stayed in flight to broker {self.name} "
+                    f"{OUTGOING_BYTES_MAX} bytes stayed queued for broker {self.name} "
                     f"for {timeout_s} s"
                 )
-            self._not_full.wait(remaining)
-
-    def _enqueue(self, data: bytes, deadline: float) -> bool:
-        """Queue ``data`` for the writer; False if there was no room before ``deadline``.
-
-        On a failed connection nothing is queued (the request's future has failed already).
-        """
-        with self._send_lock:
-            while self._outgoing_bytes >= OUTGOING_BYTES_MAX and self._failure is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._send_room.wait(remaining)
-            if self._failure is None:
-                self._outgoing.append(data)
-                self._outgoing_bytes += len(data)
-                if self._writer_idle:
-                    self._send_ready.notify()
-            return True
-
-    def _take_opaque(self) -> int:
-        """Return the next opaque not in use (lock held); the table is never full here."""
-        while True:
-            opaque = self._next_opaque
-            self._next_opaque = opaque + 1 if opaque < OPAQUE_MAX else 1
-            if opaque not in self._pending:
-                return opaque
+            self._room_waiters += 1
+            try:
+                self._room.wait(remaining)
+            finally:
+                self._room_waiters -= 1
 
     def _fail(self, error_type: type[ClientError], text: str) -> None:
         """Mark the connection failed (first reason wins), fail every pending future."""
@@ -254,17 +279,16 @@ class PipelinedConnection:
             self._failure = (error_type, text)
             futures = list(self._pending.values())
             self._pending.clear()
-            self._not_full.notify_all()
-        with self._send_lock:
+            self._outgoing = []
+            self._outgoing_bytes = 0
+            self._room.notify_all()
             self._send_ready.notify_all()
-            self._send_room.notify_all()
         try:
             # Wakes the reader (poll reports EOF) and the writer if blocked in sendall.
             self._socket.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        for future in futures:
-            _settle(future, error=error_type(text))
+        complete_batch(self._done, [(future, None, error_type(text)) for future in futures])
 
     def _read_loop(self) -> None:
         """Reader thread: receive, decode, complete futures, sweep deadlines; close at end."""
@@ -295,10 +319,10 @@ class PipelinedConnection:
             self._socket.close()
 
     def _write_loop(self) -> None:
-        """Writer thread: send everything queued in one ``sendall``, until the failure."""
+        """Writer thread: send everything queued in one ``sendall`` per wake-up."""
         try:
             while True:
-                with self._send_lock:
+                with self._lock:
                     while not self._outgoing and self._failure is None:
                         self._writer_idle = True
                         self._send_ready.wait()
@@ -307,7 +331,8 @@ class PipelinedConnection:
                         return
                     chunks, self._outgoing = self._outgoing, []
                     self._outgoing_bytes = 0
-                    self._send_room.notify_all()
+                    if self._room_waiters:
+                        self._room.notify_all()
                 self._socket.sendall(chunks[0] if len(chunks) == 1 else b"".join(chunks))
         except OSError as error:
             self._fail(ClientError, f"connection to broker {self.name} failed on send: {error}")
@@ -316,24 +341,44 @@ class PipelinedConnection:
             raise
 
     def _dispatch(self) -> None:
-        """Complete the futures of every complete reply frame in the decoder."""
-        frames: list[Result | Data | BodyTooLarge] = []
-        while (frame := self._decoder.next_command()) is not NEED_DATA:
+        """Complete the futures of every complete reply frame in the decoder, as one batch."""
+        decoder = self._decoder
+        # (code, opaque, body) tuples from result runs, or frames decoded one by one.
+        replies: list[tuple[int, int, bytes] | Result | Data | BodyTooLarge] = []
+        while True:
+            run = decoder.next_result_run(RESULT_RUN_MAX)
+            if run:
+                replies += run
+                continue
+            frame = decoder.next_command()
+            if frame is NEED_DATA:
+                break
             if not isinstance(frame, Result | Data | BodyTooLarge):
                 raise MetaError(f"unexpected frame from broker: {type(frame).__name__}")
-            frames.append(frame)
+            replies.append(frame)
+        if not replies:
+            return
         with self._lock:
-            futures = [self._pending.pop(frame.opaque, None) for frame in frames]
-            self._not_full.notify(len(frames))
-        for frame, future in zip(frames, futures, strict=True):
+            take = self._pending.pop
+            futures = [
+                take(reply[1] if type(reply) is tuple else reply.opaque, None) for reply in replies
+            ]
+            if self._room_waiters:
+                self._room.notify_all()
+        outcomes: list[Outcome] = []
+        for reply, future in zip(replies, futures, strict=True):
             if future is None:
+                opaque = reply[1] if type(reply) is tuple else reply.opaque
                 # Normal after a timeout or cancel: the reply came too late.
-                log.debug("dropping reply with unknown opaque %d from %s", frame.opaque, self.name)
-            elif isinstance(frame, BodyTooLarge):
-                text = f"reply of {frame.length} bytes from broker {self.name} is over the limit"
-                _settle(future, error=ClientError(text))
+                log.debug("dropping reply with unknown opaque %d from %s", opaque, self.name)
+            elif type(reply) is tuple:
+                outcomes.append(_convert_run_reply(future, reply))
+            elif isinstance(reply, BodyTooLarge):
+                text = f"reply of {reply.length} bytes from broker {self.name} is over the limit"
+                outcomes.append((future, None, ClientError(text)))
             else:
-                _settle(future, reply=frame)
+                outcomes.append(convert_reply(future, reply))
+        complete_batch(self._done, outcomes)
 
     def _sweep(self) -> None:
         """Fail every pending request whose deadline has passed."""
@@ -341,48 +386,35 @@ class PipelinedConnection:
         self._next_sweep = now + SWEEP_INTERVAL_S
         with self._lock:
             expired = [future for future in self._pending.values() if future.deadline <= now]
+            if not expired:
+                return
             for future in expired:
                 del self._pending[future.opaque]
-            self._not_full.notify(len(expired))
-        for future in expired:
-            text = f"no reply from broker {self.name} within {future.timeout_s} s"
-            _settle(future, error=OperationTimeoutError(text))
-
-
-def _with_opaque(command: Command, opaque: int) -> Command:
-    """A copy of ``command`` carrying ``opaque`` (``Put`` built directly: the hot path)."""
-    if type(command) is Put:
-        return Put(
-            command.topic,
-            command.partition,
-            command.data,
-            command.flag,
-            opaque,
-            command.checksum,
-            command.tx_key,
+            if self._room_waiters:
+                self._room.notify_all()
+        name = self.name
+        complete_batch(
+            self._done,
+            [
+                (
+                    future,
+                    None,
+                    OperationTimeoutError(
+                        f"no reply from broker {name} within {future.timeout_s} s"
+                    ),
+                )
+                for future in expired
+            ],
         )
-    return dataclasses.replace(command, opaque=opaque)
 
 
-def _settle(
-    future: _PendingFuture, reply: Result | Data | None = None, error: BaseException | None = None
-) -> None:
-    """Complete a future taken out of the table, unless its caller cancelled it meanwhile.
-
-    A pending future may be completed directly (no RUNNING step: one lock round trip
-    less per reply); one cancelled meanwhile refuses with ``InvalidStateError`` and is then
-    moved on the way ``set_running_or_notify_cancel`` does, so ``wait()`` callers hear.
-    """
-    if error is None and future.convert is not None:
+def _convert_run_reply(future: PendingFuture, reply: tuple[int, int, bytes]) -> Outcome:
+    """The outcome of a ``result`` reply decoded in bulk: ``(code, opaque, body)``."""
+    convert = future.convert
+    if isinstance(convert, ResultConverter):
         try:
-            reply = future.convert(reply)
-        except Exception as convert_error:  # Handed to the caller through the future.
-            error = convert_error
-    try:
-        if error is None:
-            future.set_result(reply)
-        else:
-            future.set_exception(error)
-    except InvalidStateError:
-        if future.cancelled():
-            future.set_running_or_notify_cancel()
+            return (future, convert.from_result(reply[0], reply[2]), None)
+        except Exception as error:  # Handed to the caller through the future.
+            return (future, None, error)
+    code, opaque, body = reply
+    return convert_reply(future, Result(code, body, opaque))

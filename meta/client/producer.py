@@ -22,9 +22,16 @@ transaction's one broker, whose reply is ``200 "<msgId> <partition> -1"``.
 ``send_message_async`` refuses to run inside a transaction. Direct mode has no transactions:
 a transactional put needs an explicit partition, and direct mode sends partition -1.
 
+The future-based path is the throughput path, so its per-message work is kept small: a
+message of the common shape (no attribute, no key, a topic already checked) is checked by
+types alone, the last connection used is remembered, and the reply is turned into a
+``SendResult`` from the code and body the reader decoded in bulk (``ResultConverter``), with
+``Partition`` values cached (at most ``PARTITIONS_CACHED_MAX``).
+
 Thread-safety: a producer may be shared by threads; ``send_message_async`` futures are
-completed on the connection's reader thread (see ``meta.client.pipeline``). Transactions are
-per thread.
+completed in batches on the connection's reader thread (see ``meta.client.pipeline``), each
+message's ``id``, ``partition`` and ``offset`` set before its future completes. Transactions
+are per thread.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from meta.client.cluster import RANDOM_PARTITION, BrokerAddress, Partition, validate_topic
 from meta.client.message import Message, SendResult, check_message
+from meta.client.pipeline import ResultConverter
 from meta.client.selectors import PartitionSelector
 from meta.client.transaction import (
     DEFAULT_TRANSACTION_REQUEST_TIMEOUT_S,
@@ -59,6 +67,7 @@ from meta.protocol.message import checksum
 
 if TYPE_CHECKING:
     from meta.client.factory import ConnectionPool
+    from meta.client.pipeline import PipelinedConnection
     from meta.client.zk_cluster import TopicSnapshot, ZkClusterView
 
 DEFAULT_TIMEOUT_S = 3.0
@@ -102,6 +111,7 @@ class MessageProducer:
         self._transactions = ThreadTransactions()
         self._session_id: str | None = None  # made on first use: local_host() may be slow
         self._transaction_request_timeout_s = DEFAULT_TRANSACTION_REQUEST_TIMEOUT_S
+        self._last_connection: tuple[BrokerAddress | None, Any] = (None, None)
 
     @property
     def session_id(self) -> str:
@@ -271,7 +281,8 @@ class MessageProducer:
             timeout_s: the future fails with ``OperationTimeoutError`` after this time.
 
         Returns:
-            A future of the ``SendResult``, completed on the connection's reader thread.
+            A ``concurrent.futures.Future`` of the ``SendResult`` (``wait`` and
+            ``as_completed`` work), completed on the connection's reader thread.
 
         Raises:
             ClientError, MessageTooLargeError, InvalidTopicError: see ``send_message``.
@@ -288,7 +299,7 @@ class MessageProducer:
         payload, flag = self._checked_payload(message)
         try:
             partition, address = self._route(message)
-            connection = self._pool.get(address)
+            connection = self._connection(address)
             put = Put(message.topic, partition.partition, payload, flag, 0, checksum(payload))
             convert = _SendResultConverter(message, partition.broker_id)
             return connection.request(put, timeout_s, convert)
@@ -336,6 +347,16 @@ class MessageProducer:
     def _checked_payload(self, message: Message) -> tuple[bytes, int]:
         """Check the message and the producer; return the put body and flag."""
         self._check_open()
+        if (  # The common case, every check settled by types and the topic cache.
+            type(message) is Message
+            and message.attribute is None
+            and message.key is None
+            and type(message.data) is bytes
+            and message.topic in self._valid_topics
+        ):
+            if len(message.data) > self._max_message_bytes:
+                self._refuse_size(message, len(message.data))
+            return message.data, 0
         if not isinstance(message, Message):
             raise ClientError(f"expected a Message, got {type(message).__name__}")
         check_message(message)
@@ -345,11 +366,27 @@ class MessageProducer:
                 self._valid_topics.add(message.topic)
         payload, flag = message.payload_and_flag()
         if len(payload) > self._max_message_bytes:
-            raise MessageTooLargeError(
-                f"message payload of {len(payload)} bytes for topic {message.topic} is larger "
-                f"than max_message_bytes {self._max_message_bytes}"
-            )
+            self._refuse_size(message, len(payload))
         return payload, flag
+
+    def _refuse_size(self, message: Message, size: int) -> None:
+        raise MessageTooLargeError(
+            f"message payload of {size} bytes for topic {message.topic} is larger "
+            f"than max_message_bytes {self._max_message_bytes}"
+        )
+
+    def _connection(self, address: BrokerAddress) -> PipelinedConnection:
+        """The pool's open connection to ``address``; the last one is remembered.
+
+        The pool closes a connection nobody uses any more, so a remembered one that is still
+        open is still the pool's.
+        """
+        last_address, last_connection = self._last_connection
+        if last_address is address and not last_connection.closed:
+            return last_connection
+        connection = self._pool.get(address)
+        self._last_connection = (address, connection)  # One tuple: atomic for other threads.
+        return connection
 
     def _route(self, message: Message) -> tuple[Partition, BrokerAddress]:
         """Choose the partition and its master broker (spec §2.2).
@@ -400,8 +437,16 @@ class MessageProducer:
         return list(self._snapshot(topic).brokers.values())
 
 
-class _SendResultConverter:
-    """Turns a put reply into a ``SendResult`` (runs on the connection's reader thread)."""
+PARTITIONS_CACHED_MAX = 4096
+"""How many ``Partition`` values the reply path keeps, to build none per reply."""
+_partitions: dict[tuple[int, int], Partition] = {}
+
+
+class _SendResultConverter(ResultConverter):
+    """Turns a put reply into a ``SendResult`` (runs on the connection's reader thread).
+
+    Sets the message's ``id``, ``partition`` and ``offset`` before the future completes.
+    """
 
     __slots__ = ("message", "broker_id")
 
@@ -412,18 +457,24 @@ class _SendResultConverter:
     def __call__(self, reply: Result | Data) -> SendResult:
         if not isinstance(reply, Result):
             raise ClientError(f"unexpected value frame in reply to a put of {self.message.topic}")
-        if reply.code == 200:
-            return self._success(reply.body)
-        if reply.code == 403:
-            return SendResult.failure("403")
-        return SendResult.failure(reply.body.decode("utf-8", "replace"))
+        return self.from_result(reply.code, reply.body)
 
-    def _success(self, body: bytes) -> SendResult:
+    def from_result(self, code: int, body: bytes) -> SendResult:
+        if code != 200:
+            if code == 403:
+                return SendResult.failure("403")
+            return SendResult.failure(body.decode("utf-8", "replace"))
         try:
-            msg_id, partition_number, offset = map(int, body.split())
+            text_id, text_partition, text_offset = body.split()
+            msg_id, partition_number, offset = int(text_id), int(text_partition), int(text_offset)
         except ValueError:
             raise ClientError(f"malformed put reply {body!r} for {self.message.topic}") from None
-        partition = Partition(self.broker_id, partition_number)
+        key = (self.broker_id, partition_number)
+        partition = _partitions.get(key)
+        if partition is None:
+            partition = Partition(self.broker_id, partition_number)
+            if len(_partitions) < PARTITIONS_CACHED_MAX:
+                _partitions[key] = partition
         message = self.message
         message.id = msg_id
         message.partition = partition

@@ -257,29 +257,161 @@ def test_the_pool_fails_fast_for_a_while_after_a_failed_connect():
         pool.close()
 
 
-def test_settle_completes_a_pending_future_and_leaves_a_cancelled_one_cancelled():
-    """The reply path completes futures without the RUNNING step; a future cancelled at
-    that instant must stay cancelled (no InvalidStateError) and wake ``wait()`` callers."""
+def test_a_pipelined_future_is_a_real_future_with_every_attribute_of_one():
+    from concurrent.futures import Future
+
+    from meta.client.futures import PendingFuture
+
+    future = PendingFuture(Owner(), time.monotonic() + 5, 5.0, None)
+    assert isinstance(future, Future)
+    assert set(vars(Future())) <= set(vars(future))
+
+
+class Owner:
+    """Stands in for a connection: ``forget`` reports whether it removed the request."""
+
+    def __init__(self, holds: bool = False) -> None:
+        self.holds = holds
+        self.forgotten: list[int] = []
+
+    def forget(self, opaque: int) -> bool:
+        self.forgotten.append(opaque)
+        return self.holds
+
+
+def shared_futures(count: int, owner=None):
+    from meta.client.futures import PendingFuture
+
+    condition = threading.Condition(threading.RLock())
+    owner = owner or Owner()
+    deadline = time.monotonic() + 5
+    return condition, [PendingFuture(owner, deadline, 5.0, None, condition) for _ in range(count)]
+
+
+def test_complete_batch_sets_results_and_errors_and_runs_each_callback_once():
+    from meta.client.futures import complete_batch
+
+    condition, futures = shared_futures(3)
+    calls: list = []
+    for future in futures:
+        future.add_done_callback(calls.append)
+    outcomes = [(futures[0], "a", None), (futures[1], None, ClientError("gone"))]
+    waiter = threading.Thread(target=wait, args=(futures[:2],), kwargs={"timeout": WAIT_S})
+    waiter.start()
+    complete_batch(condition, outcomes)
+    waiter.join(WAIT_S)
+    assert not waiter.is_alive()
+    assert futures[0].result(0) == "a"
+    with pytest.raises(ClientError, match="gone"):
+        futures[1].result(0)
+    assert not futures[2].done()
+    complete_batch(condition, [(futures[0], "again", None), (futures[2], "c", None)])
+    assert futures[0].result(0) == "a"  # completed once: a second outcome is ignored
+    assert [future.result(0) for future in (futures[0], futures[2])] == ["a", "c"]
+    assert calls == [futures[0], futures[1], futures[2]]
+
+
+def test_complete_batch_leaves_a_cancelled_future_cancelled_and_wakes_its_waiters():
+    """A future cancelled while its reply was converted stays cancelled; ``wait()`` hears."""
     from concurrent.futures import FIRST_COMPLETED
 
-    from meta.client import pipeline
+    from meta.client.futures import complete_batch
 
-    class Owner:
-        def forget(self, opaque):
-            pass
-
-    done = pipeline._PendingFuture(Owner(), time.monotonic() + 5, 5.0, None)
-    pipeline._settle(done, reply=Result(200, b"ok", 1))
-    assert done.result(0).body == b"ok"
-    failed = pipeline._PendingFuture(Owner(), time.monotonic() + 5, 5.0, None)
-    pipeline._settle(failed, error=ClientError("gone"))
-    with pytest.raises(ClientError, match="gone"):
-        failed.result(0)
-    cancelled = pipeline._PendingFuture(Owner(), time.monotonic() + 5, 5.0, len)
-    waiter = threading.Thread(target=wait, args=([cancelled],), kwargs={"timeout": 5,
+    condition, (cancelled,) = shared_futures(1)
+    waiter = threading.Thread(target=wait, args=([cancelled],), kwargs={"timeout": WAIT_S,
                               "return_when": FIRST_COMPLETED})  # fmt: skip
     assert cancelled.cancel()
     waiter.start()
-    pipeline._settle(cancelled, reply=Result(200, b"late", 1))
-    waiter.join(5)
+    complete_batch(condition, [(cancelled, "late", None)])
+    waiter.join(WAIT_S)
     assert not waiter.is_alive() and cancelled.cancelled()
+
+
+def test_cancelling_a_future_its_owner_still_held_notifies_wait_at_once():
+    condition, (future,) = shared_futures(1, Owner(holds=True))
+    future.opaque = 7
+    assert future.cancel()
+    done, not_done = wait([future], timeout=WAIT_S)
+    assert done == {future} and not not_done
+    assert future.owner.forgotten == [7]
+
+
+def test_result_keeps_waiting_when_another_future_of_the_condition_completes():
+    """Futures share one condition: a wake-up for another future is not a timeout."""
+    from meta.client.futures import complete_batch
+
+    condition, (mine, other) = shared_futures(2)
+    got: list = []
+    waiter = threading.Thread(target=lambda: got.append(mine.result(WAIT_S)))
+    waiter.start()
+    wait_for(lambda: len(condition._waiters) == 1, what="the waiter to wait")
+    complete_batch(condition, [(other, "other", None)])
+    wait_for(lambda: len(condition._waiters) == 1 or not waiter.is_alive(), what="a re-wait")
+    assert waiter.is_alive()
+    complete_batch(condition, [(mine, "mine", None)])
+    waiter.join(WAIT_S)
+    assert got == ["mine"]
+    with pytest.raises(FutureTimeoutError):
+        shared_futures(1)[1][0].result(0.05)
+
+
+def test_the_fast_put_header_is_what_the_codec_encodes():
+    from meta.client.pipeline import _PUT_HEADER
+    from meta.protocol.codec import encode
+
+    for command in (put("t-a", b"x" * 1000), Put("topic-b", 17, b"", 3, 99, 4294967295)):
+        header = _PUT_HEADER % (
+            command.topic.encode(), command.partition, len(command.data), command.flag,
+            command.checksum, command.opaque,
+        )  # fmt: skip
+        assert header + command.data == encode(command)
+
+
+def test_futures_complete_under_as_completed_and_wait_all(connection):
+    from concurrent.futures import ALL_COMPLETED, as_completed
+
+    futures = [connection.request(put("t-asc", b"%d" % n)) for n in range(500)]
+    assert sum(future.result().code == 200 for future in as_completed(futures, WAIT_S)) == 500
+    more = [connection.request(put("t-asc", b"%d" % n)) for n in range(500)]
+    done, not_done = wait(more, timeout=WAIT_S, return_when=ALL_COMPLETED)
+    assert len(done) == 500 and not not_done
+
+
+def test_a_cancelled_request_is_still_sent(connection):
+    """A one-way command is a request whose future is cancelled at once: it must leave."""
+    connection.request(put("t-oneway", b"first")).cancel()
+    reply = connection.request(put("t-oneway", b"second")).result(WAIT_S)
+    assert int(reply.body.split()[2]) > 0  # "first" is stored before it
+    assert connection.pending_count == 0
+
+
+def test_many_timed_out_requests_each_fail_once_and_leave_the_table(connection):
+    futures = [held_get(connection, f"t-sweep-{n}", timeout_s=0.3) for n in range(5)]
+    calls: list = []
+    for future in futures:
+        future.add_done_callback(calls.append)
+    for future in futures:
+        with pytest.raises(OperationTimeoutError, match="0.3 s"):
+            future.result(WAIT_S)
+    assert connection.pending_count == 0
+    assert sorted(map(id, calls)) == sorted(map(id, futures))
+
+
+def test_closing_with_thousands_of_puts_in_flight_completes_each_future_once(broker):
+    connection = PipelinedConnection("127.0.0.1", broker.port)
+    calls: list = []
+    futures = []
+    try:
+        for n in range(3000):
+            future = connection.request(put("t-loss", b"%d" % n))
+            future.add_done_callback(calls.append)
+            futures.append(future)
+    finally:
+        connection.close()
+    done, not_done = wait(futures, timeout=WAIT_S)
+    assert not not_done
+    assert sorted(map(id, calls)) == sorted(map(id, futures))
+    for future in futures:
+        error = future.exception(0)
+        assert error is None or isinstance(error, ClientClosedError)
+    assert connection.pending_count == 0
