@@ -58,8 +58,10 @@ def encode_payload(data: bytes, attribute: str | None) -> tuple[bytes, int]:
     return ATTRIBUTE_LENGTH.pack(len(encoded)) + encoded + data, FLAG_ATTRIBUTE
 
 
-def decode_payload(flag: int, payload: bytes) -> tuple[str | None, bytes]:
+def decode_payload(flag: int, payload: bytes | memoryview) -> tuple[str | None, bytes | memoryview]:
     """Split a payload into ``(attribute, data)``; the inverse of ``encode_payload``.
+
+    ``data`` is a slice of ``payload`` (a view, without a copy, when ``payload`` is one).
 
     Raises:
         InvalidRecordError: flag bit 0 is set but the attribute section does not fit.
@@ -73,7 +75,7 @@ def decode_payload(flag: int, payload: bytes) -> tuple[str | None, bytes]:
     if length < 0 or end > len(payload):
         raise InvalidRecordError(f"attribute length {length} does not fit the payload")
     try:
-        attribute = payload[ATTRIBUTE_LENGTH.size : end].decode("utf-8")
+        attribute = str(payload[ATTRIBUTE_LENGTH.size : end], "utf-8")
     except UnicodeDecodeError as error:
         raise InvalidRecordError(f"attribute is not UTF-8: {error}") from None
     return attribute, payload[end:]

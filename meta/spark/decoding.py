@@ -39,10 +39,10 @@ import pyarrow as pa
 from meta.errors import InvalidRecordError
 from meta.message_id import EPOCH_MS, TIME_SHIFT
 from meta.protocol.message import (
-    ATTRIBUTE_LENGTH,
     CHECKSUM_MASK,
     FLAG_ATTRIBUTE,
     HEADER_SIZE,
+    decode_payload,
 )
 from meta.spark.schema import ARROW_SCHEMA
 
@@ -199,17 +199,7 @@ def _record_starts(view: memoryview, stop_at: int) -> tuple[np.ndarray, int, int
 
 def _split_attribute(payload: memoryview) -> tuple[str, memoryview]:
     """``decode_payload`` for a flagged payload, without copying the data part."""
-    if len(payload) < ATTRIBUTE_LENGTH.size:
-        raise InvalidRecordError("attribute flag set but payload shorter than 4 bytes")
-    (length,) = ATTRIBUTE_LENGTH.unpack_from(payload)
-    end = ATTRIBUTE_LENGTH.size + length
-    if length < 0 or end > len(payload):
-        raise InvalidRecordError(f"attribute length {length} does not fit the payload")
-    try:
-        attribute = str(payload[ATTRIBUTE_LENGTH.size : end], "utf-8")
-    except UnicodeDecodeError as error:
-        raise InvalidRecordError(f"attribute is not UTF-8: {error}") from None
-    return attribute, payload[end:]
+    return decode_payload(FLAG_ATTRIBUTE, payload)  # type: ignore[return-value]
 
 
 class ColumnBuilder:
