@@ -18,7 +18,7 @@ from meta.protocol.commands import Put, Result
 from meta.protocol.message import checksum
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.client_helpers import Collector, consumer_of, make_root, wait_for, zk_config
-from tests.integration.test_slave import Cluster, wait_until_identical
+from tests.integration.test_slave import make_cluster, wait_until_identical
 
 QUIET_WINDOW_S = 1.5
 """How long a paused consumer is watched for (wrong) deliveries."""
@@ -157,19 +157,11 @@ def test_a_running_consumer_moves_to_the_slave_when_the_master_stops(tmp_path, z
     listener takes 50 messages and then fails every message (so the consumer keeps fetching
     the same offsets from the master); the master is stopped; once the fetch requests name the
     slave, the listener accepts again and every message must arrive exactly once."""
-    root = make_root(zookeeper)
-    settings = {
-        "system": {"numPartitions": 2, "unflushThreshold": 0},
-        "topics": {"fall": {"numPartitions": 2}},
-        "zk_connect": zookeeper.connect_string,
-        "zk": {"zk.zkRoot": root, "zk.zkSessionTimeoutMs": 2000},
-    }
-    master = BrokerProcess(tmp_path / "master", **settings)
-    slave = BrokerProcess(tmp_path / "slave", **settings)
-    properties = slave.directory / "async_slave.properties"
-    properties.write_text("slaveId=0\nslaveGroup=copy-group\nslaveMaxDelayInMills=200\n")
-    slave.arguments = ["--slave", str(properties)]
-    cluster = Cluster(root, master, slave)
+    cluster = make_cluster(
+        tmp_path, zookeeper, {"numPartitions": 2, "unflushThreshold": 0},
+        {"fall": {"numPartitions": 2}},
+    )  # fmt: skip
+    root, master, slave = cluster.root, cluster.master, cluster.slave
     factory = None
     try:
         master.start()

@@ -42,12 +42,13 @@ class Cluster:
     slave: BrokerProcess
 
 
-@pytest.fixture
-def cluster(tmp_path, zookeeper):
+def make_cluster(tmp_path: Path, zookeeper, system: dict, topics: dict) -> Cluster:
+    """A master and its slave 0 (group copy-group, 200 ms delay) under a fresh root, not
+    started, with the same ``[system]`` and topic sections."""
     root = make_root(zookeeper)
     settings = {
-        "system": SYSTEM,
-        "topics": TOPICS,
+        "system": system,
+        "topics": topics,
         "zk_connect": zookeeper.connect_string,
         "zk": {"zk.zkRoot": root, "zk.zkSessionTimeoutMs": 2000},
     }
@@ -56,11 +57,17 @@ def cluster(tmp_path, zookeeper):
     properties = slave.directory / "async_slave.properties"
     properties.write_text("slaveId=0\nslaveGroup=copy-group\nslaveMaxDelayInMills=200\n")
     slave.arguments = ["--slave", str(properties)]
+    return Cluster(root, master, slave)
+
+
+@pytest.fixture
+def cluster(tmp_path, zookeeper):
+    made = make_cluster(tmp_path, zookeeper, SYSTEM, TOPICS)
     try:
-        yield Cluster(root, master, slave)
+        yield made
     finally:
-        slave.stop()
-        master.stop()
+        made.slave.stop()
+        made.master.stop()
 
 
 def produce(
@@ -312,7 +319,9 @@ def test_the_slave_waits_while_the_master_is_down_and_follows_it_back(cluster):
     wait_until_identical(cluster)
 
 
-def _script(cluster: Cluster, *arguments: str) -> subprocess.CompletedProcess:
+def slave_script(cluster: Cluster, *arguments: str) -> subprocess.CompletedProcess:
+    """``tools/metaServer.sh ARGUMENTS`` for the cluster's slave (its run dir, config and
+    async_slave.properties)."""
     env = dict(
         os.environ,
         META_RUN_DIR=str(cluster.slave.directory / "run"),
@@ -330,7 +339,7 @@ def _script(cluster: Cluster, *arguments: str) -> subprocess.CompletedProcess:
 def test_metaserver_sh_start_slave_starts_a_copying_slave(cluster, admin):
     cluster.master.start()
     produce(cluster.master, 300, seed=8)
-    started = _script(cluster, "start", "slave")
+    started = slave_script(cluster, "start", "slave")
     try:
         assert started.returncode == 0, started.stderr
         # The script returns once the port listens; registration follows right after.
@@ -339,7 +348,7 @@ def test_metaserver_sh_start_slave_starts_a_copying_slave(cluster, admin):
         cluster.slave.log_path = cluster.slave.directory / "run" / "meta-server.log"
         wait_until_identical(cluster)
     finally:
-        stopped = _script(cluster, "stop")
+        stopped = slave_script(cluster, "stop")
     assert stopped.returncode == 0, stopped.stderr
     assert not admin.exists(f"{cluster.root}/brokers/ids/0/slave0")
 
@@ -347,7 +356,7 @@ def test_metaserver_sh_start_slave_starts_a_copying_slave(cluster, admin):
 def test_metaserver_sh_start_slave_names_the_bad_key_and_value(cluster):
     properties = cluster.slave.directory / "async_slave.properties"
     properties.write_text("slaveId=0\nslaveMaxDelayInMills=soon\n")
-    started = _script(cluster, "start", "slave")
+    started = slave_script(cluster, "start", "slave")
     assert started.returncode != 0
     assert f"{properties}: slaveMaxDelayInMills='soon': not an integer" in started.stderr
 

@@ -25,7 +25,7 @@ from meta.protocol.commands import Data, Get, Put, Stats
 from meta.protocol.message import iter_messages
 from tests.integration.broker_process import REPO, BrokerProcess
 from tests.integration.client_helpers import Collector, consumer_of, make_root, wait_for, zk_config
-from tests.integration.test_slave import Cluster, produce, wait_until_identical
+from tests.integration.test_slave import Cluster, produce, slave_script, wait_until_identical
 
 SYSTEM = {"numPartitions": 4, "maxSegmentSize": 64 * 1024, "unflushThreshold": 0}
 TOPICS = {"alpha": {"numPartitions": 4}, "beta": {"numPartitions": 2}}
@@ -202,21 +202,6 @@ class Sender(threading.Thread):
         assert not self.is_alive()
 
 
-def script(cluster: Cluster, *arguments: str) -> subprocess.CompletedProcess:
-    env = dict(
-        os.environ,
-        META_RUN_DIR=str(cluster.slave.directory / "run"),
-        META_CONF=str(cluster.slave.config_path),
-        META_SLAVE_CONF=str(cluster.slave.directory / "async_slave.properties"),
-        META_PYTHON=sys.executable,
-        PYTHONPATH=str(REPO),
-    )
-    return subprocess.run(
-        [str(REPO / "tools" / "metaServer.sh"), *arguments],
-        env=env, capture_output=True, text=True, timeout=120, cwd=REPO,
-    )  # fmt: skip
-
-
 def records(broker: BrokerProcess, topic: str, partition: int) -> dict[int, int]:
     """offset -> message id of every record of one partition."""
     found, offset = {}, 0
@@ -247,7 +232,7 @@ def test_failover_promote_the_slave_after_kill_9_of_the_master(tmp_path, zookeep
     sender = None
     try:
         cluster.master.start()
-        started = script(cluster, "start", "slave")
+        started = slave_script(cluster, "start", "slave")
         assert started.returncode == 0, started.stderr
         cluster.slave.log_path = cluster.slave.directory / "run" / "meta-server.log"
         collector = Collector()
@@ -262,7 +247,7 @@ def test_failover_promote_the_slave_after_kill_9_of_the_master(tmp_path, zookeep
         cluster.master.kill()
         copied = {key[1]: int(row[4]) for key, row in lag_rows(cluster.slave).items()
                   if key[0] == "alpha"}  # fmt: skip
-        promoted = script(cluster, "promote")
+        promoted = slave_script(cluster, "promote")
         assert promoted.returncode == 0, promoted.stderr + promoted.stdout
         assert "promoted: broker 0 serving" in promoted.stdout
         promoted_at = time.monotonic()
@@ -282,7 +267,7 @@ def test_failover_promote_the_slave_after_kill_9_of_the_master(tmp_path, zookeep
             sender.stop()
         consumers.shutdown()
         producers.shutdown()
-        script(cluster, "stop")
+        slave_script(cluster, "stop")
         cluster.master.kill()
 
 
