@@ -137,11 +137,7 @@ def test_available_now_honours_max_bytes_and_commits_to_the_group(
     ZooKeeper offset nodes with the ends computed from the send results.
     """
     root, topic, group = cluster, "stream-group", "spark-progress"
-    with MetaMessageSessionFactory(zk_config(zookeeper, root)) as factory:
-        producer = factory.create_producer()
-        producer.publish(topic)
-        results = [producer.send_message(_message(topic, n)) for n in range(40)]
-    assert all(result.success for result in results)
+    results = _produce(zookeeper, root, topic, 40)
     sink = BatchSink()
     frame = stream(spark, zookeeper, root, topic, maxBytesPerTrigger="1000", commitToGroup=group)
     finish(start(frame, sink, tmp_path / "checkpoint", available_now=True))
@@ -167,11 +163,7 @@ def test_available_now_reads_the_backlog_and_commits_to_the_group(
     group's offsets at each partition's end.
     """
     root, topic, group = cluster, "stream-all-now", "spark-all-now"
-    with MetaMessageSessionFactory(zk_config(zookeeper, root)) as factory:
-        producer = factory.create_producer()
-        producer.publish(topic)
-        results = [producer.send_message(_message(topic, n)) for n in range(30)]
-    assert all(result.success for result in results)
+    results = _produce(zookeeper, root, topic, 30)
     sink = BatchSink()
     frame = stream(spark, zookeeper, root, topic, commitToGroup=group)
     finish(start(frame, sink, tmp_path / "checkpoint", available_now=True))
@@ -188,11 +180,7 @@ def test_a_running_query_commits_its_progress_to_the_group(spark, zookeeper, clu
     nodes to equal the ends computed from the send results.
     """
     root, topic, group = cluster, "stream-running", "spark-running"
-    with MetaMessageSessionFactory(zk_config(zookeeper, root)) as factory:
-        producer = factory.create_producer()
-        producer.publish(topic)
-        results = [producer.send_message(_message(topic, n)) for n in range(20)]
-    assert all(result.success for result in results)
+    results = _produce(zookeeper, root, topic, 20)
     sink = BatchSink()
     frame = stream(spark, zookeeper, root, topic, commitToGroup=group)
     query = start(frame, sink, tmp_path / "checkpoint")
@@ -292,6 +280,16 @@ def test_partitions_of_a_new_broker_are_picked_up(spark, zookeeper, cluster, tmp
         second.stop()
     assert {row.partition for row in sink.rows()} >= {"2-0", "2-1"}
     assert sorted(sink.ids()) == sorted(sent)
+
+
+def _produce(zookeeper, root: str, topic: str, count: int) -> list:
+    """Send ``count`` numbered 100-byte messages to ``topic``; all must succeed."""
+    with MetaMessageSessionFactory(zk_config(zookeeper, root)) as factory:
+        producer = factory.create_producer()
+        producer.publish(topic)
+        results = [producer.send_message(_message(topic, n)) for n in range(count)]
+    assert all(result.success for result in results)
+    return results
 
 
 def _message(topic: str, number: int):
