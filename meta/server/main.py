@@ -91,6 +91,13 @@ def configure_logging(level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("kazoo.client").setLevel(logging.WARNING)
+    # Twisted's own events (unhandled errors in Deferreds, protocol exceptions) go to the
+    # same log, with timestamps and levels, instead of Twisted's bare stderr fallback; its
+    # INFO chatter ("Starting factory ...") is left out.
+    logging.getLogger("twisted").setLevel(logging.WARNING)
+    from twisted.logger import STDLibLogObserver, globalLogBeginner
+
+    globalLogBeginner.beginLoggingTo([STDLibLogObserver()], redirectStandardIO=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"meta-server: configuration error: {error}", file=sys.stderr)
         return 2
+    from meta.server.reactor import install
+
+    log.info("reactor: %s", install())
     from twisted.internet import reactor
 
     from meta.server.broker import Broker

@@ -265,3 +265,8 @@ def test_java_client_bytes_from_the_trace_are_answered_like_the_java_broker(conn
     served = connection.request(Get("t-trace", "g-trace", 0, 0, 1048576, -2147483638))
     record = next(iter_messages(served.data))
     assert served.data == pack_message(record.msg_id, 1, data)
+
+
+def test_the_broker_runs_on_the_lean_reactor(broker, connection):
+    assert connection.request(Version(1)).code == 200
+    assert "reactor: LeanEPollReactor" in broker.log()

@@ -1,0 +1,95 @@
+"""The broker's reactor: Twisted's epoll reactor without the per-event logging context.
+
+What lives here: ``LeanEPollReactor`` and ``install``. Twisted's ``EPollReactor.doPoll`` wraps
+every ready descriptor's read or write in ``log.callWithLogger``, which builds a logging
+context (a dict and four nested calls) only so that legacy ``twisted.python.log`` messages
+carry the selectable's prefix. The broker logs through the standard ``logging`` module, so
+that context buys nothing, and it costs microseconds per event: a synchronous producer makes
+one event per put (tools/bench, the ``sync`` scenario). ``doPoll`` here dispatches straight to
+``_doReadOrWrite``, which keeps all of Twisted's handling of reads, writes, disconnects and
+exceptions raised by protocols; an exception escaping it is logged, as ``callWithLogger``
+does, and the loop goes on.
+
+Invariant: behaviour is ``EPollReactor``'s in all but the logging context. ``install`` falls
+back to Twisted's default reactor where epoll is missing or Twisted's internals differ
+(checked once, at install time).
+
+Thread affinity: ``doPoll`` runs on the reactor thread (it *is* the reactor's loop);
+``install`` runs on the main thread before anything imports ``twisted.internet.reactor``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from twisted.logger import Logger
+
+log = logging.getLogger("meta.server")
+_twisted_log = Logger(namespace="meta.server.reactor")
+
+try:
+    from twisted.internet.epollreactor import EPollReactor
+except ImportError:  # no epoll on this platform
+    EPollReactor = None  # type: ignore[assignment,misc]
+
+_NEEDED = ("_poller", "_selectables", "_doReadOrWrite")
+
+
+if EPollReactor is not None:
+
+    class LeanEPollReactor(EPollReactor):  # type: ignore[misc,valid-type]
+        """``EPollReactor`` whose ``doPoll`` skips ``log.callWithLogger`` (see module doc)."""
+
+        def doPoll(self, timeout: float | None) -> None:
+            if timeout is None:
+                timeout = -1  # wait indefinitely
+            # EINTR is retried by Python itself (PEP 475); other errors are bugs: raise.
+            events = self._poller.poll(timeout, len(self._selectables))
+            selectables = self._selectables
+            dispatch = self._doReadOrWrite
+            for fd, event in events:
+                selectable = selectables.get(fd)
+                if selectable is None:
+                    continue  # removed by an earlier event of this poll
+                try:
+                    dispatch(selectable, fd, event)
+                except KeyboardInterrupt:
+                    raise
+                except BaseException:
+                    _twisted_log.failure(
+                        "while handling an event of {selectable}", None, selectable=selectable
+                    )
+
+        doIteration = doPoll
+
+
+def install() -> str:
+    """Install the lean reactor as Twisted's global reactor; return the installed class name.
+
+    Keeps (and logs) a reactor that is already installed. Falls back to Twisted's default
+    (logged) when epoll is missing or ``EPollReactor`` lacks an internal this module relies on.
+    """
+    from twisted.internet.main import installReactor
+
+    if "twisted.internet.reactor" in sys.modules:
+        log.warning("a reactor was installed before the broker's: keeping it")
+        return _default_name()
+    if EPollReactor is None:
+        log.info("no epoll here: using Twisted's default reactor")
+        return _default_name()
+    reactor = LeanEPollReactor()
+    missing = [name for name in _NEEDED if not hasattr(reactor, name)]
+    if missing:
+        log.warning(
+            "Twisted's EPollReactor lacks %s: using Twisted's default reactor", ", ".join(missing)
+        )
+        return _default_name()
+    installReactor(reactor)
+    return type(reactor).__name__
+
+
+def _default_name() -> str:
+    from twisted.internet import reactor
+
+    return type(reactor).__name__

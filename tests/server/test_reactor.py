@@ -1,0 +1,192 @@
+"""``meta.server.reactor``: the lean epoll reactor behaves as Twisted's, minus the log context.
+
+Each test runs its own ``LeanEPollReactor`` instance (never installed as the global reactor)
+over real 127.0.0.1 sockets, with a deadline that stops it; ``install`` is checked in a
+subprocess, where no reactor was imported yet.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from twisted.internet import protocol
+from twisted.logger import globalLogPublisher
+
+from meta.server import reactor as lean
+from tests.integration.broker_process import REPO
+
+pytestmark = pytest.mark.skipif(lean.EPollReactor is None, reason="Linux only (epoll)")
+
+DEADLINE_S = 10.0
+
+
+class Echo(protocol.Protocol):
+    def dataReceived(self, data: bytes) -> None:
+        if data.startswith(b"boom"):
+            raise ValueError("a protocol bug")
+        self.transport.write(data)
+
+
+class Probe(protocol.Protocol):
+    """Client side: sends ``message`` and records what comes back and how the connection ends."""
+
+    def __init__(self, message: bytes, done) -> None:
+        self.message = message
+        self.received = b""
+        self.lost = None
+        self.done = done
+
+    def connectionMade(self) -> None:
+        self.transport.write(self.message)
+
+    def dataReceived(self, data: bytes) -> None:
+        self.received += data
+        if len(self.received) >= len(self.message):
+            self.transport.loseConnection()
+
+    def connectionLost(self, reason) -> None:
+        self.lost = reason
+        self.done(self)
+
+
+def run_probes(reactor, messages: list[bytes]) -> list[Probe]:
+    """Connect one ``Probe`` per message to an ``Echo`` server; run until all have ended."""
+    factory = protocol.Factory.forProtocol(Echo)
+    port = reactor.listenTCP(0, factory, interface="127.0.0.1")
+    finished: list[Probe] = []
+
+    def done(probe: Probe) -> None:
+        finished.append(probe)
+        if len(finished) == len(messages):
+            reactor.stop()
+
+    probes = []
+    for message in messages:
+        probe = Probe(message, done)
+        probes.append(probe)
+        creator = protocol.ClientCreator(reactor, lambda probe=probe: probe)
+        creator.connectTCP("127.0.0.1", port.getHost().port)
+    deadline = reactor.callLater(DEADLINE_S, reactor.stop)
+    reactor.run(installSignalHandlers=False)
+    assert deadline.active(), "the reactor ran into the test's deadline"
+    deadline.cancel()
+    return probes
+
+
+def test_echo_over_real_tcp():
+    reactor = lean.LeanEPollReactor()
+    payload = bytes(range(256)) * 400  # > one read: several events per connection
+    (probe,) = run_probes(reactor, [payload])
+    assert probe.received == payload
+
+
+def test_a_protocol_exception_closes_only_its_connection_and_is_logged():
+    """Goal: Twisted's per-event error handling (in ``_doReadOrWrite``) is kept. Method: one
+    connection's ``dataReceived`` raises; it is closed, the other echoes, the error is logged."""
+    events: list[dict] = []
+    globalLogPublisher.addObserver(events.append)
+    try:
+        reactor = lean.LeanEPollReactor()
+        bad, good = run_probes(reactor, [b"boom", b"hello"])
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+    assert good.received == b"hello"
+    assert bad.received == b""
+    # Twisted logs it through its legacy ``log.err``: the failure is under "failure".
+    failures = [event.get("log_failure") or event.get("failure") for event in events]
+    assert any(failure is not None and failure.check(ValueError) for failure in failures)
+
+
+class BrokenReader:
+    """A selectable whose read fails and whose ``connectionLost`` raises too: the second
+    error escapes ``_doReadOrWrite`` and reaches ``doPoll``'s own handler."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.lost = 0
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def logPrefix(self) -> str:
+        return "BrokenReader"
+
+    def doRead(self):
+        raise ValueError("read failed")
+
+    def connectionLost(self, reason) -> None:
+        self.lost += 1
+        raise RuntimeError("connectionLost failed")
+
+
+def test_an_error_escaping_the_dispatch_is_logged_and_the_loop_goes_on():
+    events: list[dict] = []
+    globalLogPublisher.addObserver(events.append)
+    read_end, write_end = os.pipe()
+    try:
+        reactor = lean.LeanEPollReactor()
+        broken = BrokenReader(read_end)
+        reactor.addReader(broken)
+        os.write(write_end, b"x")
+        ticks = []
+        reactor.callLater(0.05, lambda: (ticks.append(1), reactor.stop()))
+        reactor.callLater(DEADLINE_S, reactor.stop)
+        reactor.run(installSignalHandlers=False)
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+        os.close(read_end)
+        os.close(write_end)
+    assert ticks == [1]  # the loop ran on after the error
+    assert broken.lost == 1
+    escaped = [e for e in events if "while handling an event" in e.get("log_format", "")]
+    assert len(escaped) == 1
+    assert isinstance(escaped[0]["log_failure"].value, RuntimeError)
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter (no reactor imported yet); it must exit 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_install_makes_it_the_global_reactor():
+    out = run_python(
+        "from meta.server.reactor import install; print(install());"
+        "from twisted.internet import reactor; print(type(reactor).__name__)"
+    ).stdout
+    assert out.split() == ["LeanEPollReactor", "LeanEPollReactor"]
+
+
+def test_install_keeps_a_reactor_imported_before_it():
+    out = run_python(
+        "from twisted.internet import reactor; from meta.server.reactor import install;"
+        "print(install())"
+    ).stdout
+    assert out.split() == ["EPollReactor"]
+
+
+def test_twisted_errors_reach_the_broker_log_with_time_and_level():
+    """``configure_logging`` routes Twisted's own events (here an unhandled error in a
+    Deferred) to the standard log format; Twisted's INFO chatter is left out."""
+    done = run_python(
+        "import gc; from meta.server.main import configure_logging;"
+        "configure_logging('INFO');"
+        "from twisted.logger import Logger; Logger().info('chatter');"
+        "from twisted.internet.defer import Deferred;"
+        "d = Deferred(); d.errback(ValueError('lost in a deferred')); del d; gc.collect()"
+    )
+    lines = done.stderr.splitlines()
+    assert any(" CRITICAL twisted" in line for line in lines), done.stderr
+    assert "ValueError: lost in a deferred" in done.stderr
+    assert "chatter" not in done.stderr
