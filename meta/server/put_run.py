@@ -5,6 +5,8 @@ of one read, as field tuples) and ``_Batch``, the records of one run for one par
 does per put only what a put must: a CRC-32 of the body, a record header, and on its ack a
 reply. Ids come in one block, each partition gets one staged entry (``PartitionLog.stage``
 with a count) and each batch one ack, which formats its replies and hands them over at once.
+A read holding one put (a synchronous producer's) takes ``_handle_single``: the same rules
+for a stretch of one, without a batch.
 
 Invariants (tests/server/test_put_run.py checks them against ``handle_put``):
     * The fast path only takes puts whose outcome is plain: the partition exists and takes
@@ -97,8 +99,9 @@ class _Batch:
         self.room = self.log.room_bytes
 
 
-def _open_batch(broker, targets: Targets, key: tuple[bytes, bytes]) -> _Batch | None:
-    """A batch for an existing partition that takes appends; None: ``handle_put`` decides."""
+def _target(broker, targets: Targets, key: tuple[bytes, bytes]) -> tuple | None:
+    """(partition log, topic, partition) of an existing partition that takes appends; None:
+    ``handle_put`` decides (a new partition, an illegal name, a failed partition ...)."""
     target = targets.get(key)
     if target is None:
         topic_bytes, partition_bytes = key
@@ -110,9 +113,15 @@ def _open_batch(broker, targets: Targets, key: tuple[bytes, bytes]) -> _Batch | 
         if len(targets) >= TARGETS_MAX:
             targets.clear()
         target = targets[key] = (partition_log, topic, partition)
-    partition_log, topic, partition = target
-    if not partition_log.accepts_appends:
+    return target if target[0].accepts_appends else None
+
+
+def _open_batch(broker, targets: Targets, key: tuple[bytes, bytes]) -> _Batch | None:
+    """A batch for ``_target(key)``; None: ``handle_put`` decides."""
+    target = _target(broker, targets, key)
+    if target is None:
         return None
+    partition_log, topic, partition = target
     return _Batch(broker, partition_log, topic, partition, key[1])
 
 
@@ -125,8 +134,8 @@ def handle_put_run(broker, puts: list[PutFields], connection, targets: Targets) 
     lookup cache (one per connection; partition logs are never replaced in a running store).
     """
     assert broker.slave_id < 0  # a slave answers every put 403: the caller never comes here
-    if len(puts) == 1:  # nothing to batch (a synchronous producer): the general path is cheaper
-        return _handle_one(broker, puts[0], connection)
+    if len(puts) == 1:  # nothing to batch (a synchronous producer): no batch either
+        return _handle_single(broker, puts[0], connection, targets)
     run = _Run(broker, connection, targets)
     total = len(puts)
     index = 0
@@ -227,3 +236,30 @@ def _handle_one(broker, fields: PutFields, connection) -> int:
     if reply is not None:
         connection.send_reply(reply)
     return 0
+
+
+def _handle_single(broker, fields: PutFields, connection, targets: Targets) -> int:
+    """One plain put on its own (a synchronous producer's): the fast path's rules for a
+    stretch of one, without the batch; anything else goes to ``handle_put``."""
+    topic_bytes, partition_bytes, flag, checksum, opaque, body = fields
+    target = _target(broker, targets, (topic_bytes, partition_bytes))
+    if target is None:
+        return _handle_one(broker, fields, connection)
+    crc = _crc32(body) & CHECKSUM_MASK
+    if checksum is not None and checksum != crc and checksum != -1:
+        return _handle_one(broker, fields, connection)
+    partition_log, topic, partition = target
+    broker.counters.cmd_put += 1
+    msg_id = broker.ids.next_id()
+    size = len(body)
+    broker.record_put(topic, partition, size)
+
+    def acknowledged(offset: int | None, error: BaseException | None) -> None:
+        if error is None:
+            text = b"%d %s %d" % (msg_id, partition_bytes, offset)
+            connection.respond(b"result 200 %d %s\r\n%s" % (len(text), opaque, text))
+        else:
+            connection.respond(put_append_failed(error, broker, topic, partition, int(opaque)))
+
+    partition_log.stage(_pack_header(size, crc, msg_id, flag) + body, acknowledged)
+    return 1

@@ -218,6 +218,20 @@ def test_a_failed_fsync_fails_every_put_of_the_run_as_the_slow_path_does(tmp_pat
     assert fast.feed(later) == slow.feed(later)
 
 
+@pytest.mark.parametrize("threshold", [0, 1])
+def test_a_failed_fsync_fails_a_single_put_as_the_slow_path_does(tmp_path, threshold):
+    """A read of one put takes ``_handle_single``; its failed ack gives the same 500."""
+    fast, slow = pair(tmp_path, threshold)
+    first = put("test", 0, b"a", 1)
+    assert fast.feed(first) == slow.feed(first)
+    fast.files.fsync_error = slow.files.fsync_error = EIO
+    for opaque in (2, 3):  # the failing put, then one to the failed partition
+        single = put("test", 0, b"b", opaque)
+        got = fast.feed(single)
+        assert got == slow.feed(single)
+        assert [(frame.code, frame.opaque) for frame in decode_all(got)] == [(500, opaque)]
+
+
 def test_a_slave_answers_plain_puts_403(tmp_path):
     fast, _slow = pair(tmp_path, 1000)
     fast.broker.slave_id = 0
