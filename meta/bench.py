@@ -121,10 +121,13 @@ def receive_into(sock: socket.socket, decoder: Decoder) -> None:
 def run_sync(
     address: tuple[str, int], frames: PutFrames, duration_s: float, max_messages: int
 ) -> dict:
-    """One connection: send a put, wait for its 200, repeat."""
+    """One connection: send a put, wait for its 200, repeat.
+
+    The client's time is part of every round trip here, so a reply costs one ``recv`` and
+    one ``next_result_run`` in the usual case (the whole reply in one read).
+    """
     sock = connect(address)
     decoder = Decoder()
-    outstanding: set[int] = set()
     body = frames.body
     count = 0
     cpu_start, start = time.process_time(), time.monotonic()
@@ -132,10 +135,15 @@ def run_sync(
     try:
         while count < max_messages and time.monotonic() < deadline:
             opaque = count + 1
-            outstanding.add(opaque)
             sock.sendall(frames.header(opaque) + body)
-            while not take_replies(decoder, outstanding):
+            receive_into(sock, decoder)  # one put is outstanding: nothing is buffered before
+            while not (replies := decoder.next_result_run(1) or _other_reply(decoder)):
                 receive_into(sock, decoder)
+            ((code, answered, reply_body),) = replies
+            if code != 200 or answered != opaque:
+                raise BenchError(
+                    f"put failed or unexpected: {Result(code, reply_body, answered)!r}"
+                )
             count += 1
     finally:
         sock.close()
