@@ -1,0 +1,65 @@
+"""Smoke test of ``meta.bench_fsync_floor`` at a tiny duration (no timing assertions)."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+
+import pytest
+
+from meta import bench_fsync_floor
+from tests.integration.broker_process import REPO
+
+
+def run_module(*arguments: str) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [sys.executable, "-m", "meta.bench_fsync_floor", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_every_variant_serves_a_synchronous_producer(tmp_path):
+    report = json.loads(
+        run_module(
+            "--seconds", "0.2", "--rounds", "1", "--data-dir", str(tmp_path), "--json"
+        ).stdout
+    )
+    (round_,) = report["rounds"]
+    assert round_["fdatasync_per_s"] > 0
+    for variant in bench_fsync_floor.VARIANTS:
+        if variant == "aio" and not bench_fsync_floor.aio_available():
+            assert round_["rates"][variant] is None
+            continue
+        assert round_["rates"][variant] > 0, variant
+        assert report["summary"][variant]["median_fraction"] > 0
+    assert list(tmp_path.iterdir()) == []  # the servers removed their files
+
+
+def test_help_names_the_options():
+    out = run_module("--help").stdout
+    for option in ("--seconds", "--rounds", "--data-dir", "--json"):
+        assert option in out
+
+
+@pytest.mark.skipif(not bench_fsync_floor.aio_available(), reason="Linux AIO on x86_64 only")
+def test_an_aio_fdatasync_completes_through_its_eventfd(tmp_path):
+    fd = os.open(tmp_path / "file", os.O_CREAT | os.O_WRONLY, 0o600)
+    aio = bench_fsync_floor.AioFdatasync(fd)
+    try:
+        os.write(fd, b"x" * 1024)
+        aio.submit()
+        ready, _, _ = select.select([aio.eventfd], [], [], 10)
+        assert ready == [aio.eventfd]
+        assert aio.completed() == 1
+    finally:
+        aio.close()
+        os.close(fd)
