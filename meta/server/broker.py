@@ -47,7 +47,6 @@ from twisted.internet import defer, task
 
 from meta import __version__
 from meta.config import BrokerConfig
-from meta.errors import InvalidTopicError
 from meta.message_id import IdWorker
 from meta.server.protocol import BrokerFactory
 from meta.server.reload import (  # re-exported: callers import them from here
@@ -267,6 +266,8 @@ class Broker:
         self.config = config
         self._stat_topics.clear()
         self.store.set_config(config)
+        for connection in self.connections:
+            connection.config_changed()
         if self.registry is not None:
             with_data = {partition_log.topic for partition_log in self.store.partitions()}
             problems = await reload_registry(self.registry, config, with_data)
@@ -277,14 +278,20 @@ class Broker:
     # --- used by handlers -------------------------------------------------------------------------
 
     def partition_for_put(self, topic: str, partition: int):
-        """The partition log for a put, created (and registered) on the first put."""
-        partition_log = self.store.get(topic, partition)
+        """The partition log for a put, created (and registered) on the first put.
+
+        As Java's getOrCreateMessageStore, every put is checked against the running
+        configuration, also for a partition that exists (loaded from disk, or left by a
+        reload that removed its topic or lowered numPartitions): ``InvalidTopicError`` or
+        ``StoreError("wrong partition <p>")``.
+        """
+        store = self.store
+        partition_log = store.accepting(topic, partition)
         if partition_log is not None:
             return partition_log
-        if not self.config.is_legal_topic(topic):
-            raise InvalidTopicError(f"The server do not accept topic {topic}")
-        partition_log = self.store.get_or_create(topic, partition)
-        if self.registry is not None:
+        created = store.get(topic, partition) is None
+        partition_log = store.get_or_create(topic, partition)
+        if created and self.registry is not None:
             registered = self.registry.register_topic(topic)
             registered.addErrback(self._topic_registration_failed, topic)
         return partition_log

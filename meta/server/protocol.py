@@ -144,6 +144,10 @@ class BrokerProtocol(protocol.Protocol):
             if self._reading_paused:
                 self._update_reading()
 
+    def config_changed(self) -> None:
+        """The broker reloaded its configuration: forget the put runs' partition lookups."""
+        self._put_targets.clear()
+
     def send_reply(self, reply: bytes | FileReply) -> None:
         """A reply that is ready now (a put run hands over ``handle_put``'s immediate ones)."""
         self._send(reply)

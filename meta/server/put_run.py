@@ -100,14 +100,15 @@ class _Batch:
 
 
 def _target(broker, targets: Targets, key: tuple[bytes, bytes]) -> tuple | None:
-    """(partition log, topic, partition) of an existing partition that takes appends; None:
-    ``handle_put`` decides (a new partition, an illegal name, a failed partition ...)."""
+    """(partition log, topic, partition) of an existing partition that the running config
+    accepts and that takes appends; None: ``handle_put`` decides (a new partition, a refused
+    topic or partition, a failed partition ...). ``targets`` is cleared on each reload."""
     target = targets.get(key)
     if target is None:
         topic_bytes, partition_bytes = key
         topic = topic_bytes.decode("ascii")  # the decoder took only legal (ASCII) names
         partition = int(partition_bytes)
-        partition_log = broker.store.get(topic, partition)
+        partition_log = broker.store.accepting(topic, partition)
         if partition_log is None:
             return None
         if len(targets) >= TARGETS_MAX:

@@ -17,7 +17,9 @@ Invariants:
       worker thread does every fsync of the store.
     * A partition created here was checked: its topic passes ``config.is_legal_topic`` and its
       number is in ``[0, num_partitions)``. Partitions found on disk are loaded whatever the
-      configuration says (Java does the same).
+      configuration says (Java does the same), but ``get_or_create`` and ``accepting`` (the
+      accessors for puts) return a partition only while the running configuration passes
+      those checks, as Java's getOrCreateMessageStore makes them on every put.
     * After ``close`` no partition accepts appends and every file is closed; the retention
       timer is cancelled and a running archive is stopped before the files are closed.
     * A partition is in the retention queue at most once, and only one runner works on it.
@@ -35,7 +37,7 @@ from typing import Any
 from twisted.internet.defer import Deferred, ensureDeferred, gatherResults
 from twisted.internet.task import LoopingCall
 
-from meta.config import BrokerConfig, FlushMode
+from meta.config import BrokerConfig, FlushMode, TopicConfig
 from meta.errors import InvalidTopicError, StoreError
 from meta.store import retention
 from meta.store.files import Files
@@ -233,17 +235,39 @@ class StoreManager:
             return self._partitions[key]
         if self._closed:
             raise StoreError("the store is closed")
-        if not self._config.is_legal_topic(topic):
-            raise InvalidTopicError(f"The server do not accept topic {topic}")
-        topic_config = self._config.topic_config(topic)
-        if not 0 <= partition < topic_config.num_partitions:
-            raise StoreError(f"wrong partition {partition}")
+        topic_config = self._check(topic, partition)
         log = self._partitions.get(key)
         if log is None:
             log = self._create(topic, partition, topic_config.data_path, first_offset)
             self._partitions[key] = log
         self._accepted.add(key)
         return log
+
+    def accepting(self, topic: str, partition: int) -> PartitionLog | None:
+        """The partition's log when it exists and the running configuration takes puts to it
+        (``get_or_create`` would return it as is); None otherwise. Creates nothing, raises
+        nothing; the verdict is cached until the next ``set_config``."""
+        key = (topic, partition)
+        if key in self._accepted:
+            return self._partitions[key]
+        log = self._partitions.get(key)
+        if log is None or self._closed:
+            return None
+        try:
+            self._check(topic, partition)
+        except (InvalidTopicError, StoreError):
+            return None
+        self._accepted.add(key)
+        return log
+
+    def _check(self, topic: str, partition: int) -> TopicConfig:
+        """Java's getOrCreateMessageStore checks, made on every put (not only at creation)."""
+        if not self._config.is_legal_topic(topic):
+            raise InvalidTopicError(f"The server do not accept topic {topic}")
+        topic_config = self._config.topic_config(topic)
+        if not 0 <= partition < topic_config.num_partitions:
+            raise StoreError(f"wrong partition {partition}")
+        return topic_config
 
     def _create(self, topic: str, partition: int, root: str, first_offset: int = 0) -> PartitionLog:
         """Make the partition directory (single-level mkdir, as Java) and open it."""

@@ -14,12 +14,16 @@ from pathlib import Path
 import pytest
 from twisted.internet import defer
 from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
 from meta.config import BrokerConfig, load_config
 from meta.errors import ConfigError, InvalidTopicError
+from meta.protocol.codec import decode_all, encode
+from meta.protocol.commands import Put, Result
 from meta.server.broker import Broker, ReloadRefused, reload_outcome
 from meta.server.main import ConfigReloader
+from meta.server.protocol import BrokerProtocol
 from meta.server.registry import RegistryError
 from meta.store.manager import StoreManager
 from tests.integration.broker_process import server_ini
@@ -170,7 +174,8 @@ def test_a_removed_topic_without_data_is_unregistered(setup):
 def test_a_removed_topic_with_data_stays_registered_with_the_system_defaults(setup):
     """Goal: a removed topic that has data is what a restart would make of it. Method: create
     a partition, drop the section; the topic stays registered (with [system] numPartitions),
-    its open partition is still served, and a new partition is refused."""
+    its open partition is still there to be read, and puts to it are refused as Java refuses
+    them (no configured pattern matches the topic any more)."""
     setup.broker.partition_for_put("test", 1)
 
     outcome = setup.reload(topics={"idle": {}})
@@ -180,9 +185,46 @@ def test_a_removed_topic_with_data_stays_registered_with_the_system_defaults(set
     assert ("register", "test", True) in setup.registry.calls
     assert setup.registry.registered["test"].num_partitions == 1  # [system] numPartitions
     assert setup.broker.store.get("test", 1) is not None
-    assert setup.broker.partition_for_put("test", 1).partition == 1
-    with pytest.raises(InvalidTopicError):
-        setup.broker.partition_for_put("test", 0)
+    for partition in (1, 0):
+        with pytest.raises(InvalidTopicError, match="The server do not accept topic test"):
+            setup.broker.partition_for_put("test", partition)
+
+
+def test_a_lowered_partition_count_refuses_puts_to_the_partitions_beyond_it(setup):
+    """Goal: as Java's getOrCreateMessageStore, every put is checked against the running
+    config, also on the put fast path, whose per-connection lookups a reload clears. Method:
+    puts to partition 1 over a connection (one alone, then a run of two), numPartitions
+    lowered to 1, the same puts again; then raised back."""
+    connection = BrokerProtocol(setup.broker)
+    transport = StringTransport()
+    connection.makeConnection(transport)
+
+    def replies(*reads: bytes) -> list[Result]:
+        for data in reads:
+            connection.dataReceived(data)
+        setup.executor.run_all()
+        got = decode_all(transport.value())
+        transport.clear()
+        return got
+
+    reads = (put_frame(1, 1), put_frame(1, 2) + put_frame(1, 3))
+    assert [reply.code for reply in replies(*reads)] == [200, 200, 200]
+
+    setup.reload(topics={"test": {"numPartitions": 1}, "idle": {}})
+
+    refused = replies(*reads)
+    assert [reply.code for reply in refused] == [500, 500, 500]
+    assert all(reply.body.endswith(b"Detail:wrong partition 1") for reply in refused)
+    assert setup.broker.store.get("test", 1) is not None  # its data stays
+    assert [reply.code for reply in replies(put_frame(0, 4))] == [200]
+
+    setup.reload(topics={"test": {"numPartitions": 2}, "idle": {}})
+
+    assert [reply.code for reply in replies(*reads)] == [200, 200, 200]
+
+
+def put_frame(partition: int, opaque: int) -> bytes:
+    return encode(Put("test", partition, b"body", 0, opaque))
 
 
 def test_system_changes_wait_for_a_restart_and_topics_inherit_the_running_values(setup, caplog):
