@@ -1,9 +1,8 @@
-"""What a synchronous producer with an fsync per ack can reach here, without any broker.
+"""What a synchronous producer with an fsync per ack can reach here: floors and the broker.
 
-``python -m meta.bench_fsync_floor`` measures, in one run, the disk's fdatasync rate (1 KB
-appends, as ``tools/bench``) and one synchronous producer (1 KB puts, one at a time, over
-127.0.0.1) against minimal servers in plain Python, no Twisted and no protocol parsing, each
-a child process:
+``python -m meta.bench_fsync_floor`` runs one synchronous producer (1 KB puts, one at a time,
+over 127.0.0.1) against minimal servers in plain Python, no Twisted and no protocol parsing,
+each a forked child, and against the broker itself:
 
 * ``no-fsync``: read, write to the file, reply: the loopback round trip;
 * ``inline``: read, write, fdatasync, reply, all on the thread that reads the socket (what
@@ -12,15 +11,17 @@ a child process:
   wakes the reading thread through a pipe to send the reply (the broker's design);
 * ``worker-replies``: as ``worker``, but the worker thread sends the reply itself;
 * ``aio``: no Python thread: the reading thread submits a Linux AIO ``IOCB_CMD_FDSYNC``
-  (``io_submit`` through ctypes, x86_64 only) and sends the reply when its eventfd fires.
+  (``io_submit`` through ctypes, x86_64 only) and sends the reply when its eventfd fires;
+* ``broker``: ``meta.server`` at ``unflushThreshold=1`` (``meta.bench.BenchBroker``).
 
-Each variant's rate is reported as a fraction of the fdatasync rate of the same round
+The disk's rate moves a lot on a shared machine, so each producer is paired with the
+fdatasync loop of ``tools/bench`` (1 KB appends, each followed by ``os.fdatasync``) run in
+turns with it, ``--slices`` turns of each per round, and reported as a fraction of it
 (median over ``--rounds``). The figures bound the ``tools/bench`` target "sync producer at
-``unflushThreshold=1`` >= 80% of the fdatasync rate": a broker is a superset of one of these
-loops. Every loop is bounded in time; servers exit when their client closes and are killed
-if they do not. Runs on the caller's thread; servers in forked children.
+``unflushThreshold=1`` >= 80% of the fdatasync rate": the broker does at least what one of
+these loops does. Every loop is bounded in time; servers exit when their client closes and
+are killed if they do not. Runs on the caller's thread.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -31,6 +32,7 @@ import os
 import platform
 import queue
 import select
+import shutil
 import socket
 import statistics
 import sys
@@ -39,9 +41,13 @@ import threading
 import time
 from pathlib import Path
 
-MESSAGE_BYTES = 1024 + 40  # a 1 KB body and a put header
+from meta.bench import BenchBroker, PutFrames
+
+_FRAMES = PutFrames("bench-sync", 1024)
+MESSAGE = _FRAMES.header(1) + _FRAMES.body  # a put of 1 KB; one is outstanding at a time
+MESSAGE_BYTES = len(MESSAGE)
 REPLY = b"result 200 0 1\r\n"
-VARIANTS = ("no-fsync", "inline", "worker", "worker-replies", "aio")
+VARIANTS = ("no-fsync", "inline", "worker", "worker-replies", "aio", "broker")
 JOIN_TIMEOUT_S = 10.0
 
 
@@ -233,95 +239,144 @@ def aio_available() -> bool:
 # --- the client and the report -----------------------------------------------------------------
 
 
-def fdatasync_rate(directory: str, seconds: float) -> float:
-    """1 KB appends, each followed by ``os.fdatasync``, for ``seconds``; per second."""
-    path = os.path.join(directory, f"floor-fdatasync-{os.getpid()}.tmp")
-    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_APPEND, 0o600)
-    count, block = 0, b"x" * 1024
-    try:
-        start = time.monotonic()
+class _Disk:
+    """1 KB appends, each followed by ``os.fdatasync``, in slices; the file lives until
+    ``close``."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, f"floor-fdatasync-{os.getpid()}.tmp")
+        self.fd = os.open(self.path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_APPEND, 0o600)
+        self.count, self.seconds = 0, 0.0
+
+    def run_for(self, seconds: float) -> None:
+        block, start = b"x" * 1024, time.monotonic()
         while time.monotonic() - start < seconds:
-            os.write(fd, block)
-            os.fdatasync(fd)
-            count += 1
-        return count / (time.monotonic() - start)
-    finally:
-        os.close(fd)
-        os.unlink(path)
+            os.write(self.fd, block)
+            os.fdatasync(self.fd)
+            self.count += 1
+        self.seconds += time.monotonic() - start
+
+    def close(self) -> None:
+        os.close(self.fd)
+        os.unlink(self.path)
 
 
-def sync_producer_rate(variant: str, directory: str, seconds: float) -> float | None:
-    """One put at a time against a fresh ``variant`` server for ``seconds``; puts per second
-    (None: the variant cannot run here, e.g. AIO off x86_64)."""
+class _Producer:
+    """One synchronous producer: a put, then its whole reply (``result <code> <length>
+    <opaque>`` and a body of that length), in slices."""
+
+    def __init__(self, port: int, message: bytes, name: str) -> None:
+        self.socket = socket.create_connection(("127.0.0.1", port), timeout=JOIN_TIMEOUT_S)
+        self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.message, self.name = message, name
+        self.count, self.seconds = 0, 0.0
+
+    def run_for(self, seconds: float) -> None:
+        client, message, start = self.socket, self.message, time.monotonic()
+        while time.monotonic() - start < seconds:
+            client.sendall(message)
+            reply = client.recv(4096)
+            while not (end := reply.find(b"\r\n")) >= 0 or len(reply) < end + 2 + int(
+                reply.split(b" ", 3)[2]
+            ):
+                more = client.recv(4096)
+                if not more:
+                    raise ConnectionError(f"the {self.name} server closed the connection")
+                reply += more
+            if not reply.startswith(b"result 200 "):
+                raise ConnectionError(f"the {self.name} server answered {reply[:200]!r}")
+            self.count += 1
+        self.seconds += time.monotonic() - start
+
+
+def paired_rates(variant: str, directory: str, seconds: float, slices: int) -> dict | None:
+    """The producer against a fresh ``variant`` server and the fdatasync loop, in turns of
+    ``seconds / slices`` each, so both see the same disk; None: ``variant`` cannot run here."""
     if variant == "aio" and not aio_available():
         return None
-    context = multiprocessing.get_context("fork")
-    ports = context.Queue()
-    server = context.Process(target=_serve, args=(variant, directory, ports), daemon=True)
-    server.start()
-    try:
-        client = socket.create_connection(("127.0.0.1", ports.get(timeout=JOIN_TIMEOUT_S)))
-        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        client.settimeout(JOIN_TIMEOUT_S)
-        message, count = b"p" * MESSAGE_BYTES, 0
-        start = time.monotonic()
-        with client:
-            while time.monotonic() - start < seconds:
-                client.sendall(message)
-                received = 0
-                while received < len(REPLY):
-                    chunk = client.recv(len(REPLY) - received)
-                    if not chunk:
-                        raise ConnectionError(f"the {variant} server closed the connection")
-                    received += len(chunk)
-                count += 1
-            elapsed = time.monotonic() - start
-        return count / elapsed
-    finally:
-        server.join(JOIN_TIMEOUT_S)
-        if server.is_alive():
-            server.kill()
-            server.join(JOIN_TIMEOUT_S)
+    with _Server(variant, directory) as port:
+        producer = _Producer(port, MESSAGE, variant)
+        disk = _Disk(directory)
+        try:
+            producer.run_for(min(0.2, seconds))  # warm up (connection, first pages)
+            producer.count, producer.seconds = 0, 0.0
+            for _ in range(slices):
+                disk.run_for(seconds / slices)
+                producer.run_for(seconds / slices)
+        finally:
+            producer.socket.close()
+            disk.close()
+    fdatasync_per_s = disk.count / max(disk.seconds, 1e-9)
+    per_s = producer.count / max(producer.seconds, 1e-9)
+    return {"per_s": per_s, "fdatasync_per_s": fdatasync_per_s, "fraction": per_s / fdatasync_per_s}
+
+
+class _Server:
+    """A context manager giving the port of a ``variant`` server, stopped on exit: a child
+    process for the minimal servers, ``meta.bench.BenchBroker`` (``unflushThreshold=1``) for
+    ``broker``."""
+
+    def __init__(self, variant: str, directory: str) -> None:
+        self.variant, self.directory = variant, directory
+
+    def __enter__(self) -> int:
+        if self.variant == "broker":
+            self.broker_directory = tempfile.mkdtemp(prefix="floor-broker-", dir=self.directory)
+            self.broker = BenchBroker(Path(self.broker_directory), threshold=1).start()
+            return self.broker.port
+        context = multiprocessing.get_context("fork")
+        ports = context.Queue()
+        self.process = context.Process(
+            target=_serve, args=(self.variant, self.directory, ports), daemon=True
+        )
+        self.process.start()
+        return ports.get(timeout=JOIN_TIMEOUT_S)
+
+    def __exit__(self, *_exc) -> None:
+        if self.variant == "broker":
+            self.broker.stop()
+            shutil.rmtree(self.broker_directory, ignore_errors=True)
+            return
+        self.process.join(JOIN_TIMEOUT_S)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(JOIN_TIMEOUT_S)
 
 
 def run(arguments: argparse.Namespace) -> dict:
     directory = str(arguments.data_dir or tempfile.gettempdir())
-    rounds = []
-    for _ in range(arguments.rounds):
-        disk = fdatasync_rate(directory, arguments.seconds)
-        rates = {v: sync_producer_rate(v, directory, arguments.seconds) for v in VARIANTS}
-        rounds.append({"fdatasync_per_s": disk, "rates": rates})
+    rounds = [
+        {v: paired_rates(v, directory, arguments.seconds, arguments.slices) for v in VARIANTS}
+        for _ in range(arguments.rounds)
+    ]
     summary = {}
     for variant in VARIANTS:
-        fractions = [
-            r["rates"][variant] / r["fdatasync_per_s"]
-            for r in rounds
-            if r["rates"][variant] is not None
-        ]
-        rates = [r["rates"][variant] for r in rounds if r["rates"][variant] is not None]
+        rows = [r[variant] for r in rounds if r[variant] is not None]
         summary[variant] = (
             {
-                "median_per_s": statistics.median(rates),
-                "median_fraction": statistics.median(fractions),
-                "fractions": fractions,
+                "median_per_s": statistics.median(row["per_s"] for row in rows),
+                "median_fdatasync_per_s": statistics.median(row["fdatasync_per_s"] for row in rows),
+                "median_fraction": statistics.median(row["fraction"] for row in rows),
+                "fractions": [row["fraction"] for row in rows],
             }
-            if rates
+            if rows
             else None
         )
     return {
         "data_dir": directory,
         "seconds": arguments.seconds,
+        "slices": arguments.slices,
         "rounds": rounds,
         "summary": summary,
     }
 
 
 def format_report(report: dict) -> str:
-    disk = [r["fdatasync_per_s"] for r in report["rounds"]]
     lines = [
-        f"fdatasync (1 KB appends) in {report['data_dir']}: "
-        + ", ".join(f"{rate:.0f}/s" for rate in disk),
-        "one synchronous producer against a minimal Python server (median of rounds):",
+        f"one synchronous producer, 1 KB puts, fdatasync in {report['data_dir']}; each rate is "
+        f"paired with the fdatasync loop run in turns with it ({report['slices']} slices of "
+        "each per round); medians of the rounds:",
+        f"  {'server':15s} {'puts/s':>8s} {'fdatasync/s':>12s} {'fraction':>9s}  rounds",
     ]
     for variant, row in report["summary"].items():
         if row is None:
@@ -329,8 +384,8 @@ def format_report(report: dict) -> str:
             continue
         each = ", ".join(f"{fraction:.0%}" for fraction in row["fractions"])
         lines.append(
-            f"  {variant:15s} {row['median_per_s']:8.0f}/s  "
-            f"{row['median_fraction']:5.0%} of fdatasync  (rounds: {each})"
+            f"  {variant:15s} {row['median_per_s']:8.0f} {row['median_fdatasync_per_s']:12.0f} "
+            f"{row['median_fraction']:9.0%}  {each}"
         )
     return "\n".join(lines)
 
@@ -338,17 +393,21 @@ def format_report(report: dict) -> str:
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m meta.bench_fsync_floor",
-        description="Measure the fdatasync rate and what one synchronous producer reaches "
-        "against minimal Python servers that fsync before each reply (inline, on a worker "
-        "thread, through Linux AIO): the floor under the broker's fsync-per-ack target.",
+        description="What one synchronous producer reaches, as a fraction of the disk's "
+        "fdatasync rate measured in turns with it, against minimal Python servers that "
+        "fdatasync before each reply (on the reading thread, on a worker thread, through "
+        "Linux AIO) and against the broker at unflushThreshold=1: the floor under the "
+        "broker's fsync-per-ack target.",
     )
-    parser.add_argument("--seconds", type=float, default=2.0, help="duration of each measurement")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds (the median is reported)")
-    parser.add_argument("--data-dir", type=Path, help="directory to write and fsync in")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add = parser.add_argument
+    add("--seconds", type=float, default=2.0, help="producer time per server and round")
+    add("--slices", type=int, default=8, help="turns of producer and fdatasync loop per round")
+    add("--rounds", type=int, default=3, help="rounds (the median is reported)")
+    add("--data-dir", type=Path, help="directory to write and fsync in")
+    add("--json", action="store_true", help="print JSON instead of a table")
     arguments = parser.parse_args(argv)
-    if arguments.seconds <= 0 or arguments.rounds < 1:
-        parser.error("--seconds must be > 0 and --rounds >= 1")
+    if arguments.seconds <= 0 or arguments.rounds < 1 or arguments.slices < 1:
+        parser.error("--seconds must be > 0, --rounds and --slices >= 1")
     return arguments
 
 
