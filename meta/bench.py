@@ -6,7 +6,8 @@ always stops it. The generators drive a broker over raw sockets:
 * ``run_sync``: one connection, one put at a time;
 * ``run_pipelined``: one connection, a sliding window of unanswered puts;
 * ``run_consume``: gets of ``max_size`` bytes from offset 0 until caught up;
-* ``run_latency``: synchronous puts paced by a fixed-rate schedule.
+* ``run_latency``: synchronous puts paced by a fixed-rate schedule;
+* ``run_sync_paired``: ``run_sync`` in turns with ``FdatasyncLoop``, the disk measurement.
 
 ``tools/bench`` adds the many-connection scenario (workers using ``PutFrames``, ``connect``,
 ``take_replies``, ``receive_into``), the disk measurement and the report (``meta.bench_tx``:
@@ -17,6 +18,7 @@ pre-encoded but for its opaque, and every reply is checked via the shared ``Deco
 
 from __future__ import annotations
 
+import os
 import selectors
 import socket
 import struct
@@ -45,6 +47,7 @@ from meta.protocol.message import HEADER_SIZE, checksum
 REPLY_TIMEOUT_S = 30.0
 RECEIVE_BYTES = 64 * 1024
 RESULT_RUN_MAX = 4096
+PAIRED_SLICES = 8
 OPAQUE_MAX = 2**31 - 1
 _LENGTH = struct.Struct(">i")
 
@@ -148,6 +151,59 @@ def run_sync(
     finally:
         sock.close()
     return rate_result(count, frames, time.monotonic() - start, time.process_time() - cpu_start)
+
+
+class FdatasyncLoop:
+    """The disk measurement: 1 KB appends, each followed by ``os.fdatasync``, in slices of
+    ``run_for`` (so that it can run in turns with a producer); the file lives until ``close``."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.path = os.path.join(directory, f"bench-fdatasync-{os.getpid()}.tmp")
+        self.fd = os.open(self.path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_APPEND, 0o600)
+        self.count, self.seconds = 0, 0.0
+
+    def run_for(self, seconds: float, max_ops: int = 1_000_000) -> None:
+        block, start, done = b"x" * 1024, time.monotonic(), 0
+        while done < max_ops and time.monotonic() - start < seconds:
+            os.write(self.fd, block)
+            os.fdatasync(self.fd)
+            done += 1
+        self.count += done
+        self.seconds += time.monotonic() - start
+
+    @property
+    def per_s(self) -> float:
+        return self.count / max(self.seconds, 1e-9)
+
+    def close(self) -> None:
+        os.close(self.fd)
+        os.unlink(self.path)
+
+
+def run_sync_paired(
+    address: tuple[str, int],
+    frames: PutFrames,
+    duration_s: float,
+    max_messages: int,
+    directory: str | os.PathLike,
+    slices: int = PAIRED_SLICES,
+) -> dict:
+    """``run_sync`` in ``slices`` turns with the ``FdatasyncLoop`` in ``directory``: the
+    producer and the disk measured under the same conditions (a shared disk's rate moves a
+    lot within a run). Adds ``paired_fdatasync_per_s`` to ``run_sync``'s result."""
+    disk = FdatasyncLoop(directory)
+    rows = []
+    try:
+        for _ in range(slices):
+            disk.run_for(duration_s / slices)
+            rows.append(run_sync(address, frames, duration_s / slices, max_messages // slices))
+    finally:
+        disk.close()
+    count = sum(row["messages"] for row in rows)
+    seconds = sum(row["seconds"] for row in rows)
+    result = rate_result(count, frames, seconds, sum(row["client_cpu_s"] for row in rows))
+    result["paired_fdatasync_per_s"] = disk.per_s
+    return result
 
 
 def rate_result(count: int, frames: PutFrames, seconds: float, client_cpu_s: float) -> dict:

@@ -22,6 +22,7 @@ turns with it, ``--slices`` turns of each per round, and reported as a fraction 
 these loops does. Every loop is bounded in time; servers exit when their client closes and
 are killed if they do not. Runs on the caller's thread.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,7 +42,7 @@ import threading
 import time
 from pathlib import Path
 
-from meta.bench import BenchBroker, PutFrames
+from meta.bench import BenchBroker, FdatasyncLoop, PutFrames
 
 _FRAMES = PutFrames("bench-sync", 1024)
 MESSAGE = _FRAMES.header(1) + _FRAMES.body  # a put of 1 KB; one is outstanding at a time
@@ -239,28 +240,6 @@ def aio_available() -> bool:
 # --- the client and the report -----------------------------------------------------------------
 
 
-class _Disk:
-    """1 KB appends, each followed by ``os.fdatasync``, in slices; the file lives until
-    ``close``."""
-
-    def __init__(self, directory: str) -> None:
-        self.path = os.path.join(directory, f"floor-fdatasync-{os.getpid()}.tmp")
-        self.fd = os.open(self.path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_APPEND, 0o600)
-        self.count, self.seconds = 0, 0.0
-
-    def run_for(self, seconds: float) -> None:
-        block, start = b"x" * 1024, time.monotonic()
-        while time.monotonic() - start < seconds:
-            os.write(self.fd, block)
-            os.fdatasync(self.fd)
-            self.count += 1
-        self.seconds += time.monotonic() - start
-
-    def close(self) -> None:
-        os.close(self.fd)
-        os.unlink(self.path)
-
-
 class _Producer:
     """One synchronous producer: a put, then its whole reply (``result <code> <length>
     <opaque>`` and a body of that length), in slices."""
@@ -296,7 +275,7 @@ def paired_rates(variant: str, directory: str, seconds: float, slices: int) -> d
         return None
     with _Server(variant, directory) as port:
         producer = _Producer(port, MESSAGE, variant)
-        disk = _Disk(directory)
+        disk = FdatasyncLoop(directory)
         try:
             producer.run_for(min(0.2, seconds))  # warm up (connection, first pages)
             producer.count, producer.seconds = 0, 0.0

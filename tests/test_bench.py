@@ -50,6 +50,12 @@ def test_quick_run_reports_every_scenario(tmp_path: Path):
         for scenario in ("sync", "pipelined", "concurrent"):
             row = rows[(scenario, mode)]
             assert row["messages"] > 0 and row["msg_per_s"] > 0 and row["mb_per_s"] > 0
+    # The fsync target compares the mode-1 producer with the disk measured in turns with it.
+    assert rows[("sync", "1")]["paired_fdatasync_per_s"] > 0
+    (fsync_target,) = [entry for entry in report["targets"] if "fraction_of_fdatasync" in entry]
+    assert fsync_target["fdatasync_paired"] is True
+    assert fsync_target["fdatasync_per_s"] == rows[("sync", "1")]["paired_fdatasync_per_s"]
+    assert "measured in turns with it" in completed.stdout
     consume = rows[("consume", "1000")]
     assert consume["messages"] == report["parameters"]["backlog_messages"]
     assert consume["mb_per_s"] > 0
