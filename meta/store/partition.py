@@ -1,7 +1,7 @@
 """One partition's log (MetaQ's ``MessageStore``): its segments, append, roll, slice, flush.
 
 What lives here: ``PartitionLog``, for a partition directory ``<dataPath>/<topic>-<partition>/``
-(spec 4.1-4.5); its segments are loaded by ``segment.load_segments``.
+(spec 4.1-4.5); its segments are loaded by ``segment.open_segments``.
 
 Invariants:
     * Segments are sorted by start and contiguous: ``start + written_size == next start``.
@@ -45,9 +45,9 @@ from meta.store.partition_parts import (
     Reservation,
     SliceResult,
     fire,
-    take_filled,
+    take_written,
 )
-from meta.store.segment import Segment, load_segments, segment_name
+from meta.store.segment import Segment, open_segments, segment_name
 
 logger = logging.getLogger("meta.store")
 
@@ -62,7 +62,8 @@ class PartitionLog:
         topic: the topic name.
         partition: the partition number.
         directory: the partition directory.
-        message_count: appends since open plus records recovered in the last segment.
+        message_count: (property) appends written to the current segments since open (a
+            transaction batch counts 1) plus the records recovered at start-up (spec 4.9).
         failed: the ``PartitionFailedError`` that stopped the partition, or None.
         on_visible: None, or a callable given this log each time ``max_offset`` advances;
             the owner (the broker's long-polling ``get``) sets and clears it.
@@ -80,7 +81,6 @@ class PartitionLog:
         clock: Any,
         segment_bytes_max: int,
         policy: FlushPolicy,
-        recovered_count: int = 0,
         new_directories: tuple[str, ...] = (),
     ) -> None:
         assert segments
@@ -88,7 +88,6 @@ class PartitionLog:
         self.partition = partition
         self.directory = directory
         self.name = f"{topic}-{partition}"
-        self.message_count = recovered_count
         self.failed: PartitionFailedError | None = None
         # Called with this log after acknowledgements moved ``max_offset`` (long polling).
         self.on_visible: Callable[[PartitionLog], None] | None = None
@@ -113,6 +112,7 @@ class PartitionLog:
         self._pending: deque[tuple[int, int, bool, Ack]] = deque()
         # Records (and reservations) staged since the last commit, written by ``commit``.
         self._staged: list[bytes | Reservation] = []
+        self._staged_counts: list[int] = []  # appends each staged entry counts for
         self._reservations = 0  # reservations in ``_staged``
         self._staged_end = end
         self._sync_staged = False
@@ -143,15 +143,10 @@ class PartitionLog:
         in ``new_directories`` are fsynced before the first durable acknowledgement.
 
         Raises:
-            StoreError: see ``load_segments``; or the first segment cannot be created.
+            StoreError: see ``segment.open_segments``.
         """
-        segments, count = load_segments(files, directory)
-        directories = list(new_directories)
-        if not segments:
-            path = os.path.join(directory, segment_name(0))
-            segments = [Segment.open(files, path, 0, create=True)]
-            directories.append(directory)
-            logger.info("created segment %s", path)
+        segments, created = open_segments(files, directory)
+        directories = (*new_directories, directory) if created else new_directories
         return cls(
             topic,
             partition,
@@ -162,8 +157,7 @@ class PartitionLog:
             clock=clock,
             segment_bytes_max=segment_bytes_max,
             policy=policy,
-            recovered_count=count,
-            new_directories=tuple(directories),
+            new_directories=directories,
         )
 
     # -- appending -------------------------------------------------------------------------
@@ -194,6 +188,10 @@ class PartitionLog:
         size = len(record)
         assert size >= HEADER_SIZE * count
         self._enqueue(record, size, ack, count)
+
+    @property
+    def message_count(self) -> int:
+        return sum(segment.message_count for segment in self._segments)
 
     @property
     def room_bytes(self) -> int:
@@ -236,7 +234,7 @@ class PartitionLog:
         self._staged_end = end
         staged = self._staged
         staged.append(entry)
-        self.message_count += count
+        self._staged_counts.append(count)
         self._unflushed_count += count
         self._unflushed_bytes += size
         policy = self._policy
@@ -263,20 +261,17 @@ class PartitionLog:
         staged = self._staged
         if not staged:
             return
-        if self._reservations:
-            data, filled = take_filled(staged)
-            self._reservations -= filled
-            if not data:
-                return
-        else:
-            data = staged[0] if len(staged) == 1 else b"".join(staged)
-            staged.clear()
+        data, filled, written = take_written(staged, self._staged_counts, self._reservations)
+        self._reservations -= filled
+        if not data:
+            return
         segment = self._segment
         try:
             segment.append(data)
         except StoreError as error:
             self._fail(error)
             return
+        segment.message_count += written
         self._written_end = segment.end
         assert staged or self._written_end == self._staged_end
         dirty = self._dirty_segments
@@ -342,6 +337,7 @@ class PartitionLog:
         logger.error("%s; it refuses appends until restart", self.failed)
         pending, self._pending = self._pending, deque()
         self._staged.clear()
+        self._staged_counts.clear()
         self._reservations = 0
         for _end, _offset, _must_sync, ack in pending:
             ack(None, PartitionFailedError(str(self.failed)))

@@ -1,9 +1,10 @@
 """Small value types of ``PartitionLog``: read slices, reservations and flush tasks.
 
 ``SliceResult`` says where a read lands; ``Reservation`` holds log bytes for a batch given
-later (transaction commits), and ``take_filled`` joins what is staged before the first unfilled
-one; ``fire`` is the ack behind ``PartitionLog.append``; ``PartitionFlushTask`` is one
-partition's share of a flush batch.
+later (transaction commits), and ``take_filled`` joins what is staged before the first
+unfilled one; ``take_written`` takes what a commit writes (and the appends it counts for);
+``fire`` is the ack behind ``PartitionLog.append``; ``PartitionFlushTask`` is one partition's
+share of a flush batch.
 ``PartitionFlushTask.run`` runs on the flusher thread; everything else is reactor thread only.
 """
 
@@ -72,6 +73,29 @@ def take_filled(staged: list[bytes | Reservation]) -> tuple[bytes, int]:
             parts.append(entry)
     del staged[: len(parts)]
     return b"".join(parts), filled
+
+
+def take_written(
+    staged: list[bytes | Reservation], counts: list[int], reservations: int
+) -> tuple[bytes, int, int]:
+    """Remove what a commit writes now from ``staged`` and the parallel ``counts``: every
+    entry, or, while ``reservations`` > 0, those before the first unfilled reservation.
+
+    Returns:
+        The joined bytes, the filled reservations among them, and the appends they count for.
+    """
+    if not reservations:
+        data = staged[0] if len(staged) == 1 else b"".join(staged)
+        written = counts[0] if len(counts) == 1 else sum(counts)
+        staged.clear()
+        counts.clear()
+        return data, 0, written
+    before = len(staged)
+    data, filled = take_filled(staged)
+    taken = before - len(staged)
+    written = sum(counts[:taken])
+    del counts[:taken]
+    return data, filled, written
 
 
 class PartitionFlushTask:

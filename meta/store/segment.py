@@ -1,8 +1,9 @@
 """One segment file of a partition log: ``%020d.meta``, named by its start offset.
 
 What lives here: ``Segment`` (append / read / fsync / recover / close), ``segment_name``,
-``parse_segment_name``, and ``load_segments``, which opens a partition directory's segments
-(contiguity checked, the last one recovered). A segment is a plain concatenation of
+``parse_segment_name``, and ``load_segments`` / ``open_segments``, which open a partition
+directory's segments (contiguity checked, the last one recovered; ``open_segments`` creates
+the first one when there is none). A segment is a plain concatenation of
 Metamorphosis records (spec 3.3) with no header, index or trailer, so a file written by a
 Java broker opens here unchanged.
 
@@ -67,7 +68,7 @@ class Segment:
         flushed_size: bytes known to be on disk (fsynced, or found at load).
     """
 
-    __slots__ = ("_fd", "_files", "flushed_size", "path", "start", "written_size")
+    __slots__ = ("_fd", "_files", "flushed_size", "message_count", "path", "start", "written_size")
 
     def __init__(self, files: Files, path: str, start: int, fd: int, size: int) -> None:
         self._files = files
@@ -76,6 +77,9 @@ class Segment:
         self.start = start
         self.written_size = size
         self.flushed_size = size
+        # Appends written here since open (plus records recovered at start-up, for the last
+        # segment): its share of the partition's message count (spec 4.9). Kept by the owner.
+        self.message_count = 0
 
     @classmethod
     def open(
@@ -293,7 +297,25 @@ def load_segments(files: Files, directory: str) -> tuple[list[Segment], int]:
         for segment in segments:
             segment.close()
         raise
+    if segments:
+        segments[-1].message_count = count
     return segments, count
+
+
+def open_segments(files: Files, directory: str) -> tuple[list[Segment], bool]:
+    """``load_segments``, or a first segment at offset 0 when the directory has none.
+
+    Returns:
+        The segments (the last one's ``message_count`` is what recovery kept) and whether
+        the first segment was created (its directory entry then needs an fsync).
+    """
+    segments, _count = load_segments(files, directory)
+    if segments:
+        return segments, False
+    path = os.path.join(directory, segment_name(0))
+    segment = Segment.open(files, path, 0, create=True)
+    logger.info("created segment %s", path)
+    return [segment], True
 
 
 def _check_contiguous(segments: list[Segment]) -> None:

@@ -194,6 +194,31 @@ def test_message_count_counts_appends(tmp_path):
     assert log.message_count == 3
 
 
+def test_a_deleted_segment_drops_out_of_the_message_count(tmp_path):
+    """Spec 4.9: the count is per current segment. Three 21-byte records in 21-byte
+    segments roll after each record; dropping the oldest two leaves one."""
+    log = open_partition(str(tmp_path / "test-0"), segment_bytes_max=21)
+    append_all(log, [b"a", b"b", b"c"])
+    log.drop_oldest_segment().close()
+    assert log.message_count == 2
+    log.drop_oldest_segment().close()
+    assert log.message_count == 1
+
+
+def test_the_message_count_after_a_restart_counts_only_the_recovered_last_segment(tmp_path):
+    """Spec 4.9: read-only segments loaded at start-up count 0; the last one counts the
+    records its recovery kept."""
+    directory = str(tmp_path / "test-0")
+    log = open_partition(directory, segment_bytes_max=42)
+    append_all(log, [b"a", b"b", b"c", b"d"])  # two full segments of two records
+    log.close()
+    reopened = open_partition(directory, segment_bytes_max=42)
+    assert len(reopened.segments) == 3  # the last one (empty) was started by the roll
+    assert reopened.message_count == 0
+    append_all(reopened, [b"e"])
+    assert reopened.message_count == 1
+
+
 def test_byte_count_is_the_sum_of_written_sizes(tmp_path):
     log = open_partition(str(tmp_path / "test-0"), segment_bytes_max=30)
     append_all(log, [b"a", b"bb", b"ccc"])

@@ -103,6 +103,19 @@ def test_fill_writes_everything_up_to_the_next_gap_in_offset_order_with_one_writ
     assert files.count("write") == 1
 
 
+def test_the_message_count_follows_what_is_written_around_reservations(tmp_path, acks):
+    """Spec 4.9: a transaction batch counts 1, a put run's entry its records, and nothing
+    counts before it is written (here: held behind an unfilled reservation)."""
+    log = open_partition(str(tmp_path / "test-0"))
+    log.stage(record(b"before"), acks("before"))
+    reservation = log.reserve(len(BATCH), acks("tx"))
+    log.stage(record(b"a") + record(b"b"), acks("run"), count=2)
+    log.commit()
+    assert log.message_count == 1
+    log.fill(reservation, BATCH)
+    assert log.message_count == 1 + 1 + 2
+
+
 def test_fill_acknowledges_in_offset_order(tmp_path, acks):
     log = open_partition(str(tmp_path / "test-0"))
     reservation = log.reserve(len(BATCH), acks("tx"))
