@@ -69,7 +69,7 @@ from meta.bench_slave_probes import (
 )
 from meta.bench_spark import ZooKeeper, rates
 from meta.protocol.codec import HEADER_BYTES_MAX
-from meta.slave.fetcher import record_sizes
+from meta.slave.fetcher import check_records, record_ends
 
 BROKER_ID = 1
 TARGET_FRACTION = 0.5
@@ -116,7 +116,7 @@ def cpu_ms_per_mib(cpu_s: float | None, size_bytes: int) -> float | None:
 
 def run_checked_consume(address: tuple[str, int], timeout_s: float) -> dict:
     """``meta.bench.run_consume``'s loop, each record's length and CRC checked (the slave's
-    ``record_sizes``): what a client that verifies what it reads gets."""
+    ``record_ends`` and ``check_records``): what a client that verifies what it reads gets."""
     offset = records = gets = 0
     buffer = bytearray(MAX_SIZE_DEFAULT + HEADER_BYTES_MAX + 2)
     start = time.monotonic()
@@ -133,10 +133,11 @@ def run_checked_consume(address: tuple[str, int], timeout_s: float) -> dict:
                 break
             if tokens[0] != b"value" or int(tokens[-1]) != gets:
                 raise BenchError(f"get at {offset} failed: {tokens!r}")
-            sizes, _ids = record_sizes(body, offset)
-            if not sizes:
+            ends = record_ends(body, offset)
+            if not ends:
                 raise BenchError(f"get at {offset} returned no complete record")
-            records, offset = records + len(sizes), offset + sum(sizes)
+            check_records(body, ends, offset)
+            records, offset = records + len(ends), offset + ends[-1]
     return {"messages": records, "bytes": offset, "seconds": time.monotonic() - start}
 
 

@@ -276,9 +276,20 @@ class FetchManager:
             ClientError: no reply in time, the connection failed, or ``stop()`` cancelled
                 the request (``FetchCancelled``).
         """
+        return self._await_reply(request, self._send(request, command))
+
+    def _send(self, request: FetchRequest, command: Get | Offset) -> Future:
+        """Send ``command`` to the request's broker; the future of its reply.
+
+        Raises:
+            ClientError: the broker cannot be reached or the connection is closed.
+        """
         connection = self._pool.get(request.address)
         timeout_s = self._settings.fetch_timeout_s + self._settings.long_poll_ms / 1000
-        future = connection.request(command, timeout_s)
+        return connection.request(command, timeout_s)
+
+    def _await_reply(self, request: FetchRequest, future: Future) -> Result | Data:
+        """Wait for ``future`` (a sent request's); ``stop()`` cancels it (``FetchCancelled``)."""
         with self._cond:
             if not self._running:
                 future.cancel()

@@ -9,8 +9,11 @@ thread decodes every complete reply in its receive buffer (runs of ``result`` fr
 with ``Decoder.next_result_run``, anything else with ``next_command``), takes their futures
 out of the table under one lock acquisition, converts the replies, and completes the whole
 batch under one more (``futures.complete_batch``). Replies may come back in any order;
-requests leave in the order they were registered. Plain blocking sockets and threads: there
-is no reactor anywhere in ``meta.client``, so this is safe inside Spark executors.
+requests leave in the order they were registered. With ``value_in_place`` (the slave's
+connections) the reader reads the rest of a large get reply straight into its body
+(``Decoder.body_space``), and ``wait_sent`` lets a caller wait until its requests have left.
+Plain blocking sockets and threads: there is no reactor anywhere in ``meta.client``, so this
+is safe inside Spark executors.
 
 Invariants:
 
@@ -59,6 +62,9 @@ PENDING_MAX = 10_000
 REPLY_BYTES_MAX = 64 * 1024 * 1024
 """Default bound on one reply body (a get answer is at most the broker's maxTransferSize)."""
 RECEIVE_BYTES = 256 * 1024
+IN_PLACE_RECEIVE_BYTES = 16 * 1024
+"""Largest read into the receive buffer when value bodies are received in place: the part
+of a body's start such a read takes is copied into the body."""
 OUTGOING_BYTES_MAX = 4 * 1024 * 1024
 """Bound on encoded requests queued for the writer thread; ``request`` waits for room."""
 RESULT_RUN_MAX = 4096
@@ -97,6 +103,8 @@ class PipelinedConnection:
         connect_timeout_s: bound on connecting, and on each blocked write afterwards.
         reply_bytes_max: largest reply body accepted; a larger one fails its request only.
         pending_max: most requests in flight at once.
+        value_in_place: a large get reply's ``Data.data`` is the ``bytearray`` the socket
+            read it into (``Decoder(value_in_place=True)``: no copy of it after the read).
 
     Raises:
         ClientError: the broker cannot be reached (the text names it).
@@ -109,6 +117,7 @@ class PipelinedConnection:
         connect_timeout_s: float = 10.0,
         reply_bytes_max: int = REPLY_BYTES_MAX,
         pending_max: int = PENDING_MAX,
+        value_in_place: bool = False,
     ) -> None:
         assert connect_timeout_s > 0
         assert pending_max > 0
@@ -120,7 +129,7 @@ class PipelinedConnection:
         except OSError as error:
             raise ClientError(f"cannot connect to broker {self.name}: {error}") from error
         self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._decoder = Decoder(body_bytes_max=reply_bytes_max)
+        self._decoder = Decoder(body_bytes_max=reply_bytes_max, value_in_place=value_in_place)
         self._pending_max = pending_max
         # One lock for the table and the outgoing queue. Futures wait on _done (notified once
         # per completed batch); requesters wait on _room while the table or queue is full;
@@ -220,6 +229,22 @@ class PipelinedConnection:
                 self._send_ready.notify()
         return future
 
+    def wait_sent(self, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) until the writer thread has taken every request queued
+        so far: it needs the GIL to send them, so a caller about to hold the GIL for a while
+        (the slave's CRC check) lets its request leave first. Returns early if closed."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while self._outgoing and self._failure is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._room_waiters += 1
+                try:
+                    self._room.wait(remaining)
+                finally:
+                    self._room_waiters -= 1
+
     def forget(self, opaque: int) -> bool:
         """Drop a pending request without completing its future (a late reply is dropped).
 
@@ -295,16 +320,27 @@ class PipelinedConnection:
         poller = select.poll()
         poller.register(self._socket, select.POLLIN)
         # One receive buffer for the connection's life: no fresh allocation (and page
-        # faults) per recv; the decoder copies what it keeps.
+        # faults) per recv; the decoder copies what it keeps. The rest of a value body
+        # received in place is read straight into that body instead.
         buffer = bytearray(RECEIVE_BYTES)
         view = memoryview(buffer)
+        decoder = self._decoder
+        size = IN_PLACE_RECEIVE_BYTES if decoder.value_in_place else RECEIVE_BYTES
         try:
             while self._failure is None:
                 if poller.poll(SWEEP_INTERVAL_S * 1000):
-                    received = self._socket.recv_into(buffer)
+                    space = decoder.body_space()
+                    if space is None:
+                        received = self._socket.recv_into(buffer, size)
+                    else:
+                        with space:
+                            received = self._socket.recv_into(space)
                     if not received:
                         raise ConnectionError("the broker closed the connection")
-                    self._decoder.receive_data(view[:received])
+                    if space is None:
+                        decoder.receive_data(view[:received])
+                    else:
+                        decoder.body_received(received)
                     self._dispatch()
                 if time.monotonic() >= self._next_sweep:
                     self._sweep()

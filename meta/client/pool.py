@@ -58,13 +58,18 @@ class ConnectionPool:
     Args:
         connect_timeout_s: passed to each ``PipelinedConnection``.
         reply_bytes_max: passed to each ``PipelinedConnection``.
+        value_in_place: passed to each ``PipelinedConnection`` (the slave's pool).
     """
 
     def __init__(
-        self, connect_timeout_s: float = 10.0, reply_bytes_max: int = REPLY_BYTES_MAX
+        self,
+        connect_timeout_s: float = 10.0,
+        reply_bytes_max: int = REPLY_BYTES_MAX,
+        value_in_place: bool = False,
     ) -> None:
         self._connect_timeout_s = connect_timeout_s
         self._reply_bytes_max = reply_bytes_max
+        self._value_in_place = value_in_place
         self._lock = threading.Lock()
         self._entries: dict[str, _PoolEntry] = {}
         # Open connections by address, read without the lock (the per-message fast path of
@@ -129,7 +134,11 @@ class ConnectionPool:
         address = entry.address
         try:
             connection = PipelinedConnection(
-                address.host, address.port, self._connect_timeout_s, self._reply_bytes_max
+                address.host,
+                address.port,
+                self._connect_timeout_s,
+                self._reply_bytes_max,
+                value_in_place=self._value_in_place,
             )
         except ClientError as error:
             entry.connect_error = error

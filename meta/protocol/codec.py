@@ -2,8 +2,8 @@
 
 ``Decoder.receive_data(bytes)`` only buffers; ``Decoder.next_command()`` returns one frozen
 command from ``meta.protocol.commands``, a ``BodyTooLarge`` event, or ``NEED_DATA``.
-``encode(command)`` returns the exact bytes a Java peer sends. Broker, client, slave and the
-Spark reader share this one codec.
+``encode(command)`` (``meta.protocol.encoding``, re-exported here) returns the exact bytes a
+Java peer sends. Broker, client, slave and the Spark reader share this one codec.
 
 Strategy: headers end at the first CR LF; tokens are split like Java's ``split(" ")``
 (inner and leading empty tokens kept, trailing ones dropped). Dispatch looks at the first
@@ -23,7 +23,14 @@ other buffer types are copied into a ``bytearray`` part) until the announced len
 and the body is built with one ``b"".join``. So each body byte is copied once after the
 socket read instead of three times (into the buffer, a ``bytearray`` slice, ``bytes``), and
 the decoder allocates one body-sized block per frame (fresh pages cost page faults: they,
-not the copies, dominated the slave's replay profile).
+not the copies, dominated the slave's replay profile). With ``value_in_place`` (the slave's
+connections) a large ``value`` body is instead received into one ``bytearray`` of its
+announced length, which the ``Data`` carries: ``body_space`` gives the caller its unfilled
+rest to ``recv_into`` directly (then ``body_received``), so no byte is copied after the
+kernel's copy (fed chunks are copied into it once). The decoder keeps the last
+``IN_PLACE_BLOCKS_KEPT`` such blocks and reuses one of the same length once nothing else
+references it (``sys.getrefcount``): a body handed out is never overwritten while anyone
+can still read it, and a steady replay allocates (and page-faults) no fresh memory.
 
 Invariants: the decoder never holds more than one partial header plus one partial body plus
 the unread tail of what the caller fed in. Not thread-safe: one decoder per connection.
@@ -32,25 +39,26 @@ the unread tail of what the caller fed in. Not thread-safe: one decoder per conn
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 
 from meta.errors import LocalProtocolError
-from meta.protocol.commands import (
-    BodyTooLarge,
-    Command,
-    Data,
-    Get,
-    Offset,
-    Put,
-    Quit,
-    Result,
-    Stats,
-    Sync,
-    Transaction,
-    Version,
-)
+from meta.protocol.commands import BodyTooLarge, Command, Put, Result
+from meta.protocol.encoding import encode, encode_result, encode_value_header
 from meta.protocol.headers import INT_MAX, INT_MIN, parse_header, split_header
 from meta.protocol.transaction_key import parse_transaction_key
+
+__all__ = [
+    "BODY_PARTS_BYTES_MIN",
+    "HEADER_BYTES_MAX",
+    "NEED_DATA",
+    "Decoder",
+    "PutFields",
+    "decode_all",
+    "encode",
+    "encode_result",
+    "encode_value_header",
+]
 
 
 class _NeedData:
@@ -67,6 +75,8 @@ BODY_PARTS_BYTES_MIN = 64 * 1024
 PART_BYTES_MIN = 16 * 1024
 """A ``bytes`` chunk at least this long is kept as a body part as it is; a shorter one is
 copied into a ``bytearray`` part (bounds the per-part overhead of byte-at-a-time input)."""
+IN_PLACE_BLOCKS_KEPT = 8
+"""In-place value bodies kept for reuse (a slave holds about four at once)."""
 CRLF = b"\r\n"
 # put <topic> <partition> <len> <flag> [<checksum>] [<TX:|XID: key>] <opaque>, ASCII digits
 # only (bytes \d).
@@ -97,13 +107,25 @@ class Decoder:
         header_bytes_max: longest header line accepted (without CR LF).
         body_bytes_max: longest put/sync/result/value body accepted; longer bodies produce
             ``BodyTooLarge`` and are discarded.
+        value_in_place: a ``value`` body of at least ``BODY_PARTS_BYTES_MIN`` bytes is a
+            ``bytearray``, received in place (``body_space``); otherwise bodies are ``bytes``.
     """
 
-    def __init__(self, header_bytes_max: int = HEADER_BYTES_MAX, body_bytes_max: int = 2**31 - 1):
+    def __init__(
+        self,
+        header_bytes_max: int = HEADER_BYTES_MAX,
+        body_bytes_max: int = 2**31 - 1,
+        value_in_place: bool = False,
+    ):
         assert header_bytes_max > 0
         assert body_bytes_max >= 0
         self.header_bytes_max = header_bytes_max
         self.body_bytes_max = body_bytes_max
+        self.value_in_place = value_in_place
+        self._in_place = False  # the pending body is a value body received in place
+        self._blocks: list[bytearray] = []  # in-place bodies handed out, newest last
+        probe = [bytearray(1)]
+        self._unshared = sys.getrefcount(probe[0])  # what _block sees of an unshared one
         self._buffer = bytearray()
         self._position = 0
         self._skip_bytes = 0
@@ -111,8 +133,8 @@ class Decoder:
         # starts at ``self._position``.
         self._pending: tuple[Callable[[bytes], Command], int] | None = None
         self._error: LocalProtocolError | None = None
-        # The pending body's parts while collected outside the buffer (None otherwise), and
-        # how many of its bytes are still to come.
+        # The pending body's parts while collected outside the buffer (None otherwise; in
+        # place: one part of the body's length), and how many of its bytes are still to come.
         self._body_parts: list[bytes | bytearray] | None = None
         self._body_missing = 0
         self._last_key_bytes = b""
@@ -146,6 +168,21 @@ class Decoder:
             del self._buffer[: self._position]
             self._position = 0
         self._buffer += data
+
+    def body_space(self) -> memoryview | None:
+        """The unfilled rest of a value body being received in place, else None.
+
+        The caller may ``recv_into`` it and must then call ``body_received``.
+        """
+        if not (self._in_place and self._body_missing):
+            return None
+        assert self._body_parts is not None and self._pending is not None
+        return memoryview(self._body_parts[0])[self._pending[1] - self._body_missing :]
+
+    def body_received(self, count: int) -> None:
+        """``count`` bytes were written at the start of ``body_space()``."""
+        assert 0 < count <= self._body_missing and self._in_place
+        self._body_missing -= count
 
     def next_command(self) -> Command | BodyTooLarge | _NeedData:
         """Return the next complete command, a ``BodyTooLarge`` event, or ``NEED_DATA``.
@@ -199,6 +236,7 @@ class Decoder:
         if length > self.body_bytes_max:
             self._skip_bytes = length
             return self._next_skip(too_large)
+        self._in_place = self.value_in_place and tokens[0] == "value"
         return self._take_body(command, length)
 
     def _fast_put(self, end: int) -> Command | BodyTooLarge | _NeedData | None:
@@ -368,7 +406,7 @@ class Decoder:
                 return NEED_DATA
             self._pending = None
             self._body_parts = None
-            return build(b"".join(parts))
+            return build(parts[0] if self._in_place else b"".join(parts))
         buffer = self._buffer
         start = self._position
         if len(buffer) - start < length:
@@ -377,8 +415,11 @@ class Decoder:
                 # The buffer holds the body's start and nothing after it: it becomes the
                 # first part (no copy), and the rest of the body is collected as it comes.
                 del buffer[:start]
-                self._body_parts = [buffer]
                 self._body_missing = length - len(buffer)
+                if self._in_place:  # one block of the body's length, filled as it comes
+                    buffer = self._block(length)
+                    buffer[: length - self._body_missing] = self._buffer
+                self._body_parts = [buffer]
                 self._buffer = bytearray()
                 self._position = 0
             return NEED_DATA
@@ -386,14 +427,31 @@ class Decoder:
         self._position = start + length
         if length >= BODY_PARTS_BYTES_MIN:
             with memoryview(buffer) as view:  # one copy, not a bytearray slice and bytes()
-                return build(bytes(view[start : start + length]))
+                body = view[start : start + length]
+                return build(bytearray(body) if self._in_place else bytes(body))
         return build(bytes(buffer[start : start + length]))
+
+    def _block(self, length: int) -> bytearray:
+        """A ``bytearray`` of ``length`` bytes for an in-place body: a kept one that nothing
+        but this list references any more (its old bytes get overwritten), else a new one."""
+        blocks = self._blocks
+        for index in range(len(blocks)):
+            if len(blocks[index]) == length and sys.getrefcount(blocks[index]) <= self._unshared:
+                blocks.append(blocks.pop(index))
+                return blocks[-1]
+        blocks.append(bytearray(length))
+        if len(blocks) > IN_PLACE_BLOCKS_KEPT:
+            del blocks[0]
+        return blocks[-1]
 
     def _add_part(self, data: bytes) -> None:
         """Append a chunk of the collected body (referenced when an immutable, large bytes)."""
         parts = self._body_parts
-        assert parts is not None
-        if type(data) is bytes and len(data) >= PART_BYTES_MIN:
+        assert parts is not None and self._pending is not None
+        if self._in_place:
+            filled = self._pending[1] - self._body_missing
+            parts[0][filled : filled + len(data)] = data
+        elif type(data) is bytes and len(data) >= PART_BYTES_MIN:
             parts.append(data)
         elif type(parts[-1]) is bytearray:
             parts[-1] += data
@@ -409,83 +467,3 @@ def decode_all(data: bytes, **limits: int) -> list[Command | BodyTooLarge]:
     while (command := decoder.next_command()) is not NEED_DATA:
         commands.append(command)
     return commands
-
-
-# --- encoding ------------------------------------------------------------------------------
-
-
-def encode_result(code: int, body: bytes, opaque: int) -> bytes:
-    """``result <code> <len> <opaque>\\r\\n<body>`` (hot path for put replies)."""
-    return b"result %d %d %d\r\n%s" % (code, len(body), opaque, body)
-
-
-def encode_value_header(length: int, opaque: int) -> bytes:
-    """The header of a value frame; the caller streams ``length`` body bytes after it."""
-    return b"value %d %d\r\n" % (length, opaque)
-
-
-def _encode_put(command: Put) -> bytes:
-    fields = [command.topic, command.partition, len(command.data), command.flag]
-    if command.checksum is not None:
-        fields.append(command.checksum)
-    if command.tx_key is not None:
-        fields.append(command.tx_key)
-    fields.append(command.opaque)
-    return ("put " + " ".join(map(str, fields)) + "\r\n").encode() + command.data
-
-
-def _encode_sync(command: Sync) -> bytes:
-    fields = [command.topic, command.partition, len(command.data), command.flag, command.msg_id]
-    if command.checksum is not None:
-        fields.append(command.checksum)
-    fields.append(command.opaque)
-    return ("sync " + " ".join(map(str, fields)) + "\r\n").encode() + command.data
-
-
-def _encode_get(command: Get) -> bytes:
-    text = (
-        f"get {command.topic} {command.group} {command.partition} {command.offset} "
-        f"{command.max_size} {command.opaque}"
-    )
-    if command.max_wait_ms is not None:
-        text += f" {command.max_wait_ms}"
-    return (text + "\r\n").encode()
-
-
-def _encode_transaction(command: Transaction) -> bytes:
-    fields = [command.tx_key, command.session_id, command.type]
-    qualifier = command.unique_qualifier or None
-    # A qualifier that looks numeric would be read back as a timeout, so the timeout is
-    # then written even when it is 0 ("none").
-    if command.timeout or (qualifier is not None and qualifier.isascii() and qualifier.isdigit()):
-        fields.append(str(command.timeout))
-    if qualifier is not None:
-        fields.append(qualifier)
-    fields.append(str(command.opaque))
-    return ("transaction " + " ".join(fields) + "\r\n").encode()
-
-
-def encode(command: Command) -> bytes:
-    """Encode a command or frame exactly as a Java peer would send it."""
-    match command:
-        case Put():
-            return _encode_put(command)
-        case Result(code, body, opaque):
-            return encode_result(code, body, opaque)
-        case Data(data, opaque):
-            return encode_value_header(len(data), opaque) + data
-        case Get():
-            return _encode_get(command)
-        case Offset(topic, group, partition, offset, opaque):
-            return f"offset {topic} {group} {partition} {offset} {opaque}\r\n".encode()
-        case Version(opaque):
-            return f"version {opaque}\r\n".encode()
-        case Stats(item, opaque):
-            return f"stats {item} {opaque}\r\n".encode()
-        case Quit():
-            return b"quit\r\n"
-        case Transaction():
-            return _encode_transaction(command)
-        case Sync():
-            return _encode_sync(command)
-    raise TypeError(f"cannot encode {command!r}")

@@ -6,12 +6,17 @@ fetch size for a large record, the connection pool) and replaces what is done wi
 batch: instead of decoding messages for a listener, it checks every complete record (length
 and CRC, as ``iter_messages`` does), hands the record bytes **verbatim** to the reactor
 thread (``callFromThread``) as one write (or two around a segment boundary, below), and
-fetches the next batch from the end of this one while the reactor writes it. At most
-``APPENDS_IN_FLIGHT_MAX`` batches of a partition are handed off and not yet written (the
-fetch thread waits for the oldest, at most ``APPEND_WAIT_S``), so memory stays bounded;
-``stop`` waits until every handed-off batch is written. The reactor appends a batch only
-if the local end is exactly its offset, so after a refused or failed append (which stops
-the partition from the reactor) no later batch can be written after a gap.
+fetches the next batch from the end of this one while the reactor writes it. The check is
+two passes: ``record_ends`` reads the length fields, then the get for the batch's end is
+sent (``_prefetch``; ``_send`` gives its future to the next fetch asking exactly that get),
+then ``check_records`` checks the CRCs while that reply travels; a bad record still stops
+the partition before anything of its batch is handed off (and cancels the get sent ahead).
+At most ``APPENDS_IN_FLIGHT_MAX`` batches of a partition are handed off and not yet written
+(the fetch thread waits for the oldest, at most ``APPEND_WAIT_S``), so memory stays bounded;
+``stop`` waits until every handed-off batch is written and cancels the gets sent ahead. The
+reactor appends a batch only if the local end is exactly its offset, so after a refused or
+failed append (which stops the partition from the reactor) no later batch can be written
+after a gap.
 
 Segment boundaries (byte identity of the files, not only of the offsets). The local store
 rolls after a write that fills its last segment to ``maxSegmentSize``, as the master does;
@@ -35,7 +40,9 @@ Replay (a backlog on the master): while replies come back full, the fetch size d
 to ``REPLAY_FETCH_BYTES_MAX``, so per-fetch costs (round trip, thread hops, the reactor's
 write and acknowledgement) are spread over more records; it halves again, as the client's
 does, once replies come back less than half full (caught up). The records handed to the
-reactor are a ``memoryview`` of the reply when it was cut inside a record (no copy).
+reactor are a ``memoryview`` of the reply (no copy); the replicator's connections receive a
+large reply in place (``Decoder(value_in_place=True)``), so the body the socket read is the
+one the store writes.
 
 A 301 for a partition that has **no local data yet** means the master's data starts later
 (retention deleted its first segments): the reactor creates the local partition with its
@@ -48,10 +55,12 @@ refused (local end differs from the fetched offset, the local partition failed, 
 is not accepted here). Nothing is skipped.
 
 Thread-safety: as ``FetchManager``; ``_process`` and ``_moved`` run on the fetch threads
-(``_layouts`` entries are only touched by the thread holding the partition's request),
-``append``, ``start_at`` and ``halt`` are called on the reactor thread only. Overrides
-``FetchManager._process`` and ``_moved`` and uses its ``_grow``/``_backoff``/``_ask_offset``:
-a public raw-batch hook in the client would make this independent of those private methods.
+(``_layouts`` and ``_prefetched`` entries are only touched by the thread holding the
+partition's request, except that stopping a partition from the reactor pops its
+``_prefetched`` entry, one atomic ``dict.pop``), ``append``, ``start_at`` and ``halt`` are
+called on the reactor thread only. Overrides ``FetchManager._process``, ``_moved`` and
+``_send`` and uses its ``_grow``/``_backoff``/``_ask_offset``: a public raw-batch hook in the
+client would make this independent of those private methods.
 """
 
 from __future__ import annotations
@@ -60,6 +69,7 @@ import bisect
 import concurrent.futures
 import itertools
 import logging
+import struct
 import zlib
 from collections import deque
 from collections.abc import Callable
@@ -69,8 +79,9 @@ from typing import Any
 from twisted.internet import defer
 
 from meta.client.fetch import FETCH_BYTES_MAX, FetchManager, FetchRequest, FetchSettings
-from meta.errors import InvalidRecordError, MetaError
-from meta.protocol.message import CHECKSUM_MASK, HEADER, HEADER_SIZE
+from meta.errors import ClientError, InvalidRecordError, MetaError
+from meta.protocol.commands import Get, Offset
+from meta.protocol.message import CHECKSUM_MASK, HEADER_SIZE
 
 log = logging.getLogger("meta.slave")
 
@@ -82,9 +93,16 @@ APPENDS_IN_FLIGHT_MAX = 2
 
 REPLAY_FETCH_BYTES_MAX = 4 * 1024 * 1024
 """Largest fetch size a partition grows to while the master has a backlog (memory per
-partition: ``APPENDS_IN_FLIGHT_MAX`` + 1 replies of at most this size: the appends handed
-off and the batch being checked)."""
+partition: ``APPENDS_IN_FLIGHT_MAX`` + 2 replies of at most this size: the appends handed
+off, the batch being checked and the reply to the get sent ahead)."""
 
+LENGTH = struct.Struct(">i")
+CHECKSUM = struct.Struct(">4xi")
+MSG_ID = struct.Struct(">8xq")
+"""Fields of a record header (``meta.protocol.message.HEADER``) read one at a time."""
+
+SEND_WAIT_S = 0.1
+"""Longest wait for the connection's writer thread to take the get sent ahead."""
 UNCONFIRMED_TRIES_MAX = 50
 """Fetches of a batch whose master segment end is not confirmed before it is appended anyway."""
 
@@ -108,60 +126,69 @@ class ReplicationHalted(MetaError):
     """A partition cannot be copied on; the text says why (logged as an ERROR)."""
 
 
-def record_sizes(data: bytes, base: int) -> tuple[list[int], list[int]]:
-    """Sizes and ids of the complete records at the start of a get reply (CRC checked).
+def record_ends(data: bytes | bytearray | memoryview, base: int) -> list[int]:
+    """Where each complete record at the start of a get reply ends (positions in ``data``).
 
-    The checks of ``meta.protocol.message.iter_messages``, without building a record (or
-    copying a payload) per message: this loop bounds the replay rate.
+    Only the length fields are read; ``check_records`` checks the CRCs afterwards, so the
+    next get can be sent in between. Stops quietly at a trailing partial record, as
+    ``meta.protocol.message.iter_messages`` does.
 
     Args:
         data: the reply body.
         base: the offset of its first byte.
 
-    Returns:
-        ``(sizes, msg_ids)``; both empty when no record is complete.
-
     Raises:
-        InvalidRecordError: a complete record has a negative length or a wrong CRC.
+        InvalidRecordError: a complete header has a negative payload length.
     """
-    sizes: list[int] = []
-    ids: list[int] = []
-    add_size, add_id = sizes.append, ids.append
-    view = memoryview(data)
-    total = len(view)
+    ends: list[int] = []
+    add = ends.append
+    total = len(data)
     last_header = total - HEADER_SIZE
+    unpack = LENGTH.unpack_from
     position = 0
-    unpack, crc32 = HEADER.unpack_from, zlib.crc32
     while position <= last_header:
-        length, stored_checksum, msg_id, _flag = unpack(view, position)
-        start = position + HEADER_SIZE
-        end = start + length
+        (length,) = unpack(data, position)
+        end = position + HEADER_SIZE + length
         if end > total or length < 0:  # one test per record for both rare cases
             if length < 0:
                 raise InvalidRecordError(
                     f"negative payload length {length} at offset {base + position}"
                 )
             break
-        if crc32(view[start:end]) & CHECKSUM_MASK != stored_checksum:
-            raise InvalidRecordError(f"checksum mismatch at offset {base + position}")
-        add_size(HEADER_SIZE + length)
-        add_id(msg_id)
+        add(end)
         position = end
-    return sizes, ids
+    return ends
 
 
-def first_reaching(base: int, sizes: list[int], layout: Layout) -> int | None:
+def check_records(data: bytes | bytearray | memoryview, ends: list[int], base: int) -> None:
+    """Check the CRC of every record ``record_ends`` found (the checks of ``iter_messages``,
+    without building a record or copying a payload per message: this loop bounds the replay
+    rate).
+
+    Raises:
+        InvalidRecordError: a record's payload does not match its CRC.
+    """
+    view = memoryview(data)
+    unpack, crc32 = CHECKSUM.unpack_from, zlib.crc32
+    start = 0
+    for end in ends:
+        if crc32(view[start + HEADER_SIZE : end]) & CHECKSUM_MASK != unpack(view, start)[0]:
+            raise InvalidRecordError(f"checksum mismatch at offset {base + start}")
+        start = end
+
+
+def first_reaching(base: int, ends: list[int], layout: Layout) -> int | None:
     """Index of the first record whose end fills the local last segment, or None.
 
     Args:
         base: offset of the first record.
-        sizes: record sizes.
+        ends: record ends relative to ``base`` (``record_ends``).
         layout: ``(segment start, roll size)``; ``base`` is in that segment.
     """
     limit = layout[0] + layout[1] - base
-    if not sizes or sum(sizes) < limit:  # the common case, at C speed
+    if not ends or ends[-1] < limit:  # the common case
         return None
-    return bisect.bisect_left(list(itertools.accumulate(sizes)), limit)
+    return bisect.bisect_left(ends, limit)
 
 
 def next_fetch_size(request: FetchRequest, received: int) -> int:
@@ -210,6 +237,8 @@ class SlaveFetchManager(FetchManager):
         # Per partition, the appends handed to the reactor and not awaited yet, oldest first,
         # each with the layout the fetch thread expects after it.
         self._in_flight: dict[tuple[str, str], deque[tuple[Future, Layout | None]]] = {}
+        # Per partition, the get sent ahead (``_prefetch``): (offset, max size, its future).
+        self._prefetched: dict[tuple[str, str], tuple[int, int, Future]] = {}
 
     def stop(self) -> dict[tuple[str, str], FetchRequest]:
         """Stop the threads, then wait (bounded) until every handed-off batch is written.
@@ -217,6 +246,9 @@ class SlaveFetchManager(FetchManager):
         Not on the reactor thread: the appends run there.
         """
         requests = super().stop()
+        prefetched, self._prefetched = self._prefetched, {}
+        for _offset, _size, get in prefetched.values():
+            get.cancel()
         in_flight, self._in_flight = self._in_flight, {}
         for futures in in_flight.values():
             for future, _expected in futures:
@@ -230,55 +262,91 @@ class SlaveFetchManager(FetchManager):
         """Append the batch's complete records and move on past them (a fetch thread)."""
         base = request.next_offset
         try:
-            sizes, ids = record_sizes(data, base)
+            ends = record_ends(data, base)
         except InvalidRecordError as error:
             self._stop_partition(request, f"the master sent a bad record: {error}")
             return
-        if not sizes:
+        if not ends:
             self._backoff(request)
             self._grow(request, data)  # a record larger than the fetch size: ask for it whole
             return
-        planned = self._plan(request, data, base, sizes)
+        planned = self._plan(request, data, base, ends)
         if planned is None:
             return  # the master's segment end is not known yet: fetched again
         entries, counts = planned
-        count = sum(counts)
         consumed = sum(entries)
-        records = data if consumed == len(data) else memoryview(data)[:consumed]
+        next_size = next_fetch_size(request, len(data))
+        if consumed == ends[-1]:
+            self._prefetch(request, base + consumed, next_size)
+        try:
+            check_records(data, ends, base)
+        except InvalidRecordError as error:
+            self._stop_partition(request, f"the master sent a bad record: {error}")
+            return
+        count = sum(counts)
         expected = self._expected_layout(request.key, base, entries)
         try:
+            records = memoryview(data)[:consumed]
             self._hand_off(request, base, records, entries, counts, expected)
         except ReplicationHalted as error:
             self._stop_partition(request, str(error))
             return
         request.offset = base + consumed
         request.tmp_offset = -1
-        request.msg_id = ids[count - 1]
+        request.msg_id = MSG_ID.unpack_from(data, ends[count - 2] if count > 1 else 0)[0]
         request.retries = 0
         request.delay_ms = 0
-        request.max_size = next_fetch_size(request, len(data))
+        request.max_size = next_size
+
+    def _prefetch(self, request: FetchRequest, offset: int, max_size: int) -> None:
+        """Send the get that follows this batch now, before its records are checked and handed
+        off, so the reply travels meanwhile; ``_send`` hands its future to that next fetch."""
+        if self._paused or not self._running or self._requests.get(request.key) is not request:
+            return
+        group, partition = self._settings.group, request.partition.partition
+        command = Get(request.topic, group, partition, offset, max_size, 0,
+                      self._settings.long_poll_ms or None)  # fmt: skip
+        try:
+            get = super()._send(request, command)
+            self._prefetched[request.key] = (offset, max_size, get)
+            self._pool.get(request.address).wait_sent(SEND_WAIT_S)  # on the wire before the check
+        except ClientError:
+            return  # the next fetch sends it itself, and reports the failure
+
+    def _send(self, request: FetchRequest, command: Get | Offset) -> Future:
+        """The prefetched get's future when ``command`` is exactly that get, else send it."""
+        if type(command) is Get:
+            prefetched = self._prefetched.pop(request.key, None)
+            if prefetched is not None:
+                offset, max_size, get = prefetched
+                if command.offset == offset and command.max_size == max_size:
+                    return get
+                get.cancel()
+        return super()._send(request, command)
 
     def _plan(
-        self, request: FetchRequest, data: bytes, base: int, sizes: list[int]
+        self, request: FetchRequest, data: bytes, base: int, ends: list[int]
     ) -> tuple[list[int], list[int]] | None:
         """The entries to stage and how many records each covers; None: append nothing now.
 
         See "Segment boundaries" in the module docstring.
         """
         layout = self._layouts.get(request.key)
-        if layout is None:
-            return sizes, [1] * len(sizes)  # unknown layout: record by record, as the master
-        reaching = first_reaching(base, sizes, layout)
+        count = len(ends)
+        if layout is None:  # unknown layout: record by record, as the master
+            return [end - start for start, end in itertools.pairwise([0, *ends])], [1] * count
+        reaching = first_reaching(base, ends, layout)
         if reaching is None:
-            return [sum(sizes)], [len(sizes)]  # one write that does not fill the segment
-        before = [sum(sizes[:reaching])] if reaching else []
-        end = base + sum(sizes)
+            return [ends[-1]], [count]  # one write that does not fill the segment
+        before = ends[reaching - 1] if reaching else 0
+        end = base + ends[-1]
         if self._ask_offset(request, end) == end:  # a master segment starts at ``end``
             self._unconfirmed.pop(request.key, None)
-            counts = [reaching] if reaching else []
-            return [*before, sum(sizes[reaching:])], [*counts, len(sizes) - reaching]
+            if reaching:
+                return [before, ends[-1] - before], [reaching, count - reaching]
+            return [ends[-1]], [count]
         if reaching > 0:
-            return before, [reaching]
+            return [before], [reaching]
         tries = self._unconfirmed.get(request.key, 0) + 1
         self._unconfirmed[request.key] = tries
         if tries <= UNCONFIRMED_TRIES_MAX:
@@ -296,7 +364,7 @@ class SlaveFetchManager(FetchManager):
             "identical, this segment's size may differ from the master's",
             *request.key, base, request.max_size, UNCONFIRMED_TRIES_MAX, end - base,
         )  # fmt: skip
-        return [sum(sizes)], [len(sizes)]
+        return [ends[-1]], [count]
 
     def _expected_layout(
         self, key: tuple[str, str], base: int, entries: list[int]
@@ -419,8 +487,12 @@ class SlaveFetchManager(FetchManager):
         return False
 
     def _stop_partition(self, request: FetchRequest, reason: str) -> None:
-        """Drop ``request`` (it is not fetched again) and tell the reactor why."""
+        """Drop ``request`` (it is not fetched again), its prefetched get, and tell the reactor
+        why."""
         with self._cond:
             if self._requests.get(request.key) is request:
                 del self._requests[request.key]
+        prefetched = self._prefetched.pop(request.key, None)
+        if prefetched is not None:
+            prefetched[2].cancel()
         self._reactor.callFromThread(self._halt, request.key, reason)

@@ -91,7 +91,7 @@ class Replicator:
         self._slave = slave
         self._reactor = reactor
         self._poll_interval_s = poll_interval_s
-        self._pool = ConnectionPool(connect_timeout_s=FETCH_TIMEOUT_S)
+        self._pool = ConnectionPool(connect_timeout_s=FETCH_TIMEOUT_S, value_in_place=True)
         self._view: MasterView = NO_MASTER
         self._problems: tuple[str, ...] = ()
         self._fetcher: SlaveFetchManager | None = None
@@ -444,7 +444,7 @@ class Replicator:
         if not partition_log.accepts_appends:
             raise ReplicationHalted(f"the local partition takes no appends ({partition_log})")
         acknowledged = _BatchAck(base, entries)
-        if len(entries) > 1 and type(records) is bytes:
+        if len(entries) > 1 and type(records) is not memoryview:
             records = memoryview(records)  # slices of the view are not copies
         position = 0
         for size, count in zip(entries, counts or [1] * len(entries), strict=True):

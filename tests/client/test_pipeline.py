@@ -8,6 +8,7 @@ replies that come late, or never, on demand.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from concurrent.futures import TimeoutError as FutureTimeoutError
@@ -19,7 +20,7 @@ from meta.client.cluster import BrokerAddress
 from meta.client.factory import ConnectionPool
 from meta.client.pipeline import OPAQUE_MAX, PipelinedConnection
 from meta.errors import ClientClosedError, ClientError, NoBrokerError, OperationTimeoutError
-from meta.protocol.commands import Data, Get, Put, Result
+from meta.protocol.commands import Data, Get, Put, Result, Version
 from meta.protocol.message import checksum
 from tests.integration.broker_process import BrokerProcess, free_port
 
@@ -415,3 +416,46 @@ def test_closing_with_thousands_of_puts_in_flight_completes_each_future_once(bro
         error = future.exception(0)
         assert error is None or isinstance(error, ClientClosedError)
     assert connection.pending_count == 0
+
+
+def test_an_in_place_value_reply_dribbled_over_many_reads_arrives_byte_exactly():
+    """``value_in_place``: a get reply's body split across many sends (so many reads into the
+    body) is the exact bytes sent, as a ``bytearray``, and the frame after it still decodes."""
+    body = bytes(range(256)) * 1200  # 300 KiB: received in place
+    wire = b"value %d 1\r\n" % len(body) + body + b"result 200 2 2\r\nok"
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def serve() -> None:
+        peer, _ = server.accept()
+        with peer:
+            peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            peer.recv(4096)  # the get, then the version request (pipelined, opaques 1 and 2)
+            for start in range(0, len(wire), 7001):
+                peer.sendall(wire[start : start + 7001])
+                time.sleep(0.0005)
+            peer.recv(1)  # until the client closes
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    opened = PipelinedConnection("127.0.0.1", port, value_in_place=True)
+    try:
+        got = opened.request(Get("t", "g", 0, 0, 1 << 20, 0))
+        version = opened.request(Version(0))
+        reply = got.result(WAIT_S)
+        assert type(reply.data) is bytearray and reply.data == body
+        assert version.result(WAIT_S) == Result(200, b"ok", 2)
+    finally:
+        opened.close()
+        server.close()
+        thread.join(WAIT_S)
+
+
+def test_wait_sent_returns_once_the_writer_took_the_queued_requests(connection):
+    futures = [connection.request(put("t-sent", b"%d" % n)) for n in range(200)]
+    connection.wait_sent(WAIT_S)
+    assert connection._outgoing == []
+    wait(futures, WAIT_S)
+    assert all(future.result().code == 200 for future in futures)
+    connection.close()
+    connection.wait_sent(WAIT_S)  # returns at once once closed

@@ -477,3 +477,63 @@ def test_a_large_body_over_the_limit_is_still_skipped_unbuffered():
     decoder.receive_data(wire[5000:])
     assert decoder.next_command() == Version(2)
     assert decoder.buffered_bytes == 0
+
+
+# --- value bodies received in place (value_in_place, the slave's connections) ---------------
+
+
+def receive_in_place(decoder: Decoder, data: bytes, sizes: list[int]) -> list:
+    """Feed ``data`` as a socket reader does: into ``body_space()`` while there is one (at
+    most the next size of ``sizes``, cycled), else through ``receive_data``."""
+    decoded, position, turn = [], 0, 0
+    while position < len(data):
+        size = sizes[turn % len(sizes)]
+        turn += 1
+        space = decoder.body_space()
+        if space is None:
+            decoder.receive_data(data[position : position + size])
+            position += min(size, len(data) - position)
+        else:
+            count = min(size, len(space), len(data) - position)
+            space[:count] = data[position : position + count]
+            space.release()
+            decoder.body_received(count)
+            position += count
+        while (item := decoder.next_command()) is not NEED_DATA:
+            decoded.append(item)
+    return decoded
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 70_000), min_size=1, max_size=8))
+def test_an_in_place_value_body_reassembles_byte_exactly_however_the_reads_are_cut(sizes):
+    frames = [Data(LARGE, 1), Result(200, LARGE, 2), Data(LARGE[::-1], 3), Version(4)]
+    decoded = receive_in_place(Decoder(value_in_place=True), b"".join(map(encode, frames)), sizes)
+    assert decoded == frames
+    assert [type(frame.data) for frame in decoded if isinstance(frame, Data)] == [bytearray] * 2
+    assert type(decoded[1].body) is bytes  # only value bodies are received in place
+
+
+def test_in_place_bodies_fed_as_chunks_decode_too_and_small_ones_stay_bytes():
+    frames = [Data(LARGE, 1), Data(b"small", 2), Version(3)]
+    decoded = feed_in_chunks(Decoder(value_in_place=True), b"".join(map(encode, frames)), [999])
+    assert decoded == frames
+    assert [type(frame.data) for frame in decoded[:2]] == [bytearray, bytes]
+
+
+def test_an_in_place_block_is_reused_only_once_nothing_else_references_it():
+    """A body still held (here, by a memoryview of it) is never overwritten: the next body
+    gets a new block; once dropped, its block is reused for a body of the same length."""
+    decoder = Decoder(value_in_place=True)
+    other = bytes(reversed(LARGE))
+    [first] = receive_in_place(decoder, encode(Data(LARGE, 1)), [4096])
+    held = memoryview(first.data)
+    block_id = id(first.data)
+    del first
+    [second] = receive_in_place(decoder, encode(Data(other, 2)), [4096])
+    assert id(second.data) != block_id
+    assert held == LARGE  # untouched
+    second_id = id(second.data)
+    del second
+    [third] = receive_in_place(decoder, encode(Data(LARGE, 3)), [4096])
+    assert id(third.data) == second_id and third.data == LARGE

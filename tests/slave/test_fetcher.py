@@ -6,6 +6,9 @@
 
 from __future__ import annotations
 
+import itertools
+from concurrent.futures import Future
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,14 +17,16 @@ from twisted.internet import defer
 from meta.client.cluster import BrokerAddress, Partition
 from meta.client.fetch import FetchRequest, FetchSettings
 from meta.errors import InvalidRecordError
+from meta.protocol.commands import Get
 from meta.protocol.message import HEADER_SIZE, pack_message
 from meta.slave.fetcher import (
     REPLAY_FETCH_BYTES_MAX,
     UNCONFIRMED_TRIES_MAX,
     ReplicationHalted,
     SlaveFetchManager,
+    check_records,
     first_reaching,
-    record_sizes,
+    record_ends,
 )
 
 RECORDS = [pack_message(-5, 0, b"a"), pack_message(7, 1, b"\0\0\0\1kdata"), pack_message(9, 6, b"")]
@@ -35,7 +40,7 @@ class ImmediateReactor:
 class Slave:
     """A SlaveFetchManager whose append and halt record their calls."""
 
-    def __init__(self, append_result=None, layout=None, start_at=None) -> None:
+    def __init__(self, append_result=None, layout=None, start_at=None, pool=None) -> None:
         self.appends: list[tuple] = []
         self.counts: list[list[int]] = []
         self.halts: list[tuple] = []
@@ -46,7 +51,7 @@ class Slave:
         self.request = FetchRequest("t", Partition(0, 2), BrokerAddress("h", 1), 100, max_size=4096)
         layouts = {} if layout is None else {self.request.key: layout}
         self.manager = SlaveFetchManager(
-            None, settings, ImmediateReactor(), self.append, self.halt, start_at, layouts
+            pool, settings, ImmediateReactor(), self.append, self.halt, start_at, layouts
         )
         self.manager._requests = {self.request.key: self.request}
         self.manager._ask_offset = self.ask_offset
@@ -68,23 +73,113 @@ class Slave:
         self.halts.append((key, reason))
 
 
-def test_record_sizes_covers_the_complete_records_only():
+class Connection:
+    """Records each request and returns a future the test completes (or not)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[Get, Future]] = []
+        self.waits = 0
+
+    def request(self, command, timeout_s):
+        future: Future = Future()
+        self.sent.append((command, future))
+        return future
+
+    def wait_sent(self, timeout_s):
+        self.waits += 1
+
+
+class Pool:
+    def __init__(self) -> None:
+        self.connection = Connection()
+
+    def get(self, address):
+        return self.connection
+
+
+def running_slave(**arguments) -> tuple[Slave, Connection]:
+    """A Slave whose manager counts as started (so it prefetches) on a fake pool."""
+    pool = Pool()
+    slave = Slave(pool=pool, **arguments)
+    slave.manager._running = True
+    return slave, pool.connection
+
+
+def test_the_next_get_is_sent_before_the_batch_is_checked_and_the_next_fetch_takes_it():
+    """The get for the batch's end leaves while this batch is checked and handed off; the
+    next fetch waits for that reply instead of sending the same get again."""
+    slave, connection = running_slave()
+    data = b"".join(RECORDS) + RECORDS[1][:25]
+    slave.manager._process(slave.request, data)
+    [(get, future)] = connection.sent
+    assert (get.offset, get.max_size) == (100 + len(b"".join(RECORDS)), 4096)
+    assert (get.offset, get.max_size) == (slave.request.next_offset, slave.request.max_size)
+    assert connection.waits == 1  # the writer thread sends it before the CRCs are checked
+    assert slave.manager._send(slave.request, slave.manager._get_command(slave.request)) is future
+    assert len(connection.sent) == 1 and not future.cancelled()
+
+
+def test_a_prefetched_get_that_no_longer_matches_is_cancelled_and_sent_anew():
+    slave, connection = running_slave()
+    slave.manager._process(slave.request, b"".join(RECORDS))
+    [(_get, stale)] = connection.sent
+    slave.request.max_size *= 2  # e.g. grown meanwhile
+    fresh = slave.manager._send(slave.request, slave.manager._get_command(slave.request))
+    assert stale.cancelled() and fresh is connection.sent[1][1]
+
+
+def test_a_bad_crc_in_a_fetched_chunk_stops_the_partition_and_drops_the_prefetched_get():
+    """The prefetch does not let a corrupt batch through: nothing of it is appended, the
+    partition stops with the reason, and the get sent ahead is cancelled."""
+    slave, connection = running_slave()
+    broken = bytearray(b"".join(RECORDS))
+    broken[len(RECORDS[0]) + HEADER_SIZE] ^= 1
+    slave.manager._process(slave.request, broken)
+    assert slave.appends == []
+    assert "checksum mismatch" in slave.halts[0][1]
+    [(_get, future)] = connection.sent
+    assert future.cancelled()
+    assert slave.manager._prefetched == {}
+    assert slave.request.offset == 100
+
+
+def test_stop_cancels_a_get_sent_ahead():
+    slave, connection = running_slave()
+    slave.manager._process(slave.request, b"".join(RECORDS))
+    slave.manager.stop()
+    assert connection.sent[0][1].cancelled()
+
+
+def test_an_in_place_reply_is_handed_over_as_a_view_of_that_bytearray():
+    slave = Slave()
+    data = bytearray(b"".join(RECORDS) + RECORDS[1][:25])
+    slave.manager._process(slave.request, data)
+    records = slave.appends[0][3]
+    assert isinstance(records, memoryview) and records.obj is data
+    assert records == b"".join(RECORDS)
+
+
+def test_record_ends_covers_the_complete_records_only():
     data = b"".join(RECORDS) + RECORDS[0][:7]
-    assert record_sizes(data, 0) == ([len(record) for record in RECORDS], [-5, 7, 9])
+    assert record_ends(data, 0) == list(itertools.accumulate(len(record) for record in RECORDS))
+    check_records(data, record_ends(data, 0), 0)
 
 
-def test_record_sizes_refuses_a_negative_length():
+def test_record_ends_refuses_a_negative_length():
     broken = bytearray(RECORDS[0])
     broken[0:4] = (-1).to_bytes(4, "big", signed=True)
     with pytest.raises(InvalidRecordError, match="negative"):
-        record_sizes(bytes(broken), 0)
+        record_ends(bytes(broken), 0)
 
 
-def test_record_sizes_refuses_a_bad_crc():
-    broken = bytearray(RECORDS[0])
-    broken[-1] ^= 1
-    with pytest.raises(InvalidRecordError):
-        record_sizes(bytes(broken), 0)
+def test_check_records_refuses_a_bad_crc_naming_its_offset():
+    broken = bytearray(b"".join(RECORDS))
+    broken[len(RECORDS[0]) + HEADER_SIZE] ^= 1  # the second record's payload
+    ends = record_ends(broken, 1000)
+    with pytest.raises(
+        InvalidRecordError, match=f"checksum mismatch at offset {1000 + len(RECORDS[0])}"
+    ):
+        check_records(broken, ends, 1000)
 
 
 def test_a_batch_is_appended_verbatim_at_the_fetched_offset_and_the_offset_moves_on():
@@ -189,12 +284,13 @@ def test_a_301_that_cannot_create_the_partition_stops_it_naming_why():
 
 
 SIZES = [len(record) for record in RECORDS]
+ENDS = list(itertools.accumulate(SIZES))
 
 
 def test_first_reaching_finds_the_record_that_fills_the_segment():
-    assert first_reaching(100, SIZES, (0, 100 + SIZES[0] + 1)) == 1
-    assert first_reaching(100, SIZES, (0, 100 + SIZES[0])) == 0
-    assert first_reaching(100, SIZES, (0, 100 + sum(SIZES) + 1)) is None
+    assert first_reaching(100, ENDS, (0, 100 + SIZES[0] + 1)) == 1
+    assert first_reaching(100, ENDS, (0, 100 + SIZES[0])) == 0
+    assert first_reaching(100, ENDS, (0, 100 + sum(SIZES) + 1)) is None
 
 
 @given(
@@ -203,21 +299,21 @@ def test_first_reaching_finds_the_record_that_fills_the_segment():
     st.integers(1, 100_000),
 )
 def test_first_reaching_is_the_first_record_whose_end_reaches_the_roll_size(sizes, base, size):
-    """The bisect over cumulative sizes equals the record-by-record definition."""
+    """The bisect over the record ends equals the record-by-record definition."""
     end, expected = base, None
     for index, record_size in enumerate(sizes):
         end += record_size
         if end >= size:
             expected = index
             break
-    assert first_reaching(base, sizes, (0, size)) == expected
+    assert first_reaching(base, list(itertools.accumulate(sizes)), (0, size)) == expected
 
 
-def test_record_sizes_refuses_a_negative_length_in_the_last_header():
+def test_record_ends_refuses_a_negative_length_in_the_last_header():
     """A negative length right after complete records is refused, not taken as a cut."""
     broken = (-7).to_bytes(4, "big", signed=True) + bytes(HEADER_SIZE - 4)
     with pytest.raises(InvalidRecordError, match="negative"):
-        record_sizes(b"".join(RECORDS) + broken, 0)
+        record_ends(b"".join(RECORDS) + broken, 0)
 
 
 def test_a_batch_below_the_segment_size_is_one_write_without_asking():
