@@ -92,7 +92,13 @@ _FAST_RESULT = re.compile(rb"result (\d{1,9}) (\d{1,9}) (-?\d{1,10})")
 # ``next_command``.
 _PUT_RUN = re.compile(
     rb"put ([A-Za-z0-9_.-]{1,255}) (0|[1-9][0-9]{0,8}) ([0-9]{1,9}) (-?[0-9]{1,9}) "
-    rb"(?:(-?[0-9]{1,10}) )?(0|-?[1-9][0-9]{0,8})\r\n"
+    rb"(?:(-?[0-9]{1,10}) )?()(0|-?[1-9][0-9]{0,8})\r\n"  # (): no key, as ``_TX_PUT_RUN``
+)
+# The same for transactional puts (``Decoder.next_tx_put_run``): a ``TX:``/``XID:`` key of
+# printable ASCII before the opaque (its grammar is checked by ``parse_transaction_key``).
+_TX_PUT_RUN = re.compile(
+    rb"put ([A-Za-z0-9_.-]{1,255}) (0|[1-9][0-9]{0,8}) ([0-9]{1,9}) (-?[0-9]{1,9}) "
+    rb"(?:(-?[0-9]{1,10}) )?((?:TX|XID):[!-~]{1,1024}) (0|-?[1-9][0-9]{0,8})\r\n"
 )
 _RESULT_RUN = re.compile(rb"result ([0-9]{1,9}) ([0-9]{1,9}) (-?[0-9]{1,10})\r\n")
 PutFields = tuple[bytes, bytes, int, int | None, bytes, bytearray]
@@ -298,22 +304,41 @@ class Decoder:
             The puts in order; empty when the head of the buffer is not such a put (or while
             a body is being skipped, a header is parked, or the decoder is broken).
         """
+        return self._put_run(_PUT_RUN, limit)
+
+    def next_tx_put_run(self, limit: int) -> tuple[str, list[PutFields]] | None:
+        """``next_put_run`` for the puts of one transaction: the same forms plus a ``TX:`` or
+        ``XID:`` key that parses, byte for byte the same in every put of the run.
+
+        Returns:
+            ``(key, puts)``, the key as ``next_command`` gives it in ``Put.tx_key``; None when
+            the head of the buffer is not such a put.
+        """
+        puts = self._put_run(_TX_PUT_RUN, limit)
+        return (self._last_key, puts) if puts else None
+
+    def _put_run(self, pattern: re.Pattern, limit: int) -> list[PutFields]:
         if self._error is not None or self._skip_bytes or self._pending is not None:
             return []
         buffer = self._buffer
         position = self._position
         available = len(buffer)
         body_max = self.body_bytes_max
-        match = _PUT_RUN.match
+        match = pattern.match
         puts: list[PutFields] = []
         append = puts.append
+        run_key = None
         for _ in range(limit):
             if position == available:
                 break
             found = match(buffer, position)
             if found is None:
                 break
-            topic, partition, length, flag, checksum, opaque = found.groups()
+            topic, partition, length, flag, checksum, key, opaque = found.groups()
+            if key != run_key:  # the first put (a plain one has an empty key), or another key
+                if run_key is not None or (key and self._checked_key(key) is None):
+                    break
+                run_key = key
             body_start = found.end()
             body_end = body_start + int(length)
             if body_end > available or body_end - body_start > body_max:

@@ -3,6 +3,8 @@
 ``handle_transaction(broker, command, connection)`` and ``handle_transactional_put`` follow
 the contract of ``meta.server.handlers``: they return reply bytes, None (END gets no reply at
 all), or ``PENDING`` when the reply waits for the journal's sync or the commit's appends.
+``handle_tx_put_run`` answers a run of one transaction's puts (``Decoder.next_tx_put_run``)
+with the replies ``handle_transactional_put`` gives each, in one call.
 Replies and error bodies are Java's: 200 with an empty body, ``0``/``3`` for PREPARE, the
 RECOVER keys joined by CRLF; XA failures as ``500 XAException:code=N,msg=...``, other failures
 as 500 with the plain text. Counters go up before the operation runs, so failures count too.
@@ -22,7 +24,7 @@ import zlib
 from collections.abc import Callable
 
 from meta.errors import MetaError, TransactionError, XAError
-from meta.protocol.codec import encode_result
+from meta.protocol.codec import PutFields, encode_result
 from meta.protocol.commands import Put, Transaction
 from meta.protocol.message import CHECKSUM_MASK, HEADER
 from meta.protocol.transaction_key import parse_transaction_key
@@ -47,30 +49,62 @@ def canonical_key(text: str) -> str:
 
 def handle_transactional_put(broker, command: Put, connection) -> Reply:
     """Journal one message of a transaction; 200 ``<msgId> <partition> -1`` (§2.7.5)."""
-    key = canonical_key(command.tx_key)
-    topic = command.topic
     partition = command.partition
-    transactions = broker.transactions
     try:
-        transaction = transactions.check_put(key, connection)
+        transaction = broker.transactions.check_put(canonical_key(command.tx_key), connection)
         if partition == -1:
             raise TransactionError("Invalid partition for transaction command:-1")
-        if (topic, partition) not in transaction.batches:  # checked once per transaction
-            broker.partition_for_put(topic, partition)
-        data = command.data
-        crc = zlib.crc32(data) & CHECKSUM_MASK
-        if command.checksum is not None and command.checksum != -1 and command.checksum != crc:
-            raise TransactionError(CHECKSUM_FAILURE)
-        msg_id = broker.ids.next_id()
-        record = HEADER.pack(len(data), crc, msg_id, command.flag) + data
-        transactions.put(transaction, topic, partition, record)
+        msg_id = _put_into(
+            broker, transaction, command.topic, partition, command.data, command.flag,
+            command.checksum,
+        )  # fmt: skip
     except MetaError as error:
-        broker.counters.put_failed += 1
-        text = error.message if isinstance(error, XAError) else str(error)
-        return encode_result(500, (text or "").encode(), command.opaque)
-    broker.record_put(topic, partition, len(data))
+        return _put_failed(broker, error, command.opaque)
     body = b"%d %d -1" % (msg_id, partition)
     return b"result 200 %d %d\r\n%s" % (len(body), command.opaque, body)
+
+
+def handle_tx_put_run(broker, key: str, puts: list[PutFields], connection) -> bytes:
+    """The replies of ``handle_transactional_put`` for consecutive puts of one transaction
+    (``Decoder.next_tx_put_run``), joined. The transaction is looked up once: nothing between
+    the puts can change what that finds (a failed put leaves the transaction as it was)."""
+    broker.counters.cmd_put += len(puts)
+    try:
+        transaction = broker.transactions.check_put(canonical_key(key), connection)
+    except MetaError as error:
+        return b"".join(_put_failed(broker, error, int(fields[4])) for fields in puts)
+    replies = []
+    for topic, partition, flag, checksum, opaque, body in puts:
+        try:
+            msg_id = _put_into(
+                broker, transaction, topic.decode("ascii"), int(partition), body, flag, checksum
+            )
+        except MetaError as error:
+            replies.append(_put_failed(broker, error, int(opaque)))
+            continue
+        text = b"%d %s -1" % (msg_id, partition)
+        replies.append(b"result 200 %d %s\r\n%s" % (len(text), opaque, text))
+    return b"".join(replies)
+
+
+def _put_into(broker, transaction, topic: str, partition: int, data, flag, checksum) -> int:
+    """Add one message to ``transaction``; its message id. Raises ``MetaError``."""
+    if (topic, partition) not in transaction.batches:  # checked once per transaction
+        broker.partition_for_put(topic, partition)
+    crc = zlib.crc32(data) & CHECKSUM_MASK
+    if checksum is not None and checksum != -1 and checksum != crc:
+        raise TransactionError(CHECKSUM_FAILURE)
+    msg_id = broker.ids.next_id()
+    record = HEADER.pack(len(data), crc, msg_id, flag) + data
+    broker.transactions.put(transaction, topic, partition, record)
+    broker.record_put(topic, partition, len(data))
+    return msg_id
+
+
+def _put_failed(broker, error: MetaError, opaque: int) -> bytes:
+    broker.counters.put_failed += 1
+    text = error.message if isinstance(error, XAError) else str(error)
+    return encode_result(500, (text or "").encode(), opaque)
 
 
 def handle_transaction(broker, command: Transaction, connection) -> Reply:

@@ -16,10 +16,11 @@ import pytest
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
+import meta.server.handlers
 from meta.config import ZkConfig
 from meta.message_id import IdWorker
 from meta.protocol.codec import decode_all, encode
-from meta.protocol.commands import Get, Offset, Put, Result, Stats, Version
+from meta.protocol.commands import Get, Offset, Put, Result, Stats, Transaction, Version
 from meta.protocol.message import checksum, iter_messages
 from meta.server.broker import Broker
 from meta.server.protocol import BrokerProtocol
@@ -145,6 +146,83 @@ def test_mixed_pipelines_get_byte_identical_replies_and_segments(tmp_path, thres
     assert fast.segments() == slow.segments()
     assert len(fast.segments()) > 4  # rolls happened
     assert fast.counters() == slow.counters()
+
+
+def tx_put(key: str, topic: str, partition: int, data: bytes, opaque: int, crc=None) -> bytes:
+    return encode(Put(topic, partition, data, 0, opaque, crc, key))
+
+
+def tx(key: str, type_: str, opaque: int) -> bytes:
+    return encode(Transaction(key, "s1", type_, opaque))
+
+
+def transaction_pipeline() -> bytes:
+    """Local and XA transactions whose puts take the tx put runs, with every special case."""
+    body = b"in a transaction"
+    local, other, xid = "TX:s1:1", "TX:s1:2", "XID:1:0a:0b:q1"
+    parts = [
+        tx(local, "BEGIN", 1),
+        tx_put(local, "test", 0, body, 2),
+        tx_put(local, "test", 1, body, 3, checksum(body)),  # right checksum
+        tx_put(local, "test", 0, body, 4, 999),  # wrong checksum: 500
+        tx_put(local, "test", 0, b"", 5),  # empty body
+        tx_put(local, "nosuch", 0, body, 6),  # illegal topic: 500
+        tx_put(local, "test", 9, body, 7),  # no such partition: 500
+        tx_put(local, "other", 1, body, 8),  # a partition created by this put
+        tx_put(local, "test", -1, body, 9),  # partition -1: 500, general path
+        tx_put("TX:s1:01", "test", 0, body, 10),  # the same transaction, spelled otherwise
+        tx_put(other, "test", 0, body, 11),  # not begun: 500
+        put("test", 0, body, 12),  # a plain put between two runs
+        tx_put(local, "test", 2, body, 13),
+        tx(xid, "BEGIN", 14),
+        tx_put(xid, "test", 3, body, 15),
+        tx_put(xid, "test", 3, body * 2, 16),
+        tx_put(local, "test", 3, body, 17),  # another transaction's key ends the run
+        tx(local, "COMMIT_ONE_PHASE", 18),
+        tx_put(local, "test", 0, body, 19),  # after the commit: 500
+        tx(xid, "END", 20),
+        tx(xid, "PREPARE", 21),
+        tx_put(xid, "test", 3, body, 22),  # prepared: 500
+        tx(xid, "COMMIT_TWO_PHASE", 23),
+        encode(Get("test", "g", 3, 0, 1 << 20, 24)),
+    ]
+    return b"".join(parts)
+
+
+@pytest.mark.parametrize("threshold", [0, 1000])
+def test_transaction_runs_get_byte_identical_replies_and_segments(tmp_path, threshold):
+    """Goal: the tx put runs (``handle_tx_put_run``) are an optimisation only. Method: the
+    transaction pipeline in one read, then split at every position into two reads; replies,
+    segments and counters equal the one-put-at-a-time broker's."""
+    fast, slow = pair(tmp_path, threshold)
+    stream = transaction_pipeline()
+    first = fast.feed(stream)
+    assert first == slow.feed(stream)
+    codes = [frame.code for frame in decode_all(first) if isinstance(frame, Result)]
+    assert codes.count(500) == 7 and codes.count(200) > 10
+    assert fast.segments() == slow.segments()
+    assert fast.counters() == slow.counters()
+    for k in range(1, len(stream), 37):
+        reads = (stream[:k], stream[k:])
+        assert fast.feed(*reads) == slow.feed(*reads), k
+    assert fast.segments() == slow.segments()
+    assert fast.counters() == slow.counters()
+
+
+def test_the_puts_of_a_transaction_take_the_run_path(tmp_path, monkeypatch):
+    """Goal: the tx put run is taken. Method: the one-put handler fails the test if called."""
+
+    def not_expected(*_arguments):
+        raise AssertionError("a transactional put took the one-put path")
+
+    monkeypatch.setattr(meta.server.handlers, "handle_transactional_put", not_expected)
+    fast, _slow = pair(tmp_path, 1000)
+    key = "TX:s1:7"
+    stream = tx(key, "BEGIN", 0) + b"".join(
+        tx_put(key, "test", i % 2, b"m%d" % i, i + 1) for i in range(10)
+    )
+    replies = decode_all(fast.feed(stream + tx(key, "COMMIT_ONE_PHASE", 11)))
+    assert [(reply.code, reply.opaque) for reply in replies] == [(200, i) for i in range(12)]
 
 
 def test_every_split_of_a_pipeline_into_two_reads_gives_the_same_replies(tmp_path):
