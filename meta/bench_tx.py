@@ -92,14 +92,25 @@ def take_transaction_replies(connection: TxConnection) -> int:
     """
     committed = 0
     decoder, outstanding = connection.decoder, connection.outstanding
-    while (reply := decoder.next_command()) is not NEED_DATA:
-        if not isinstance(reply, Result) or reply.code != 200:
-            raise BenchError(f"transaction request failed: {reply!r}")
-        is_commit = outstanding.pop(reply.opaque, None)
-        if is_commit is None:
-            raise BenchError(f"reply with unexpected opaque {reply.opaque}")
-        committed += is_commit
+    while replies := decoder.next_result_run(bench.RESULT_RUN_MAX) or _other_reply(decoder):
+        for code, opaque, body in replies:
+            if code != 200:
+                raise BenchError(f"transaction request failed: {Result(code, body, opaque)!r}")
+            is_commit = outstanding.pop(opaque, None)
+            if is_commit is None:
+                raise BenchError(f"reply with unexpected opaque {opaque}")
+            committed += is_commit
     return committed
+
+
+def _other_reply(decoder: Decoder) -> list[tuple[int, int, bytes]]:
+    """A frame ``next_result_run`` did not take, decoded in full ([]: no whole frame yet)."""
+    reply = decoder.next_command()
+    if reply is NEED_DATA:
+        return []
+    if not isinstance(reply, Result):
+        raise BenchError(f"transaction request failed: {reply!r}")
+    return [(reply.code, reply.opaque, reply.body)]
 
 
 # --- the tx scenario ---------------------------------------------------------------------------

@@ -85,20 +85,15 @@ _FAST_PUT = re.compile(
     rb"(?:((?:TX|XID):[^ ]+) )?(-?\d{1,10})"
 )
 _FAST_RESULT = re.compile(rb"result (\d{1,9}) (\d{1,9}) (-?\d{1,10})")
-# The broker's put runs (``Decoder.next_put_run``): plain puts to a legal topic name (ASCII,
+# The broker's put runs (``Decoder.next_put_run``): puts to a legal topic name (ASCII,
 # DECISIONS 9) whose partition and opaque are written canonically (no sign on 0, no leading
-# zero, at most 9 digits, so always in range) and whose length and flag have at most 9 digits.
-# Such a header is always shorter than ``HEADER_BYTES_MAX``. Anything else is left to
-# ``next_command``.
+# zero, at most 9 digits, so always in range) and whose length and flag have at most 9 digits,
+# with or without a ``TX:``/``XID:`` key of printable ASCII (its grammar is checked by
+# ``parse_transaction_key``). Such a header is always shorter than ``HEADER_BYTES_MAX``.
+# Anything else is left to ``next_command``.
 _PUT_RUN = re.compile(
     rb"put ([A-Za-z0-9_.-]{1,255}) (0|[1-9][0-9]{0,8}) ([0-9]{1,9}) (-?[0-9]{1,9}) "
-    rb"(?:(-?[0-9]{1,10}) )?()(0|-?[1-9][0-9]{0,8})\r\n"  # (): no key, as ``_TX_PUT_RUN``
-)
-# The same for transactional puts (``Decoder.next_tx_put_run``): a ``TX:``/``XID:`` key of
-# printable ASCII before the opaque (its grammar is checked by ``parse_transaction_key``).
-_TX_PUT_RUN = re.compile(
-    rb"put ([A-Za-z0-9_.-]{1,255}) (0|[1-9][0-9]{0,8}) ([0-9]{1,9}) (-?[0-9]{1,9}) "
-    rb"(?:(-?[0-9]{1,10}) )?((?:TX|XID):[!-~]{1,1024}) (0|-?[1-9][0-9]{0,8})\r\n"
+    rb"(?:(-?[0-9]{1,10}) )?(?:((?:TX|XID):[!-~]{1,1024}) )?(0|-?[1-9][0-9]{0,8})\r\n"
 )
 _RESULT_RUN = re.compile(rb"result ([0-9]{1,9}) ([0-9]{1,9}) (-?[0-9]{1,10})\r\n")
 PutFields = tuple[bytes, bytes, int, int | None, bytes, bytearray]
@@ -289,45 +284,38 @@ class Decoder:
         body = bytes(self._buffer[body_start:body_end])
         return Put(topic, partition, body, flag, opaque, checksum, tx_key)
 
-    def next_put_run(self, limit: int) -> list[PutFields]:
-        """Decode up to ``limit`` consecutive plain puts from the head of the buffer, at once.
+    def next_put_run(self, limit: int) -> tuple[str | None, list[PutFields]]:
+        """Decode up to ``limit`` consecutive puts from the head of the buffer, at once: plain
+        puts, or puts of one transaction (the same key, byte for byte).
 
         The broker's batch fast path: one regex match per header and no command objects. A
-        put is taken only in the forms ``_PUT_RUN`` accepts (6 tokens, or 7 with a numeric
-        checksum; no transaction key) with its whole body buffered and within
+        put is taken only in the forms ``_PUT_RUN`` accepts (6 tokens, 7 with a numeric
+        checksum or a key that parses, 8 with both) with its whole body buffered and within
         ``body_bytes_max``; the run stops before anything else, which ``next_command`` then
         decodes (or refuses) as usual. Every field equals what ``next_command`` would have put
         in the ``Put``: ``int(partition)``, ``int(opaque)``, ``topic.decode()`` and
         ``bytes(body)`` give it back.
 
         Returns:
-            The puts in order; empty when the head of the buffer is not such a put (or while
-            a body is being skipped, a header is parked, or the decoder is broken).
+            ``(key, puts)``: the transaction key as ``Put.tx_key`` has it (None for plain
+            puts) and the puts in order; no puts when the head of the buffer is not such a put
+            (or while a body is being skipped, a header is parked, or the decoder is broken).
         """
-        return self._put_run(_PUT_RUN, limit)
-
-    def next_tx_put_run(self, limit: int) -> tuple[str, list[PutFields]] | None:
-        """``next_put_run`` for the puts of one transaction: the same forms plus a ``TX:`` or
-        ``XID:`` key that parses, byte for byte the same in every put of the run.
-
-        Returns:
-            ``(key, puts)``, the key as ``next_command`` gives it in ``Put.tx_key``; None when
-            the head of the buffer is not such a put.
-        """
-        puts = self._put_run(_TX_PUT_RUN, limit)
-        return (self._last_key, puts) if puts else None
-
-    def _put_run(self, pattern: re.Pattern, limit: int) -> list[PutFields]:
-        if self._error is not None or self._skip_bytes or self._pending is not None:
-            return []
+        puts: list[PutFields] = []
         buffer = self._buffer
         position = self._position
+        if (
+            self._error is not None
+            or self._skip_bytes
+            or self._pending is not None
+            or not buffer.startswith(b"put ", position)
+        ):
+            return None, puts
         available = len(buffer)
         body_max = self.body_bytes_max
-        match = pattern.match
-        puts: list[PutFields] = []
+        match = _PUT_RUN.match
         append = puts.append
-        run_key = None
+        run_key = None  # the first put's key (None: plain puts)
         for _ in range(limit):
             if position == available:
                 break
@@ -335,10 +323,12 @@ class Decoder:
             if found is None:
                 break
             topic, partition, length, flag, checksum, key, opaque = found.groups()
-            if key != run_key:  # the first put (a plain one has an empty key), or another key
-                if run_key is not None or (key and self._checked_key(key) is None):
+            if not puts:
+                if key is not None and self._checked_key(key) is None:
                     break
                 run_key = key
+            elif key != run_key:
+                break
             body_start = found.end()
             body_end = body_start + int(length)
             if body_end > available or body_end - body_start > body_max:
@@ -350,7 +340,7 @@ class Decoder:
             append((topic, partition, int(flag), checksum, opaque, buffer[body_start:body_end]))
             position = body_end
         self._position = position
-        return puts
+        return (self._last_key if run_key is not None else None), puts
 
     def next_result_run(self, limit: int) -> list[tuple[int, int, bytes]]:
         """Decode up to ``limit`` consecutive ``result`` frames at once: ``(code, opaque, body)``.

@@ -154,8 +154,9 @@ class Broker:
         self._stat_topics: dict[str, bool] = {}
         self._data_waiters: dict[object, dict[object, tuple]] = {}
         self._output_pending: list = []
-        # Acks released by a finished fsync batch become replies; send them in one go.
-        self.store.flusher.on_batch_done = self.flush_output
+        # After a finished fsync batch: write the transaction batches it released (one write
+        # per partition), then send the replies its acks made, in one go.
+        self.store.flusher.on_batch_done = self.end_of_batch
         self._waiter_count = 0
         self._stopping: defer.Deferred | None = None
         # Held by start() and by each reload, so they never interleave.

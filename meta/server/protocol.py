@@ -2,9 +2,8 @@
 
 ``dataReceived`` feeds the decoder, dispatches every complete command to ``handlers.py`` and
 queues the replies; consecutive plain puts go to ``put_run.handle_put_run`` in one call
-(``Decoder.next_put_run``), and consecutive puts of one transaction to
-``tx_handlers.handle_tx_put_run`` (``Decoder.next_tx_put_run``), with the same effects and
-replies as one ``handle_put`` each.
+and consecutive puts of one transaction to ``tx_handlers.handle_tx_put_run``, both found by
+``Decoder.next_put_run``, with the same effects and replies as one ``handle_put`` each.
 Replies may leave in a different order from the requests (a put waits for its fsync, a get
 does not); each carries its request's opaque.
 
@@ -40,8 +39,8 @@ from meta.protocol.codec import HEADER_BYTES_MAX, NEED_DATA, Decoder
 from meta.protocol.commands import Quit
 from meta.server.handlers import HANDLERS
 from meta.server.put_run import handle_put_run
-from meta.server.tx_handlers import handle_tx_put_run
 from meta.server.replies import PENDING, FileReply
+from meta.server.tx_handlers import handle_tx_put_run
 
 log = logging.getLogger("meta.server")
 
@@ -103,15 +102,12 @@ class BrokerProtocol(protocol.Protocol):
         put_runs = self.put_runs and broker.slave_id < 0
         while not self._closed:
             if put_runs:
-                puts = decoder.next_put_run(PUT_RUN_MAX)
+                key, puts = decoder.next_put_run(PUT_RUN_MAX)
                 if puts:
-                    self._inflight += handle_put_run(broker, puts, self, self._put_targets)
-                    if not decoder.buffered_bytes:
-                        break
-                    continue
-                tx_run = decoder.next_tx_put_run(PUT_RUN_MAX)
-                if tx_run is not None:
-                    self._send(handle_tx_put_run(broker, *tx_run, self))
+                    if key is None:
+                        self._inflight += handle_put_run(broker, puts, self, self._put_targets)
+                    else:
+                        self._send(handle_tx_put_run(broker, key, puts, self))
                     if not decoder.buffered_bytes:
                         break
                     continue

@@ -85,6 +85,9 @@ class StoreManager:
         if executor is None:
             executor = self._own_executor = ThreadExecutor(reactor)
         self.flusher = Flusher(executor)
+        # Appends that an fsync batch released (filled transaction batches) are written
+        # after it; an owner that also writes other things then (the broker) replaces this.
+        self.flusher.on_batch_done = self.commit_staged
         self._partitions: dict[tuple[str, int], PartitionLog] = {}
         self._accepted: set[tuple[str, int]] = set()
         self._timers: dict[int, LoopingCall] = {}

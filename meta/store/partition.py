@@ -217,11 +217,16 @@ class PartitionLog:
         return reservation
 
     def fill(self, reservation: Reservation, batch: bytes) -> None:
-        """Give a reservation its bytes and write everything staged up to the next gap."""
+        """Give a reservation its bytes; everything staged up to the next gap is written by the
+        owner's next ``commit_staged`` (``on_staged``: the commits that one fsync batch
+        completes share one write), or at once when the log has no owner."""
         assert len(batch) == reservation.length
         assert reservation.data is None
         reservation.data = batch
-        self.commit()
+        if self.on_staged is not None:
+            self.on_staged(self)
+        else:
+            self.commit()
 
     def cancel(self, reservation: Reservation, error: BaseException) -> None:
         """The reserved batch will never come: fail the partition (its offsets are taken)."""

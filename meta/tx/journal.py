@@ -389,15 +389,17 @@ class Journal:
         Mode 1 waits for the fsync that covers them; modes 0 and 2 answer at once (mode 2's
         timer syncs within a second). ``done(error)`` when the journal failed.
         """
+        if self._flush_mode == 1 and self.failed is None:
+            # The flush's snapshot writes what is staged (with what the rest of this read
+            # stages, when a flush is running now): one write for many commits.
+            self._waiters.append(done)
+            self._flusher.request(self)
+            return
         self.write_staged()
         if self.failed is not None:
             done(JournalError(str(self.failed)))
             return
-        if self._flush_mode != 1:
-            done(None)
-            return
-        self._waiters.append(done)
-        self._flusher.request(self)
+        done(None)
 
     def _flush_written(self) -> None:
         """Mode 2 timer: fsync every file written since the last flush."""

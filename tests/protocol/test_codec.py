@@ -1,5 +1,7 @@
 """Decoder and encoder of the text protocol: golden bytes, byte-at-a-time, round trips, limits."""
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -303,7 +305,8 @@ def test_a_put_run_holds_exactly_what_next_command_returns():
     )
     decoder = Decoder()
     decoder.receive_data(wire)
-    run = decoder.next_put_run(100)
+    key, run = decoder.next_put_run(100)
+    assert key is None
     assert [_as_put(fields) for fields in run] == decode_all(wire)
     assert decoder.next_command() is NEED_DATA
 
@@ -316,8 +319,7 @@ def test_a_put_run_holds_exactly_what_next_command_returns():
         b"put t -1 3 0 7\r\nabc",  # the broker picks the partition
         b"put t 0 3 0 -0\r\nabc",
         b"put t 0 3 0 1234567890\r\nabc",  # ten-digit opaque
-        b"put t 0 3 0 0 TX:1 7\r\nabc",  # transactional
-        b"put t 0 3 0 TX:1 7\r\nabc",
+        b"put t 0 3 0 TX:1 7\r\nabc",  # a key that does not parse
         b"put t/x 0 3 0 7\r\nabc",  # not a legal topic name
         b"put t 0 3 0 +7\r\nabc",
         b"put t 0 3 0 7 \r\nabc",
@@ -331,8 +333,8 @@ def test_a_put_run_holds_exactly_what_next_command_returns():
 def test_a_put_run_leaves_every_other_form_to_next_command(wire):
     decoder = Decoder()
     decoder.receive_data(encode(Put("t", 0, b"first", 0, 1)) + wire)
-    assert len(decoder.next_put_run(100)) == 1
-    assert decoder.next_put_run(100) == []
+    assert len(decoder.next_put_run(100)[1]) == 1
+    assert decoder.next_put_run(100) == (None, [])
     try:
         expected = decode_all(wire)[0]
     except LocalProtocolError:
@@ -342,30 +344,55 @@ def test_a_put_run_leaves_every_other_form_to_next_command(wire):
         assert decoder.next_command() == expected
 
 
+def _as_tx_put(key: str, fields) -> Put:
+    return dataclasses.replace(_as_put(fields), tx_key=key)
+
+
+def test_a_transaction_run_holds_exactly_what_next_command_returns():
+    """One key per run (as ``next_command`` spells it in ``tx_key``); plain puts, another
+    key or another spelling of the same transaction end it."""
+    runs = [
+        [Put("t", 0, b"abc", 0, 1, None, "TX:s:1"), Put("t", 2, b"", 3, 2, 99, "TX:s:1")],
+        [Put("t", 0, b"x" * 70, 0, 3, -1, "XID:1:0a:0b:q1")],
+        [Put("t", 0, b"y", 0, 4, None, "TX:s:01")],  # the same transaction, spelled otherwise
+        [Put("t", 1, b"plain", 0, 5)],
+        [Put("t", 1, b"z", 0, 6, None, "TX:s:1")],
+    ]
+    wire = b"".join(encode(put) for run in runs for put in run)
+    decoder = Decoder()
+    decoder.receive_data(wire)
+    for expected in runs:
+        key, run = decoder.next_put_run(100)
+        assert key == expected[0].tx_key
+        assert [_as_tx_put(key, fields) for fields in run] == expected
+    assert decoder.next_put_run(100) == (None, [])
+    assert decoder.next_command() is NEED_DATA
+
+
 def test_a_put_run_stops_at_an_incomplete_or_oversized_put():
     whole = encode(Put("t", 0, b"abcdef", 0, 1))
     for cut in range(len(whole)):
         decoder = Decoder()
         decoder.receive_data(whole + whole[:cut])
-        assert len(decoder.next_put_run(100)) == 1
-        assert decoder.next_put_run(100) == []
+        assert len(decoder.next_put_run(100)[1]) == 1
+        assert decoder.next_put_run(100) == (None, [])
         assert decoder.next_command() is NEED_DATA
         decoder.receive_data(whole[cut:])
         # Taken by the run, or (a header parked by the general decoder) by next_command.
-        rest = [_as_put(fields) for fields in decoder.next_put_run(100)]
+        rest = [_as_put(fields) for fields in decoder.next_put_run(100)[1]]
         rest += [command for command in iter(decoder.next_command, NEED_DATA)]
         assert rest == decode_all(whole), f"cut at {cut}"
     decoder = Decoder(body_bytes_max=5)
     decoder.receive_data(whole)
-    assert decoder.next_put_run(100) == []
+    assert decoder.next_put_run(100) == (None, [])
     assert isinstance(decoder.next_command(), BodyTooLarge)
 
 
 def test_a_put_run_is_bounded_by_its_limit():
     decoder = Decoder()
     decoder.receive_data(encode(Put("t", 0, b"a", 0, 1)) * 5)
-    assert len(decoder.next_put_run(3)) == 3
-    assert len(decoder.next_put_run(3)) == 2
+    assert len(decoder.next_put_run(3)[1]) == 3
+    assert len(decoder.next_put_run(3)[1]) == 2
 
 
 def test_a_result_run_holds_exactly_what_next_command_returns():

@@ -176,8 +176,10 @@ class TxBroker:
         self.store.commit_staged()
 
     def commit(self, key: str, session: object = "c1", one_phase: bool = True) -> Done:
+        """COMMIT, then ``end_of_batch`` as the broker after the read that carried it."""
         done = Done()
         self.transactions.commit(key, session, one_phase, done)
+        self.end_of_batch()
         return done
 
     def rollback(self, key: str, session: object = "c1") -> Done:

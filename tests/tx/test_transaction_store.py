@@ -692,3 +692,28 @@ def test_mode_0_never_fsyncs_the_journal(tmp_path, files):
     assert broker.commit(LOCAL).ok
     broker.clock.advance(10)
     assert "fsync" not in files.of(REDO_1)
+
+
+def test_the_commits_one_journal_fsync_completes_share_one_write_per_partition(tmp_path, files):
+    """Goal: a burst of commits costs one journal write and one segment write, not one each.
+    Method: three commits in one read (no ``end_of_batch`` between them) while the fsync of
+    an earlier commit runs; the three share the next journal write and fsync, and once that
+    is done, one segment write."""
+    broker = TxBroker(tx_config(tmp_path), files=files, manual=True)
+    keys = [f"TX:s:{n}" for n in (0, 1, 2, 3)]
+    records = []
+    for key in keys:
+        begun(broker, key)
+        records += broker.put(key, [key.encode()])
+    running = broker.commit(keys[0])  # its journal fsync is queued, not run yet
+    files.events.clear()
+    dones = []
+    for key in keys[1:]:
+        dones.append(Done())
+        broker.transactions.commit(key, "c1", True, dones[-1])
+    broker.end_of_batch()
+    broker.run()
+    assert running.ok and all(done.ok for done in dones)
+    assert broker.segment_bytes() == b"".join(records)
+    assert files.of(REDO_1).count("write") == 1
+    assert files.of(SEGMENT_0).count("write") == 2  # the first commit's, then the three
