@@ -13,6 +13,7 @@ functions; thread-safe.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -61,6 +62,7 @@ def _hex_bytes(text: str, what: str) -> bytes:
     return bytes.fromhex(text[: len(text) - len(text) % 2])
 
 
+@functools.lru_cache(maxsize=4096)  # a transaction's key comes in every one of its frames
 def parse_transaction_key(text: str) -> TransactionId:
     """Parse a transaction key; ``null`` gives None.
 

@@ -30,6 +30,7 @@ from meta.protocol.message import CHECKSUM_MASK, HEADER
 from meta.protocol.transaction_key import parse_transaction_key
 from meta.protocol.xa import XAER_NOTA, format_xa_error
 from meta.server.replies import CHECKSUM_FAILURE, PENDING, Reply
+from meta.tx.transaction_store import TRANSACTION_BYTES_MAX
 
 log = logging.getLogger("meta.server")
 
@@ -70,38 +71,76 @@ def handle_transactional_put(broker, command: Put, connection) -> Reply:
 def handle_tx_put_run(broker, key: str, puts: list[PutFields], connection) -> bytes:
     """The replies of ``handle_transactional_put`` for consecutive puts of one transaction
     (``Decoder.next_put_run``), joined. The transaction is looked up once: nothing between
-    the puts can change what that finds (a failed put leaves the transaction as it was). The
-    loop is ``_put_into`` inlined, with each partition's names decoded once per run."""
+    the puts can change what that finds (a failed put leaves the transaction as it was).
+    When every put will be taken (partitions accepted, checksums right, within the byte
+    bound), ids come in one block and each partition's records join the transaction at once;
+    otherwise each put goes through ``_put_into`` in order, as one at a time."""
     broker.counters.cmd_put += len(puts)
     transactions = broker.transactions
     try:
         transaction = transactions.check_put(canonical_key(key), connection)
     except MetaError as error:
         return b"".join(_put_failed(broker, error, int(fields[4])) for fields in puts)
-    replies: list[bytes] = []
-    append, next_id, put = replies.append, broker.ids.next_id, transactions.put
-    batches = transaction.batches  # transactions.put adds to this dict
-    target = None
-    for topic_bytes, partition_bytes, flag, checksum, opaque, body in puts:
-        if target != (topic_bytes, partition_bytes):
-            target = (topic_bytes, partition_bytes)
-            topic, partition = topic_bytes.decode("ascii"), int(partition_bytes)
-            stat = broker.stat_enabled(topic)
-        try:
-            if (topic, partition) not in batches:  # checked once per transaction
-                broker.partition_for_put(topic, partition)
-            crc = _crc32(body) & CHECKSUM_MASK
-            if checksum is not None and checksum != -1 and checksum != crc:
-                raise TransactionError(CHECKSUM_FAILURE)
-            msg_id = next_id()
-            put(transaction, topic, partition, _pack_header(len(body), crc, msg_id, flag) + body)
-        except MetaError as error:
-            append(_put_failed(broker, error, int(opaque)))
-            continue
-        if stat:
-            broker.record_put(topic, partition, len(body))
+    checked = _checked_run(broker, transaction, puts)
+    if checked is None:
+        return _one_by_one(broker, transaction, puts)
+    targets, crcs = checked
+    ids = broker.ids.next_ids(len(puts))
+    records: dict[tuple[bytes, bytes], list[bytes]] = {name: [] for name in targets}
+    replies = []
+    for (topic_bytes, partition_bytes, flag, _c, opaque, body), crc, msg_id in zip(
+        puts, crcs, ids, strict=True
+    ):
+        records[topic_bytes, partition_bytes] += (_pack_header(len(body), crc, msg_id, flag), body)
         text = b"%d %s -1" % (msg_id, partition_bytes)
-        append(b"result 200 %d %s\r\n%s" % (len(text), opaque, text))
+        replies.append(b"result 200 %d %s\r\n%s" % (len(text), opaque, text))
+    for name, (topic, partition, stat) in targets.items():
+        parts = records[name]
+        transactions.put(transaction, topic, partition, b"".join(parts), len(parts) // 2)
+        if stat:
+            for body in parts[1::2]:
+                broker.record_put(topic, partition, len(body))
+    return b"".join(replies)
+
+
+def _checked_run(broker, transaction, puts: list[PutFields]) -> tuple[dict, list[int]] | None:
+    """``(targets, crcs)`` when every put of the run will be taken, else None. Partitions a
+    put would create are created here, as its ``_put_into`` would."""
+    targets: dict[tuple[bytes, bytes], tuple[str, int, bool]] = {}
+    crcs = []
+    size = 0
+    for topic_bytes, partition_bytes, _flag, checksum, _opaque, body in puts:
+        name = (topic_bytes, partition_bytes)
+        if name not in targets:
+            topic, partition = topic_bytes.decode("ascii"), int(partition_bytes)
+            if (topic, partition) not in transaction.batches:
+                try:
+                    broker.partition_for_put(topic, partition)
+                except MetaError:
+                    return None
+            targets[name] = (topic, partition, broker.stat_enabled(topic))
+        crc = _crc32(body) & CHECKSUM_MASK
+        if checksum is not None and checksum != -1 and checksum != crc:
+            return None
+        crcs.append(crc)
+        size += HEADER.size + len(body)
+    if broker.transactions.byte_count + size > TRANSACTION_BYTES_MAX:
+        return None
+    return targets, crcs
+
+
+def _one_by_one(broker, transaction, puts: list[PutFields]) -> bytes:
+    replies = []
+    for topic, partition, flag, checksum, opaque, body in puts:
+        try:
+            msg_id = _put_into(
+                broker, transaction, topic.decode("ascii"), int(partition), body, flag, checksum
+            )
+        except MetaError as error:
+            replies.append(_put_failed(broker, error, int(opaque)))
+            continue
+        text = b"%d %s -1" % (msg_id, partition)
+        replies.append(b"result 200 %d %s\r\n%s" % (len(text), opaque, text))
     return b"".join(replies)
 
 

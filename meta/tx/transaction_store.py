@@ -201,12 +201,11 @@ class TransactionStore:
             states.transition(transaction.is_xa, key, transaction.state, states.PUT)
         return transaction
 
-    def put(self, transaction: Transaction, topic: str, partition: int, record: bytes) -> None:
-        """Keep one message of a transaction until it is prepared or committed (§2.7.5).
-
-        Nothing is journaled yet: a transaction that is neither prepared nor committed is
-        rolled back by a crash anyway, so its messages are journaled at PREPARE or COMMIT,
-        one APPEND record per partition.
+    def put(
+        self, transaction: Transaction, topic: str, partition: int, record: bytes, count: int = 1
+    ) -> None:
+        """Keep one message (or ``count`` joined) of a transaction in memory until PREPARE or
+        COMMIT journals it (§2.7.5, see the module doc).
 
         Raises:
             MetaError: the transaction no longer takes messages, or a bound is reached.
@@ -228,7 +227,7 @@ class TransactionStore:
             transaction.batches[(topic, partition)] = [record]
         else:
             records.append(record)
-        transaction.message_count += 1
+        transaction.message_count += count
         transaction.byte_count += size
         self.byte_count += size
 
