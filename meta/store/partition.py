@@ -217,9 +217,8 @@ class PartitionLog:
         return reservation
 
     def fill(self, reservation: Reservation, batch: bytes) -> None:
-        """Give a reservation its bytes; everything staged up to the next gap is written by the
-        owner's next ``commit_staged`` (``on_staged``: the commits that one fsync batch
-        completes share one write), or at once when the log has no owner."""
+        """Give a reservation its bytes; what is staged up to the next gap is written by the
+        owner's next ``commit_staged`` (``on_staged``), or at once when there is no owner."""
         assert len(batch) == reservation.length
         assert reservation.data is None
         reservation.data = batch
