@@ -38,14 +38,27 @@ the unread tail of what the caller fed in. Not thread-safe: one decoder per conn
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Callable
 
 from meta.errors import LocalProtocolError
-from meta.protocol.commands import BodyTooLarge, Command, Put, Result
+from meta.protocol.commands import (
+    TRANSACTION_TYPES,
+    BodyTooLarge,
+    Command,
+    Put,
+    Result,
+    Transaction,
+)
 from meta.protocol.encoding import encode, encode_result, encode_value_header
 from meta.protocol.headers import INT_MAX, INT_MIN, parse_header, split_header
+from meta.protocol.patterns import (
+    FAST_PUT,
+    FAST_RESULT,
+    FAST_TRANSACTION,
+    PUT_RUN,
+    RESULT_RUN,
+)
 from meta.protocol.transaction_key import parse_transaction_key
 
 __all__ = [
@@ -78,24 +91,6 @@ copied into a ``bytearray`` part (bounds the per-part overhead of byte-at-a-time
 IN_PLACE_BLOCKS_KEPT = 8
 """In-place value bodies kept for reuse (a slave holds about four at once)."""
 CRLF = b"\r\n"
-# put <topic> <partition> <len> <flag> [<checksum>] [<TX:|XID: key>] <opaque>, ASCII digits
-# only (bytes \d).
-_FAST_PUT = re.compile(
-    rb"put ([^ ]+) (-?\d{1,10}) (\d{1,10}) (-?\d{1,10}) (?:(-?\d{1,10}) )?"
-    rb"(?:((?:TX|XID):[^ ]+) )?(-?\d{1,10})"
-)
-_FAST_RESULT = re.compile(rb"result (\d{1,9}) (\d{1,9}) (-?\d{1,10})")
-# The broker's put runs (``Decoder.next_put_run``): puts to a legal topic name (ASCII,
-# DECISIONS 9) whose partition and opaque are written canonically (no sign on 0, no leading
-# zero, at most 9 digits, so always in range) and whose length and flag have at most 9 digits,
-# with or without a ``TX:``/``XID:`` key of printable ASCII (its grammar is checked by
-# ``parse_transaction_key``). Such a header is always shorter than ``HEADER_BYTES_MAX``.
-# Anything else is left to ``next_command``.
-_PUT_RUN = re.compile(
-    rb"put ([A-Za-z0-9_.-]{1,255}) (0|[1-9][0-9]{0,8}) ([0-9]{1,9}) (-?[0-9]{1,9}) "
-    rb"(?:(-?[0-9]{1,10}) )?(?:((?:TX|XID):[!-~]{1,1024}) )?(0|-?[1-9][0-9]{0,8})\r\n"
-)
-_RESULT_RUN = re.compile(rb"result ([0-9]{1,9}) ([0-9]{1,9}) (-?[0-9]{1,10})\r\n")
 PutFields = tuple[bytes, bytes, int, int | None, bytes, bytearray]
 """One put of a run: topic, partition and opaque as their (canonical) header bytes, flag,
 checksum (None when absent) and the body."""
@@ -225,6 +220,10 @@ class Decoder:
             result = self._fast_result(end)
             if result is not None:
                 return result
+        elif first == 0x74:  # "t": a transaction's BEGIN and COMMIT, likewise
+            transaction = self._fast_transaction(end)
+            if transaction is not None:
+                return transaction
         try:
             line = buffer[self._position : end].decode("utf-8")
         except UnicodeDecodeError:
@@ -240,6 +239,22 @@ class Decoder:
         self._in_place = self.value_in_place and tokens[0] == "value"
         return self._take_body(command, length)
 
+    def _fast_transaction(self, end: int) -> Transaction | None:
+        """The common ``transaction`` forms (5 tokens, or 6 with a timeout) in printable
+        ASCII, with a key that parses and a known type; None leaves it to the general parser
+        (which gives the same command, or the error)."""
+        match = FAST_TRANSACTION.fullmatch(self._buffer, self._position, end)
+        if match is None:
+            return None
+        key, session_id, type_, timeout, opaque = match.groups()
+        key = self._checked_key(key)
+        type_ = type_.decode("ascii")
+        if key is None or type_ not in TRANSACTION_TYPES:
+            return None
+        self._position = end + 2
+        timeout = 0 if timeout is None else int(timeout)
+        return Transaction(key, session_id.decode("ascii"), type_, int(opaque), timeout)
+
     def _fast_put(self, end: int) -> Command | BodyTooLarge | _NeedData | None:
         """Decode the common put forms (6 tokens, 7 with a checksum or a ``TX:``/``XID:`` key,
         8 with both) with one regex.
@@ -247,7 +262,7 @@ class Decoder:
         Returns None for anything unusual (a ``null`` key, a ``+`` sign, an empty token, an
         out-of-range number), which the general parser then handles or refuses.
         """
-        match = _FAST_PUT.fullmatch(self._buffer, self._position, end)
+        match = FAST_PUT.fullmatch(self._buffer, self._position, end)
         if match is None:
             return None
         topic, partition, length, flag, checksum, tx_key, opaque = match.groups()
@@ -289,7 +304,7 @@ class Decoder:
         puts, or puts of one transaction (the same key, byte for byte).
 
         The broker's batch fast path: one regex match per header and no command objects. A
-        put is taken only in the forms ``_PUT_RUN`` accepts (6 tokens, 7 with a numeric
+        put is taken only in the forms ``patterns.PUT_RUN`` accepts (6 tokens, 7 with a numeric
         checksum or a key that parses, 8 with both) with its whole body buffered and within
         ``body_bytes_max``; the run stops before anything else, which ``next_command`` then
         decodes (or refuses) as usual. Every field equals what ``next_command`` would have put
@@ -313,7 +328,7 @@ class Decoder:
             return None, puts
         available = len(buffer)
         body_max = self.body_bytes_max
-        match = _PUT_RUN.match
+        match = PUT_RUN.match
         append = puts.append
         run_key = None  # the first put's key (None: plain puts)
         for _ in range(limit):
@@ -355,7 +370,7 @@ class Decoder:
         buffer = self._buffer
         position = self._position
         available = len(buffer)
-        match = _RESULT_RUN.match
+        match = RESULT_RUN.match
         results: list[tuple[int, int, bytes]] = []
         for _ in range(limit):
             found = match(buffer, position)
@@ -392,7 +407,7 @@ class Decoder:
 
         Returns None otherwise; the general parser then handles it (or waits, or refuses).
         """
-        match = _FAST_RESULT.fullmatch(self._buffer, self._position, end)
+        match = FAST_RESULT.fullmatch(self._buffer, self._position, end)
         if match is None:
             return None
         code, length, opaque = match.groups()

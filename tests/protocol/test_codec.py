@@ -22,6 +22,7 @@ from meta.protocol.commands import (
     Transaction,
     Version,
 )
+from meta.protocol.headers import parse_header, split_header
 
 EVERY_COMMAND = [
     Put("test", 0, b"hello", 0, 1),
@@ -564,3 +565,37 @@ def test_an_in_place_block_is_reused_only_once_nothing_else_references_it():
     del second
     [third] = receive_in_place(decoder, encode(Data(LARGE, 3)), [4096])
     assert id(third.data) == second_id and third.data == LARGE
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "transaction TX:s:1 s BEGIN 7",
+        "transaction TX:s:01 s COMMIT_ONE_PHASE -7",
+        "transaction XID:1:0a:0b:q1 s END 0",
+        "transaction TX:s:1 s BEGIN 30 7",  # a timeout
+        "transaction TX:s:1 s BEGIN 0030 7",  # leading zeros in the timeout
+        "transaction TX:s:1 s BEGIN q 7",  # a unique qualifier
+        "transaction TX:s:1 s BEGIN 30 q 7",
+        "transaction TX:s:1 s BEGIN 07",  # leading zero in the opaque
+        "transaction TX:s:1 s BEGIN 2147483647",
+        "transaction TX:s:1 sé BEGIN 7",  # not ASCII
+        "transaction TX:s:1  BEGIN 7",  # an empty token
+        "transaction TX:1 s BEGIN 7",  # a key that does not parse
+        "transaction TX:s:1 s NOPE 7",  # an unknown type
+        "transaction TX:s:1 s BEGIN 2147483648",  # opaque out of range
+    ],
+)
+def test_transaction_headers_decode_as_the_general_parser_decodes_them(header):
+    """The decoder's fast path for ``transaction`` gives the general parser's command, or
+    leaves the header to it (which then raises the same error)."""
+    decoder = Decoder()
+    decoder.receive_data(header.encode() + b"\r\n")
+    try:
+        expected = parse_header(split_header(header))[0]
+    except LocalProtocolError:
+        with pytest.raises(LocalProtocolError):
+            decoder.next_command()
+    else:
+        assert decoder.next_command() == expected
+        assert decoder.next_command() is NEED_DATA
