@@ -178,55 +178,59 @@ def _serve_with_worker(connection: socket.socket, fd: int, worker_replies: bool)
             else:
                 os.write(wake_write, bytes([ended]))
 
+    def woken() -> None:
+        connection.sendall(REPLY * sum(os.read(wake_read, 4096)))
+
     thread = threading.Thread(target=worker, daemon=True)
     thread.start()
-    poller = select.epoll()
-    poller.register(connection.fileno(), select.EPOLLIN)
-    poller.register(wake_read, select.EPOLLIN)
-    missing = MESSAGE_BYTES
     try:
-        while True:
-            for ready, _event in poller.poll():
-                if ready == wake_read:
-                    connection.sendall(REPLY * sum(os.read(wake_read, 4096)))
-                    continue
-                data = connection.recv(65536)
-                if not data:
-                    return
-                ended, missing = _messages(fd, data, missing)
-                if ended:
-                    jobs.put(ended)
+        _poll_loop(connection, fd, wake_read, woken, jobs.put)
     finally:
         jobs.put(None)
         thread.join(JOIN_TIMEOUT_S)
-        poller.close()
         os.close(wake_read)
         os.close(wake_write)
 
 
 def _serve_aio(connection: socket.socket, fd: int) -> None:
     aio = AioFdatasync(fd)
+    waiting: list[int] = []
+
+    def woken() -> None:
+        for _ in range(aio.completed()):
+            connection.sendall(REPLY * waiting.pop(0))
+
+    def ended_messages(ended: int) -> None:
+        waiting.append(ended)
+        aio.submit()
+
+    try:
+        _poll_loop(connection, fd, aio.eventfd, woken, ended_messages)
+    finally:
+        aio.close()
+
+
+def _poll_loop(connection: socket.socket, fd: int, wake_fd: int, woken, ended_messages) -> None:
+    """Serve ``connection`` until it closes: each read is written to ``fd`` and the messages
+    it ends go to ``ended_messages(count)``; ``woken()`` runs when ``wake_fd`` is readable."""
     poller = select.epoll()
     poller.register(connection.fileno(), select.EPOLLIN)
-    poller.register(aio.eventfd, select.EPOLLIN)
-    missing, waiting = MESSAGE_BYTES, []
+    poller.register(wake_fd, select.EPOLLIN)
+    missing = MESSAGE_BYTES
     try:
         while True:
             for ready, _event in poller.poll():
-                if ready == aio.eventfd:
-                    for _ in range(aio.completed()):
-                        connection.sendall(REPLY * waiting.pop(0))
+                if ready == wake_fd:
+                    woken()
                     continue
                 data = connection.recv(65536)
                 if not data:
                     return
                 ended, missing = _messages(fd, data, missing)
                 if ended:
-                    waiting.append(ended)
-                    aio.submit()
+                    ended_messages(ended)
     finally:
         poller.close()
-        aio.close()
 
 
 def aio_available() -> bool:

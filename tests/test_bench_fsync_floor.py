@@ -6,25 +6,15 @@ import json
 import os
 import select
 import subprocess
-import sys
 
 import pytest
 
 from meta import bench_fsync_floor
-from tests.integration.broker_process import REPO
+from tests.integration.broker_process import run_python
 
 
 def run_module(*arguments: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [sys.executable, "-m", "meta.bench_fsync_floor", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
-    )
-    assert done.returncode == 0, done.stderr
-    return done
+    return run_python("-m", "meta.bench_fsync_floor", *arguments)
 
 
 def test_every_variant_serves_a_synchronous_producer(tmp_path):

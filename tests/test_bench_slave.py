@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from meta import bench_slave
-from tests.integration.broker_process import REPO
+from tests.integration.broker_process import run_python
 
 pytestmark = pytest.mark.integration
 
@@ -44,14 +41,6 @@ def test_bench_runs_end_to_end_and_reports_lag_and_replay(tmp_path):
 
 
 def test_help_names_the_options():
-    done = subprocess.run(
-        [sys.executable, "-m", "meta.bench_slave", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_python("-m", "meta.bench_slave", "--help")
     for option in ("--megabytes", "--rate", "--seconds", "--slave-max-delay-ms", "--json"):
         assert option in done.stdout

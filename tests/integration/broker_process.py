@@ -18,6 +18,23 @@ from pathlib import Path
 from meta.client.connection import BrokerConnection
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def run_python(*arguments: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
+    """``python *arguments`` in the checkout with only ``PYTHONPATH`` and ``PATH`` set (no
+    reactor imported yet, no inherited settings); it must exit 0. Output is text."""
+    done = subprocess.run(
+        [sys.executable, *arguments],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 

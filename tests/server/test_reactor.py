@@ -8,15 +8,13 @@ subprocess, where no reactor was imported yet.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 from twisted.internet import protocol
 from twisted.logger import globalLogPublisher
 
 from meta.server import reactor as lean
-from tests.integration.broker_process import REPO
+from tests.integration.broker_process import run_python
 
 pytestmark = pytest.mark.skipif(lean.EPollReactor is None, reason="Linux only (epoll)")
 
@@ -146,32 +144,20 @@ def test_an_error_escaping_the_dispatch_is_logged_and_the_loop_goes_on():
     assert isinstance(escaped[0]["log_failure"].value, RuntimeError)
 
 
-def run_python(code: str) -> subprocess.CompletedProcess:
-    """``code`` in a fresh interpreter (no reactor imported yet); it must exit 0."""
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
-    )
-    assert done.returncode == 0, done.stderr
-    return done
-
-
 def test_install_makes_it_the_global_reactor():
     out = run_python(
+        "-c",
         "from meta.server.reactor import install; print(install());"
-        "from twisted.internet import reactor; print(type(reactor).__name__)"
+        "from twisted.internet import reactor; print(type(reactor).__name__)",
     ).stdout
     assert out.split() == ["LeanEPollReactor", "LeanEPollReactor"]
 
 
 def test_install_keeps_a_reactor_imported_before_it():
     out = run_python(
+        "-c",
         "from twisted.internet import reactor; from meta.server.reactor import install;"
-        "print(install())"
+        "print(install())",
     ).stdout
     assert out.split() == ["EPollReactor"]
 
@@ -180,11 +166,12 @@ def test_twisted_errors_reach_the_broker_log_with_time_and_level():
     """``configure_logging`` routes Twisted's own events (here an unhandled error in a
     Deferred) to the standard log format; Twisted's INFO chatter is left out."""
     done = run_python(
+        "-c",
         "import gc; from meta.server.main import configure_logging;"
         "configure_logging('INFO');"
         "from twisted.logger import Logger; Logger().info('chatter');"
         "from twisted.internet.defer import Deferred;"
-        "d = Deferred(); d.errback(ValueError('lost in a deferred')); del d; gc.collect()"
+        "d = Deferred(); d.errback(ValueError('lost in a deferred')); del d; gc.collect()",
     )
     lines = done.stderr.splitlines()
     assert any(" CRITICAL twisted" in line for line in lines), done.stderr
