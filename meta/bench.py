@@ -95,7 +95,7 @@ def connect(address: tuple[str, int], timeout_s: float = REPLY_TIMEOUT_S) -> soc
 def take_replies(decoder: Decoder, outstanding: set[int]) -> int:
     """Decode every complete put reply; each must be 200 and answer an outstanding opaque."""
     count = 0
-    while replies := decoder.next_result_run(RESULT_RUN_MAX) or _other_reply(decoder):
+    while replies := decoder.next_result_run(RESULT_RUN_MAX) or other_reply(decoder):
         for code, opaque, body in replies:
             if code != 200 or opaque not in outstanding:
                 raise BenchError(f"put failed or unexpected: {Result(code, body, opaque)!r}")
@@ -104,10 +104,11 @@ def take_replies(decoder: Decoder, outstanding: set[int]) -> int:
     return count
 
 
-def _other_reply(decoder: Decoder) -> list[tuple[int, int, bytes]]:
-    """A frame the result run did not take, decoded in full ([]: no whole frame yet)."""
+def other_reply(decoder: Decoder, what: str = "put") -> list[tuple[int, int, bytes]]:
+    """A frame ``next_result_run`` did not take, decoded in full ([]: no whole frame yet);
+    anything but a ``result`` is a failed ``what``."""
     if not isinstance(reply := decoder.next_command(), Result) and reply is not NEED_DATA:
-        raise BenchError(f"put failed: {reply!r}")
+        raise BenchError(f"{what} failed: {reply!r}")
     return [] if reply is NEED_DATA else [(reply.code, reply.opaque, reply.body)]
 
 
@@ -140,7 +141,7 @@ def run_sync(
             opaque = count + 1
             sock.sendall(frames.header(opaque) + body)
             receive_into(sock, decoder)  # one put is outstanding: nothing is buffered before
-            while not (replies := decoder.next_result_run(1) or _other_reply(decoder)):
+            while not (replies := decoder.next_result_run(1) or other_reply(decoder)):
                 receive_into(sock, decoder)
             ((code, answered, reply_body),) = replies
             if code != 200 or answered != opaque:

@@ -8,11 +8,14 @@ slave and group benchmarks use it. Every wait is bounded in time. Single-threade
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -206,3 +209,18 @@ class BenchBroker:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def report_in_work_directory(
+    args, prefix: str, run: Callable[..., dict], format_report: Callable[[dict], str]
+) -> int:
+    """A bench's ``main``: ``run(args, work)`` in a fresh temporary directory (removed after,
+    unless ``args.keep``), then the report as JSON (``args.json``) or as text."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        report = run(args, work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0

@@ -38,11 +38,8 @@ deadline. Runs on the caller's thread plus one polling thread during step 4; onl
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +54,7 @@ from meta.bench import (
     run_consume,
     run_pipelined,
 )
+from meta.bench_broker import report_in_work_directory
 from meta.bench_slave_probes import (
     POLL_S,
     TOPIC,
@@ -323,15 +321,7 @@ def format_report(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_arguments(argv)
-    work = Path(tempfile.mkdtemp(prefix="metaq-bench-slave-"))
-    try:
-        report = run(args, work)
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(report, indent=2) if args.json else format_report(report))
-    return 0
+    return report_in_work_directory(parse_arguments(argv), "metaq-bench-slave-", run, format_report)
 
 
 if __name__ == "__main__":

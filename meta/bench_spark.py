@@ -30,10 +30,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -50,6 +48,7 @@ from meta.bench import (
     run_consume,
     run_pipelined,
 )
+from meta.bench_broker import report_in_work_directory
 
 TOPIC = "bench-spark"
 ZOOKEEPER_SCRIPT = REPO / "tools" / "zookeeper.sh"
@@ -351,15 +350,7 @@ def format_report(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_arguments(argv)
-    work = Path(tempfile.mkdtemp(prefix="metaq-bench-spark-"))
-    try:
-        report = run(args, work)
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(report, indent=2) if args.json else format_report(report))
-    return 0
+    return report_in_work_directory(parse_arguments(argv), "metaq-bench-spark-", run, format_report)
 
 
 if __name__ == "__main__":

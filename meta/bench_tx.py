@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from meta import bench
 from meta.bench import BenchError
-from meta.protocol.codec import NEED_DATA, Decoder
+from meta.protocol.codec import Decoder
 from meta.protocol.commands import Result
 from meta.protocol.message import checksum
 
@@ -92,7 +92,9 @@ def take_transaction_replies(connection: TxConnection) -> int:
     """
     committed = 0
     decoder, outstanding = connection.decoder, connection.outstanding
-    while replies := decoder.next_result_run(bench.RESULT_RUN_MAX) or _other_reply(decoder):
+    while replies := decoder.next_result_run(bench.RESULT_RUN_MAX) or bench.other_reply(
+        decoder, "transaction request"
+    ):
         for code, opaque, body in replies:
             if code != 200:
                 raise BenchError(f"transaction request failed: {Result(code, body, opaque)!r}")
@@ -101,16 +103,6 @@ def take_transaction_replies(connection: TxConnection) -> int:
                 raise BenchError(f"reply with unexpected opaque {opaque}")
             committed += is_commit
     return committed
-
-
-def _other_reply(decoder: Decoder) -> list[tuple[int, int, bytes]]:
-    """A frame ``next_result_run`` did not take, decoded in full ([]: no whole frame yet)."""
-    reply = decoder.next_command()
-    if reply is NEED_DATA:
-        return []
-    if not isinstance(reply, Result):
-        raise BenchError(f"transaction request failed: {reply!r}")
-    return [(reply.code, reply.opaque, reply.body)]
 
 
 # --- the tx scenario ---------------------------------------------------------------------------

@@ -8,6 +8,7 @@ fixed windows are the ones asserting that nothing is delivered while paused.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -86,14 +87,10 @@ def test_direct_mode_consumer_reads_the_named_partitions_of_one_broker(lone_brok
         assert tail.ids() == set(new)
 
 
-def test_a_suspended_zookeeper_connection_pauses_fetching_and_commits(tmp_path):
-    """Goal: SUSPENDED (connection lost, session alive) pauses fetching and offset commits,
-    CONNECTED on the same session resumes both without re-registering. Method: a private
-    ZooKeeper is stopped; the consumer must report paused, receive nothing that is put
-    meanwhile and write no offset; after ZooKeeper is back the messages arrive, the session
-    and the ids node are the same ones and the offsets are committed."""
-    from kazoo.client import KazooClient
-
+@contextlib.contextmanager
+def private_cluster(tmp_path, topic: str):
+    """A ZooKeeper of the test's own (it may stop it), a broker serving ``topic`` (one
+    partition) and a factory, all stopped at the end: ``(server, root, broker, factory)``."""
     from tests.integration.zookeeper import ZooKeeperServer
 
     server = ZooKeeperServer(tmp_path / "zk")
@@ -102,53 +99,67 @@ def test_a_suspended_zookeeper_connection_pauses_fetching_and_commits(tmp_path):
     broker = BrokerProcess(
         tmp_path / "broker",
         system={"brokerId": 1},
-        topics={"susp": {"numPartitions": 1}},
+        topics={topic: {"numPartitions": 1}},
         zk_connect=server.connect_string,
         zk={"zk.zkRoot": root, "zk.zkSessionTimeoutMs": 20000},
     ).start()
     factory = MetaMessageSessionFactory(zk_config(server, root, zk_session_timeout_ms=20000))
-    admin = None
     try:
-        collector = Collector()
-        consumer = consumer_of(factory, "susp", "g-susp", collector, max_delay_fetch_ms=200,
-                               long_poll_ms=100, commit_offset_period_ms=100)  # fmt: skip
-        first = put(broker, "susp", 0, [b"a%d" % n for n in range(10)])
-        wait_for(lambda: collector.ids() >= set(first), what="the first messages")
-        offset_path = f"{root}/consumers/g-susp/offsets/susp/1-0"
-        ids_path = f"{root}/consumers/g-susp/ids/{consumer.consumer_id}"
-        zk = factory._zk_client  # noqa: SLF001
-        wait_for(lambda: zk.exists(offset_path) and zk.get(offset_path)[0].endswith(b"-%d" % (
-            10 * (20 + 2))), what="the first commit")  # fmt: skip
-        session = zk.client_id[0]
-        owner_before = zk.exists(ids_path).ephemeralOwner
-
-        server.stop()
-        wait_for(lambda: consumer.paused, what="the consumer to pause")
-        second = put(broker, "susp", 0, [b"b%d" % n for n in range(10)])
-        deadline = time.monotonic() + QUIET_WINDOW_S
-        while time.monotonic() < deadline:
-            assert not (collector.ids() & set(second)), "delivered while suspended"
-            time.sleep(0.05)
-        assert consumer.paused
-
-        server._fixed_port = server.port  # noqa: SLF001 - same port, same data: sessions live
-        server.start()
-        wait_for(lambda: collector.ids() >= set(second), what="the messages put meanwhile")
-        assert not consumer.paused
-        assert zk.client_id[0] == session
-        admin = KazooClient(hosts=server.connect_string, timeout=10)
-        admin.start(timeout=10)
-        assert admin.exists(ids_path).ephemeralOwner == owner_before
-        wait_for(lambda: admin.get(offset_path)[0].endswith(b"-%d" % (20 * 22)),
-                 what="the commit after resuming")  # fmt: skip
-        assert len(collector.messages) == 20
+        yield server, root, broker, factory
     finally:
-        if admin is not None:
-            admin.stop()
-            admin.close()
         factory.shutdown()
         broker.stop()
         server.stop(remove_data=True)
+
+
+def test_a_suspended_zookeeper_connection_pauses_fetching_and_commits(tmp_path):
+    """Goal: SUSPENDED (connection lost, session alive) pauses fetching and offset commits,
+    CONNECTED on the same session resumes both without re-registering. Method: a private
+    ZooKeeper is stopped; the consumer must report paused, receive nothing that is put
+    meanwhile and write no offset; after ZooKeeper is back the messages arrive, the session
+    and the ids node are the same ones and the offsets are committed."""
+    from kazoo.client import KazooClient
+
+    admin = None
+    with private_cluster(tmp_path, "susp") as (server, root, broker, factory):
+        try:
+            collector = Collector()
+            consumer = consumer_of(factory, "susp", "g-susp", collector, max_delay_fetch_ms=200,
+                                   long_poll_ms=100, commit_offset_period_ms=100)  # fmt: skip
+            first = put(broker, "susp", 0, [b"a%d" % n for n in range(10)])
+            wait_for(lambda: collector.ids() >= set(first), what="the first messages")
+            offset_path = f"{root}/consumers/g-susp/offsets/susp/1-0"
+            ids_path = f"{root}/consumers/g-susp/ids/{consumer.consumer_id}"
+            zk = factory._zk_client  # noqa: SLF001
+            wait_for(lambda: zk.exists(offset_path) and zk.get(offset_path)[0].endswith(b"-%d" % (
+                10 * (20 + 2))), what="the first commit")  # fmt: skip
+            session = zk.client_id[0]
+            owner_before = zk.exists(ids_path).ephemeralOwner
+
+            server.stop()
+            wait_for(lambda: consumer.paused, what="the consumer to pause")
+            second = put(broker, "susp", 0, [b"b%d" % n for n in range(10)])
+            deadline = time.monotonic() + QUIET_WINDOW_S
+            while time.monotonic() < deadline:
+                assert not (collector.ids() & set(second)), "delivered while suspended"
+                time.sleep(0.05)
+            assert consumer.paused
+
+            server._fixed_port = server.port  # noqa: SLF001 - same port, same data: sessions live
+            server.start()
+            wait_for(lambda: collector.ids() >= set(second), what="the messages put meanwhile")
+            assert not consumer.paused
+            assert zk.client_id[0] == session
+            admin = KazooClient(hosts=server.connect_string, timeout=10)
+            admin.start(timeout=10)
+            assert admin.exists(ids_path).ephemeralOwner == owner_before
+            wait_for(lambda: admin.get(offset_path)[0].endswith(b"-%d" % (20 * 22)),
+                     what="the commit after resuming")  # fmt: skip
+            assert len(collector.messages) == 20
+        finally:
+            if admin is not None:
+                admin.stop()
+                admin.close()
 
 
 def test_a_running_consumer_moves_to_the_slave_when_the_master_stops(tmp_path, zookeeper):
@@ -206,31 +217,12 @@ def test_shutdown_while_zookeeper_is_down_returns_promptly(tmp_path):
     """Goal: a consumer's shutdown never blocks on an unreachable ZooKeeper (its calls would
     wait for the connection forever). Method: a private ZooKeeper is stopped under a joined
     consumer; ``factory.shutdown()`` must return within the bound and leave no fetch thread."""
-    import threading as threads
-
-    from tests.integration.zookeeper import ZooKeeperServer
-
-    server = ZooKeeperServer(tmp_path / "zk")
-    server.start()
-    root = make_root(server)
-    broker = BrokerProcess(
-        tmp_path / "broker",
-        system={"brokerId": 1},
-        topics={"down": {"numPartitions": 1}},
-        zk_connect=server.connect_string,
-        zk={"zk.zkRoot": root, "zk.zkSessionTimeoutMs": 20000},
-    ).start()
-    factory = MetaMessageSessionFactory(zk_config(server, root, zk_session_timeout_ms=20000))
-    try:
+    with private_cluster(tmp_path, "down") as (server, _root, _broker, factory):
         consumer = consumer_of(factory, "down", "g-down", Collector(), max_delay_fetch_ms=200)
         server.stop()
         wait_for(lambda: consumer.paused, what="the consumer to pause")
-        closer = threads.Thread(target=factory.shutdown)
+        closer = threading.Thread(target=factory.shutdown)
         closer.start()
         closer.join(30)
         assert not closer.is_alive(), "shutdown blocked on ZooKeeper"
-        assert not [t for t in threads.enumerate() if t.name.startswith("meta-fetch")]
-    finally:
-        factory.shutdown()
-        broker.stop()
-        server.stop(remove_data=True)
+        assert not [t for t in threading.enumerate() if t.name.startswith("meta-fetch")]

@@ -42,9 +42,15 @@ class Cluster:
     slave: BrokerProcess
 
 
-def make_cluster(tmp_path: Path, zookeeper, system: dict, topics: dict) -> Cluster:
-    """A master and its slave 0 (group copy-group, 200 ms delay) under a fresh root, not
-    started, with the same ``[system]`` and topic sections."""
+SLAVE_PROPERTIES = "slaveId=0\nslaveGroup=copy-group\nslaveMaxDelayInMills=200\n"
+
+
+def make_cluster(
+    tmp_path: Path, zookeeper, system: dict, topics: dict, slave_properties: str = SLAVE_PROPERTIES
+) -> Cluster:
+    """A master and its slave (``slave_properties``; by default slave 0 of group copy-group,
+    200 ms delay) under a fresh root, not started, with the same ``[system]`` and topic
+    sections."""
     root = make_root(zookeeper)
     settings = {
         "system": system,
@@ -55,7 +61,7 @@ def make_cluster(tmp_path: Path, zookeeper, system: dict, topics: dict) -> Clust
     master = BrokerProcess(tmp_path / "master", **settings)
     slave = BrokerProcess(tmp_path / "slave", **settings)
     properties = slave.directory / "async_slave.properties"
-    properties.write_text("slaveId=0\nslaveGroup=copy-group\nslaveMaxDelayInMills=200\n")
+    properties.write_text(slave_properties)
     slave.arguments = ["--slave", str(properties)]
     return Cluster(root, master, slave)
 

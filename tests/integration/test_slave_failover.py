@@ -24,27 +24,17 @@ from meta.errors import ClientError
 from meta.protocol.commands import Data, Get, Put, Stats
 from meta.protocol.message import iter_messages
 from tests.integration.broker_process import REPO, BrokerProcess
-from tests.integration.client_helpers import Collector, consumer_of, make_root, wait_for, zk_config
+from tests.integration.client_helpers import Collector, consumer_of, wait_for, zk_config
 from tests.integration.test_slave import Cluster, produce, slave_script, wait_until_identical
+from tests.integration.test_slave import make_cluster as make_slave_cluster
 
 SYSTEM = {"numPartitions": 4, "maxSegmentSize": 64 * 1024, "unflushThreshold": 0}
 TOPICS = {"alpha": {"numPartitions": 4}, "beta": {"numPartitions": 2}}
 
 
 def make_cluster(tmp_path, zookeeper, slave_properties: str, **system: object) -> Cluster:
-    root = make_root(zookeeper)
-    settings = {
-        "system": {**SYSTEM, **system},
-        "topics": TOPICS,
-        "zk_connect": zookeeper.connect_string,
-        "zk": {"zk.zkRoot": root, "zk.zkSessionTimeoutMs": 2000},
-    }
-    master = BrokerProcess(tmp_path / "master", **settings)
-    slave = BrokerProcess(tmp_path / "slave", **settings)
-    properties = slave.directory / "async_slave.properties"
-    properties.write_text(slave_properties)
-    slave.arguments = ["--slave", str(properties)]
-    return Cluster(root, master, slave)
+    """``test_slave.make_cluster`` with this module's sections, ``system`` added to them."""
+    return make_slave_cluster(tmp_path, zookeeper, {**SYSTEM, **system}, TOPICS, slave_properties)
 
 
 @pytest.fixture
