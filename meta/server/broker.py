@@ -345,7 +345,7 @@ class Broker:
     def end_of_batch(self) -> None:
         """A connection finished handling one read: write what its puts staged, then send
         every reply that became ready."""
-        self.tx.journal.write_staged()
+        self.tx.journal.end_of_batch()
         self.store.commit_staged()
         self.flush_output()
 

@@ -40,7 +40,7 @@ from meta.errors import InvalidRecordError, StoreError
 from meta.store.files import Files
 from meta.store.group_commit import Flusher
 from meta.tx.journal_location import JournalLocation
-from meta.tx.records import FILE_MAGIC, Record, encode, read_record
+from meta.tx.records import FILE_MAGIC, FILE_MAGIC_V1, Record, encode, read_record
 
 logger = logging.getLogger("meta.tx")
 
@@ -66,10 +66,12 @@ class _RedoFile:
         "references",
         "size",
         "staged",
+        "version",
         "written_size",
     )
 
-    def __init__(self, number: int, path: str, fd: int, size: int) -> None:
+    def __init__(self, number: int, path: str, fd: int, size: int, version: int = 2) -> None:
+        self.version = version
         self.number = number
         self.path = path
         self.fd = fd
@@ -196,6 +198,8 @@ class Journal:
             head = self._files.read(fd, 0, len(FILE_MAGIC))
         except OSError as error:
             raise StoreError(f"cannot open journal file {path}: {error}") from None
+        if head == FILE_MAGIC_V1:
+            return _RedoFile(number, path, fd, size, version=1)
         if head != FILE_MAGIC:
             if size < len(FILE_MAGIC) and FILE_MAGIC.startswith(head):
                 # Torn while being created: nothing was ever recorded in it.
@@ -204,8 +208,8 @@ class Journal:
             else:
                 self._files.close(fd)
                 raise StoreError(
-                    f"{path} is not a metaq-py transaction journal (a Java journal?); "
-                    "move it away to start"
+                    f"{path} is not a metaq-py transaction journal (a Java journal, or one of "
+                    "a newer version?); move it away to start"
                 )
         return _RedoFile(number, path, fd, size)
 
@@ -245,6 +249,10 @@ class Journal:
         """After ``replay``: make the last file current (or create ``redo.1``), start timers."""
         if self._redo:
             self._current = self._redo[max(self._redo)]
+            if self._current.version < 2:
+                # New transactions go to a file of this version; the old file keeps the
+                # records of its own transactions only (``sweep`` deletes it once unused).
+                self._current = self._create(self._current.number + 1)
         else:
             self._current = self._create(1)
         if self._flush_mode == 2:
@@ -296,6 +304,12 @@ class Journal:
         redo.staged.append(data)
         redo.size = position + len(data)
         return JournalLocation(redo.number, position)
+
+    def end_of_batch(self) -> None:
+        """The broker handled one read: write what it staged, unless a requested flush is
+        about to (its snapshot writes every staged record: one write for many reads)."""
+        if not self._waiters:
+            self.write_staged()
 
     def write_staged(self) -> None:
         """Write every staged record, one write per file. A failure fails the journal."""

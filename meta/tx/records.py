@@ -1,11 +1,12 @@
 """Records of the transaction journal: the byte format of ``redo.<N>`` (DECISIONS 11).
 
 The format is this project's own (docs/formats.md, "Transaction journal"); Java journals are
-not readable. A file starts with the 8-byte ``FILE_MAGIC``; then records follow, each::
+not readable. A file starts with the 8-byte ``FILE_MAGIC`` (or ``FILE_MAGIC_V1``, a file of
+version 1, which holds no COMMIT_DATA); then records follow, each::
 
     u32 crc      CRC-32 (zlib) of every byte after this field: length, kind and body
     u32 length   byte length of the body
-    u8  kind     APPEND 1, PREPARE 2, COMMIT 3, ROLLBACK 4, FORGET 5
+    u8  kind     APPEND 1, PREPARE 2, COMMIT 3, ROLLBACK 4, FORGET 5, COMMIT_DATA 6
     body         fields of the kind, big-endian; strings are u16 length + UTF-8
 
 Bodies::
@@ -18,10 +19,16 @@ Bodies::
               count x (topic, i32 partition, i64 offset, u32 length, u32 crc)
     ROLLBACK  key, u8 was_prepared, u8 outcome
     FORGET    key
+    COMMIT_DATA
+              key, u16 count, count x (topic, i32 partition, i64 offset, u32 n, n bytes: the
+              batch, as APPEND carries it)
 
 ``outcome`` is 0 for a normal finish, or the heuristic state (4 committed, 5 rolled back) an
 operator chose. A COMMIT names where each partition's batch goes *before* it is appended, so
-recovery can check the batch by its CRC and append it only when it is missing.
+recovery can check the batch by its CRC and append it only when it is missing. COMMIT_DATA is
+the commit of a transaction with no earlier record (local, or XA committed in one phase): its
+batches and their locations in one record, instead of APPEND records and a COMMIT; the
+record's CRC covers the batches, and recovery takes their CRCs from the bytes.
 
 Invariants: ``decode_body(kind, encode(record)[HEADER_SIZE:])`` gives the record back;
 ``read_record`` never trusts a length or kind it did not check, and reports any damage as
@@ -35,21 +42,29 @@ import zlib
 from dataclasses import dataclass
 
 from meta.errors import InvalidRecordError
+from meta.protocol.message import CHECKSUM_MASK
 
-FILE_MAGIC = b"metaqtx\x01"
+FILE_MAGIC = b"metaqtx\x02"
+FILE_MAGIC_V1 = b"metaqtx\x01"
+"""Files of version 1 hold no COMMIT_DATA record; they are still replayed, but never get a
+new transaction (a broker of version 1 refuses a version 2 file instead of misreading it)."""
 RECORD_HEADER = struct.Struct(">IIB")
 HEADER_SIZE = RECORD_HEADER.size
 assert HEADER_SIZE == 9
 BODY_BYTES_MAX = 1 << 30
 """A length above this is damage, not a record (a message is at most ``maxMessageSize``)."""
 
-APPEND, PREPARE, COMMIT, ROLLBACK, FORGET = 1, 2, 3, 4, 5
+APPEND, PREPARE, COMMIT, ROLLBACK, FORGET, COMMIT_DATA = 1, 2, 3, 4, 5, 6
 HEURISTIC_NONE, HEURISTIC_COMMIT, HEURISTIC_ROLLBACK = 0, 4, 5
 
 _U16 = struct.Struct(">H")
 _I32_U32 = struct.Struct(">iI")
 _FLAGS = struct.Struct(">BB")
 _LOCATION = struct.Struct(">iqII")
+_CRC = struct.Struct(">I")
+_LENGTH_KIND = struct.Struct(">IB")
+_crc32 = zlib.crc32
+_INLINE = struct.Struct(">iqI")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +121,46 @@ class ForgetRecord:
     key: str
 
 
-Record = AppendRecord | PrepareRecord | CommitRecord | RollbackRecord | ForgetRecord
+@dataclass(frozen=True, slots=True)
+class InlineBatch:
+    """One partition's batch inside a ``CommitDataRecord``: where it goes, and its bytes."""
+
+    topic: str
+    partition: int
+    offset: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CommitDataRecord:
+    """A transaction that journaled nothing before commits: its batches travel inside."""
+
+    key: str
+    batches: tuple[InlineBatch, ...]
+
+
+Record = (
+    AppendRecord | PrepareRecord | CommitRecord | RollbackRecord | ForgetRecord | CommitDataRecord
+)
+
+
+def commit_record(
+    key: str, was_prepared: bool, outcome: int, placed: list[tuple[str, int, int, bytes]]
+) -> CommitRecord | CommitDataRecord:
+    """The record of a commit whose batches go where ``placed`` says (topic, partition,
+    offset, batch): a COMMIT naming them with their CRCs when the transaction was prepared
+    (its APPEND records hold the batches), else a COMMIT_DATA carrying them."""
+    if was_prepared:
+        return CommitRecord(
+            key,
+            True,
+            outcome,
+            tuple(
+                BatchLocation(topic, partition, offset, len(data), zlib.crc32(data) & CHECKSUM_MASK)
+                for topic, partition, offset, data in placed
+            ),
+        )
+    return CommitDataRecord(key, tuple(InlineBatch(*batch) for batch in placed))
 
 
 def _string(text: str) -> bytes:
@@ -115,20 +169,33 @@ def _string(text: str) -> bytes:
 
 
 def encode(record: Record) -> bytes:
-    """Return the framed bytes of ``record`` (header and body)."""
-    kind, body = _encode_body(record)
-    length = len(body)
+    """Return the framed bytes of ``record`` (header and body), built with one join."""
+    kind, parts = _body_parts(record)
+    length = sum(map(len, parts))
     assert length <= BODY_BYTES_MAX
-    after_crc = struct.pack(">IB", length, kind) + body
-    return struct.pack(">I", zlib.crc32(after_crc)) + after_crc
+    head = _LENGTH_KIND.pack(length, kind)
+    crc = _crc32(head)
+    for part in parts:
+        crc = _crc32(part, crc)
+    return b"".join([_CRC.pack(crc), head, *parts])
 
 
-def _encode_body(record: Record) -> tuple[int, bytes]:
+def _body_parts(record: Record) -> tuple[int, list[bytes]]:
+    """The record's kind and its body as consecutive pieces (a batch is not copied here)."""
+    if isinstance(record, CommitDataRecord):
+        parts = [_string(record.key), _U16.pack(len(record.batches))]
+        for batch in record.batches:
+            parts += (
+                _string(batch.topic),
+                _INLINE.pack(batch.partition, batch.offset, len(batch.data)),
+                batch.data,
+            )
+        return COMMIT_DATA, parts
     if isinstance(record, AppendRecord):
         head = _string(record.key) + _string(record.topic)
-        return APPEND, head + _I32_U32.pack(record.partition, len(record.record)) + record.record
+        return APPEND, [head, _I32_U32.pack(record.partition, len(record.record)), record.record]
     if isinstance(record, PrepareRecord):
-        return PREPARE, _string(record.key)
+        return PREPARE, [_string(record.key)]
     if isinstance(record, CommitRecord):
         parts = [
             _string(record.key),
@@ -138,11 +205,11 @@ def _encode_body(record: Record) -> tuple[int, bytes]:
         for batch in record.batches:
             parts.append(_string(batch.topic))
             parts.append(_LOCATION.pack(batch.partition, batch.offset, batch.length, batch.crc))
-        return COMMIT, b"".join(parts)
+        return COMMIT, parts
     if isinstance(record, RollbackRecord):
-        return ROLLBACK, _string(record.key) + _FLAGS.pack(record.was_prepared, record.outcome)
+        return ROLLBACK, [_string(record.key), _FLAGS.pack(record.was_prepared, record.outcome)]
     if isinstance(record, ForgetRecord):
-        return FORGET, _string(record.key)
+        return FORGET, [_string(record.key)]
     raise TypeError(f"not a journal record: {record!r}")
 
 
@@ -206,6 +273,14 @@ def decode_body(kind: int, body: bytes) -> Record:
         record = RollbackRecord(key, bool(was_prepared), outcome)
     elif kind == FORGET:
         record = ForgetRecord(key)
+    elif kind == COMMIT_DATA:
+        (count,) = reader.unpack(_U16)
+        inline = []
+        for _ in range(count):
+            topic = reader.string()
+            partition, offset, size = reader.unpack(_INLINE)
+            inline.append(InlineBatch(topic, partition, offset, reader.take(size)))
+        record = CommitDataRecord(key, tuple(inline))
     else:
         raise InvalidRecordError(f"unknown journal record kind {kind}")
     reader.done()

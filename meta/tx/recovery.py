@@ -5,7 +5,8 @@ What lives here: ``recover`` (zk spec §4.6 with DECISIONS 11 and 17), run once 
 
 1. Replay the journal from the newest checkpoint (``Journal.replay`` truncates a damaged or
    torn tail). APPEND records rebuild each open transaction; PREPARE marks an XA branch
-   prepared; COMMIT and ROLLBACK finish it; a heuristic outcome is kept until FORGET. A COMMIT
+   prepared; COMMIT and ROLLBACK finish it; COMMIT_DATA is a whole committed transaction; a
+   heuristic outcome is kept until FORGET. A COMMIT
    of a transaction whose records precede the checkpoint was already fully stored (a
    committing transaction pins the checkpoint), so it is skipped, record and all.
 2. For each replayed COMMIT, check every batch at the location the record names: the CRC of
@@ -35,6 +36,7 @@ from meta.tx.records import (
     HEURISTIC_NONE,
     AppendRecord,
     BatchLocation,
+    CommitDataRecord,
     CommitRecord,
     ForgetRecord,
     PrepareRecord,
@@ -75,7 +77,21 @@ class _Replay:
 
     def apply(self, location: JournalLocation, record) -> None:
         key = record.key
-        if isinstance(record, AppendRecord):
+        if isinstance(record, CommitDataRecord):
+            transaction = Transaction(key, None, states.IN_USE)
+            transaction.location = location
+            locations = []
+            for batch in record.batches:
+                data = batch.data
+                transaction.batches[(batch.topic, batch.partition)] = [data]
+                transaction.byte_count += len(data)
+                locations.append(
+                    BatchLocation(batch.topic, batch.partition, batch.offset, len(data), _crc(data))
+                )
+            self.latest_commit[key] = len(self.commits)
+            commit = CommitRecord(key, False, HEURISTIC_NONE, tuple(locations))
+            self.commits.append([commit, transaction])
+        elif isinstance(record, AppendRecord):
             transaction = self.open.get(key)
             if transaction is None:
                 transaction = self.open[key] = Transaction(key, None, states.IN_USE)

@@ -5,14 +5,15 @@ Processor`` with its ``JournalTransactionStore``; zk spec §4, wire spec §2.7).
 transactions live in their connection's session, XA branches in one broker-wide table, and
 operator-finished (heuristic) branches in a third table until FORGET.
 
-Messages are kept in memory until PREPARE or COMMIT, which journal them (one APPEND record
-per partition) ahead of the PREPARE / COMMIT record: a transaction that is neither prepared
-nor committed is rolled back by a crash anyway.
+Messages are kept in memory until PREPARE, which journals them (one APPEND record per
+partition) ahead of the PREPARE record, or until a COMMIT without PREPARE, which journals
+them inside its COMMIT_DATA record: a transaction that is neither prepared nor committed is
+rolled back by a crash anyway.
 
 Commit protocol (the heart of crash safety, docs/formats.md):
-    1. each partition's batch gets its offset (the partition's next offset) and CRC;
-    2. the APPEND records (unless prepared before) and the COMMIT record naming those
-       locations are written to the journal;
+    1. each partition's batch gets its offset (the partition's next offset);
+    2. the COMMIT record naming those locations (COMMIT_DATA with the batches, unless
+       prepared before) is written to the journal;
     3. the offsets are reserved in the partitions (``PartitionLog.reserve``), in the same
        reactor turn, so they are exactly the offsets the record names;
     4. once the journal has synced the record (``flushTxLogAtCommit``), each batch fills its
@@ -35,12 +36,10 @@ Thread affinity: reactor thread only.
 from __future__ import annotations
 
 import logging
-import zlib
 from collections.abc import Callable
 from typing import Any
 
 from meta.errors import MetaError, TransactionError, XAError
-from meta.protocol.message import CHECKSUM_MASK
 from meta.protocol.xa import XA_OK, XA_RBOTHER, XA_RDONLY, XAER_NOTA, XAER_RMERR, XAER_RMFAIL
 from meta.tx import states
 from meta.tx.journal import Journal
@@ -50,11 +49,10 @@ from meta.tx.records import (
     HEURISTIC_NONE,
     HEURISTIC_ROLLBACK,
     AppendRecord,
-    BatchLocation,
-    CommitRecord,
     ForgetRecord,
     PrepareRecord,
     RollbackRecord,
+    commit_record,
 )
 
 logger = logging.getLogger("meta.tx")
@@ -91,7 +89,6 @@ class Transaction:
         self.is_xa = key.startswith("XID:")
         self.session = session
         self.state = state
-        # (topic, partition) -> stored message records, in put order.
         # (topic, partition) -> stored message records in put order; once journaled, one
         # blob of all of them.
         self.batches: dict[tuple[str, int], list[bytes]] = {}
@@ -335,7 +332,8 @@ class TransactionStore:
     # -- commit ------------------------------------------------------------------------------
 
     def _commit(self, transaction: Transaction, outcome: int, done: Done) -> None:
-        """Journal the commit with its batch locations, reserve them, append after the sync."""
+        """Journal the commit with its batch locations (and the batches, unless prepared:
+        one COMMIT_DATA record), reserve them, append after the sync."""
         was_prepared = transaction.state == states.PREPARED
         logs = []
         for topic, partition in transaction.batches:
@@ -345,15 +343,13 @@ class TransactionStore:
                 text = f"partition {log.name} refuses appends; the transaction was rolled back."
                 raise _failure(transaction, XA_RBOTHER, text)
             logs.append(log)
-        if not was_prepared:
-            self._journal_batches(transaction, XAER_RMFAIL)
         batches = transaction.batches.values()
-        parts = [(log, records[0]) for log, records in zip(logs, batches, strict=True)]
-        locations = tuple(
-            BatchLocation(log.topic, log.partition, log.next_offset, len(data), _crc(data))
-            for log, data in parts
-        )
-        record = CommitRecord(transaction.key, was_prepared, outcome, locations)
+        parts = [
+            (log, records[0] if len(records) == 1 else b"".join(records))
+            for log, records in zip(logs, batches, strict=True)
+        ]
+        placed = [(log.topic, log.partition, log.next_offset, data) for log, data in parts]
+        record = commit_record(transaction.key, was_prepared, outcome, placed)
         self._journal_append(record, transaction, XAER_RMFAIL)
         transaction.state = states.COMMITTING
         self._cancel_timer(transaction)
@@ -368,7 +364,7 @@ class TransactionStore:
                 self._committed(transaction, outcome, failures, done)
 
         reservations = [(log, log.reserve(len(data), stored), data) for log, data in parts]
-        for (log, reservation, _data), location in zip(reservations, locations, strict=True):
+        for (log, reservation, _data), location in zip(reservations, record.batches, strict=True):
             assert reservation is not None and reservation.offset == location.offset, log.name
 
         def synced(error: BaseException | None) -> None:
@@ -480,10 +476,6 @@ class TransactionStore:
 def _failure(transaction: Transaction, code: int, text: str) -> MetaError:
     """An XA error for a branch; plain text for a local transaction (as Java answers)."""
     return XAError(code, text) if transaction.is_xa else TransactionError(text)
-
-
-def _crc(data: bytes) -> int:
-    return zlib.crc32(data) & CHECKSUM_MASK
 
 
 def _xa_failure(error: BaseException | None) -> BaseException | None:

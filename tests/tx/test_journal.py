@@ -14,7 +14,14 @@ from meta.store.group_commit import Flusher, SynchronousExecutor
 from meta.tx import journal as journal_module
 from meta.tx.journal import Journal, JournalError
 from meta.tx.journal_location import JournalLocation
-from meta.tx.records import FILE_MAGIC, AppendRecord, PrepareRecord, RollbackRecord, encode
+from meta.tx.records import (
+    FILE_MAGIC,
+    FILE_MAGIC_V1,
+    AppendRecord,
+    PrepareRecord,
+    RollbackRecord,
+    encode,
+)
 from tests.store.conftest import EIO, ENOSPC, ManualExecutor, record
 
 REDO_1 = "transactions/redo.1"
@@ -609,3 +616,94 @@ def test_a_short_write_is_completed(directory, files):
     journal.close()
     _, replayed = open_journal(directory, files)
     assert [entry for _, entry in replayed] == [PrepareRecord("TX:s:1")]
+
+
+# -- versions ----------------------------------------------------------------------------
+
+
+def write_v1_file(directory, number: int, *records) -> None:
+    """A redo file as a broker of journal version 1 wrote it (kinds 1 to 5 only)."""
+    os.makedirs(directory, exist_ok=True)
+    with open(redo(directory, number), "wb") as file:
+        file.write(FILE_MAGIC_V1 + b"".join(encode(entry) for entry in records))
+
+
+def test_a_version_1_file_is_replayed(directory, files):
+    write_v1_file(directory, 1, append("TX:s:1"), PrepareRecord("TX:s:1"))
+    _, replayed = open_journal(directory, files)
+    assert [entry for _location, entry in replayed] == [append("TX:s:1"), PrepareRecord("TX:s:1")]
+
+
+def test_new_transactions_never_go_to_a_version_1_file(directory, files):
+    """Goal: after an upgrade, a version 1 file gets no new transaction (a broker of version
+    1 could then still read it), but keeps taking its own transactions' records.
+
+    Method: start on a version 1 file holding a prepared branch; start a new transaction,
+    add a record of the old one, and look at both files.
+    """
+    write_v1_file(directory, 1, append("XID:1:0a:0b:q"), PrepareRecord("XID:1:0a:0b:q"))
+    journal, _ = open_journal(directory, files)
+    journal.retain(1)
+    assert journal.end == JournalLocation(2, len(FILE_MAGIC))
+    assert journal.append(PrepareRecord("TX:s:2")).number == 2
+    assert journal.append(RollbackRecord("XID:1:0a:0b:q", True, 0), 1).number == 1
+    journal.write_staged()
+    with open(redo(directory, 1), "rb") as old, open(redo(directory, 2), "rb") as new:
+        assert (old.read(8), new.read(8)) == (FILE_MAGIC_V1, FILE_MAGIC)
+
+
+def test_a_version_1_file_is_kept_until_its_transactions_finish(directory, files):
+    write_v1_file(directory, 1, append("XID:1:0a:0b:q"), PrepareRecord("XID:1:0a:0b:q"))
+    journal, _ = open_journal(directory, files)
+    journal.retain(1)
+    journal.sweep()
+    assert journal.file_numbers == [1, 2]
+    journal.release(1)
+    assert journal.file_numbers == [2]
+
+
+def test_a_file_of_a_newer_version_stops_the_start_with_an_error_naming_it(directory, files):
+    os.makedirs(directory)
+    with open(redo(directory, 1), "wb") as file:
+        file.write(b"metaqtx\x03" + encode(PrepareRecord("TX:s:1")))
+    with pytest.raises(StoreError, match="redo.1 is not a metaq-py transaction journal"):
+        open_journal(directory, files)
+
+
+# -- when staged records are written -------------------------------------------------------
+
+
+def test_records_staged_while_a_flush_is_requested_wait_for_its_snapshot(directory, files):
+    """Goal: in mode 1, the end of a read does not write records a requested flush will
+    write anyway: commits staged while an fsync runs share one write.
+
+    Method: hold a running flush (ManualExecutor); stage and sync two records in two
+    "reads", ending each with ``end_of_batch``; count the writes, then run the flushes.
+    """
+    executor = ManualExecutor()
+    journal, _ = open_journal(directory, files, executor=executor)
+    journal.append(PrepareRecord("TX:s:1"))
+    first = syncs(journal)  # the flusher was idle: its snapshot wrote this record at once
+    writes = files.count("write")
+    journal.append(PrepareRecord("TX:s:2"))
+    second = syncs(journal)
+    journal.end_of_batch()
+    journal.append(PrepareRecord("TX:s:3"))
+    third = syncs(journal)
+    journal.end_of_batch()
+    assert files.count("write") == writes
+    executor.run_next()
+    assert (first, second, third) == ([None], [], [])
+    assert files.count("write") == writes + 1
+    executor.run_all()
+    assert (second, third) == ([None], [None])
+    assert file_size(redo(directory, 1)) == len(FILE_MAGIC) + 3 * 17
+
+
+def test_records_staged_with_no_flush_requested_are_written_at_the_end_of_the_read(
+    directory, files
+):
+    journal, _ = open_journal(directory, files, mode=2)
+    journal.append(PrepareRecord("TX:s:1"))
+    journal.end_of_batch()
+    assert file_size(redo(directory, 1)) == len(FILE_MAGIC) + 17

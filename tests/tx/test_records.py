@@ -13,11 +13,14 @@ from meta.errors import InvalidRecordError
 from meta.tx.records import (
     BODY_BYTES_MAX,
     FILE_MAGIC,
+    FILE_MAGIC_V1,
     HEADER_SIZE,
     AppendRecord,
     BatchLocation,
+    CommitDataRecord,
     CommitRecord,
     ForgetRecord,
+    InlineBatch,
     PrepareRecord,
     RollbackRecord,
     decode_body,
@@ -56,6 +59,10 @@ GOLDEN = {
         ForgetRecord("XID:1:0a:0b:q"),
         "f7392e660000000f 05000d 5849443a313a30613a30623a71",
     ),
+    "commit with data": (
+        CommitDataRecord("TX:s:1", (InlineBatch("t", 2, 100, b"\x01\x02\x03"),)),
+        "2edea73000000020 060006 54583a733a3100010001 74 00000002 0000000000000064 00000003 010203",
+    ),
 }
 
 SAMPLES = [record for record, _ in GOLDEN.values()] + [
@@ -66,6 +73,10 @@ SAMPLES = [record for record, _ in GOLDEN.values()] + [
         (BatchLocation("alpha", 0, 0, 21, 1), BatchLocation("beta", 3, 2**40, 99, 2**31 - 1)),
     ),
     AppendRecord("TX:\u00e9:2", "topic", 2**31 - 1, b"\x00" * 40),
+    CommitDataRecord(
+        "XID:7:ab:cd:q",
+        (InlineBatch("alpha", 0, 0, b"\x05" * 21), InlineBatch("beta", 3, 2**40, b"")),
+    ),
 ]
 
 
@@ -83,8 +94,9 @@ def test_the_documented_prepare_example_is_the_17_bytes_of_formats_md():
     assert len(bytes.fromhex(DOC_EXAMPLE)) == 17
 
 
-def test_the_file_magic_is_metaqtx_and_version_byte_one():
-    assert FILE_MAGIC == b"metaqtx\x01"
+def test_the_file_magic_is_metaqtx_and_a_version_byte():
+    assert FILE_MAGIC == b"metaqtx\x02"
+    assert FILE_MAGIC_V1 == b"metaqtx\x01"
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN))
@@ -107,6 +119,19 @@ records = st.one_of(
     ),
     st.builds(RollbackRecord, keys, st.booleans(), st.sampled_from([0, 4, 5])),
     st.builds(ForgetRecord, keys),
+    st.builds(
+        CommitDataRecord,
+        keys,
+        st.lists(
+            st.builds(
+                InlineBatch,
+                keys,
+                partitions,
+                st.integers(-(2**63), 2**63 - 1),
+                st.binary(max_size=60),
+            )
+        ).map(tuple),
+    ),
 )
 
 

@@ -20,9 +20,11 @@ from meta.store.group_commit import SynchronousExecutor
 from meta.store.manager import StoreManager
 from meta.tx import checkpoint
 from meta.tx.manager import TransactionManager
-from meta.tx.records import CommitRecord, PrepareRecord
+from meta.tx.records import CommitDataRecord, CommitRecord, PrepareRecord
 from tests.store.conftest import collect, record
 from tests.tx.conftest import LOCAL, XID, Done, EventFiles, TxBroker, journal_records, tx_config
+
+XID_OTHER = "XID:1:0c:0d:q1"
 
 
 @pytest.fixture
@@ -47,6 +49,24 @@ def prepared(broker, key=XID, payloads=(b"x1", b"x2")):
     broker.run()
     assert done.calls == [(XA_OK, None)]
     return b"".join(records)
+
+
+def committed_two_phase(broker):
+    """Prepare ``XID`` and commit it two-phase: APPEND, PREPARE and COMMIT records."""
+    batch = prepared(broker)
+    done = broker.commit(XID, None, one_phase=False)
+    broker.run()
+    assert done.ok
+    return batch
+
+
+def first_location(broker, kind):
+    """The journal location of the first record of class ``kind``."""
+    return next(
+        location
+        for location, entry in journal_records(broker.journal_directory)
+        if isinstance(entry, kind)
+    )
 
 
 def truncate_segment(broker, size, partition=0):
@@ -235,38 +255,42 @@ def test_a_batch_whose_offset_holds_other_bytes_is_appended_at_the_end(broker):
     assert restarted.segment_bytes(0) == record(b"z", msg_id=99) + batch
 
 
-def test_a_torn_commit_record_rolls_the_transaction_back(broker):
+def test_a_torn_commit_record_leaves_the_local_transaction_uncommitted(broker):
     """Goal: a commit whose record did not fully reach the journal is not committed.
 
-    Method: commit, then cut the COMMIT record in half and the batch off the segment (a
-    crash while both were being written), restart.
+    Method: commit a local transaction (one COMMIT_DATA record), then cut that record in
+    half and the batch off the segment (a crash while both were being written), restart.
     """
     committed(broker)
-    location, _ = next(
-        (location, entry)
-        for location, entry in journal_records(broker.journal_directory)
-        if isinstance(entry, CommitRecord)
-    )
+    location = first_location(broker, CommitDataRecord)
     os.truncate(os.path.join(broker.journal_directory, "redo.1"), location.position + 10)
     truncate_segment(broker, 0)
     restarted = broker.restart()
-    assert (restarted.report.rolled_back, restarted.segment_bytes(0)) == (1, b"")
+    assert (restarted.report.commits_checked, restarted.segment_bytes(0)) == (0, b"")
     assert restarted.report.bytes_cut > 0
+
+
+def test_a_torn_two_phase_commit_record_leaves_the_branch_prepared(broker):
+    """Goal: a COMMIT record cut short after PREPARE leaves the branch prepared (RECOVER
+    lists it), with nothing of its batch in the partition."""
+    committed_two_phase(broker)
+    location = first_location(broker, CommitRecord)
+    os.truncate(os.path.join(broker.journal_directory, "redo.1"), location.position + 10)
+    truncate_segment(broker, 0)
+    restarted = broker.restart()
+    assert restarted.transactions.recover_keys(None) == [XID]
+    assert (restarted.report.bytes_cut > 0, restarted.segment_bytes(0)) == (True, b"")
 
 
 def test_a_commit_whose_appends_precede_the_checkpoint_is_stepped_over(broker):
     """Goal: DECISIONS 11 — replay steps over a COMMIT of a transaction it never saw, and
     does not check or append its batch.
 
-    Method: commit, then write a checkpoint naming the COMMIT record itself (its APPEND
-    records now lie before the checkpoint), cut the batch off the segment, restart.
+    Method: commit two-phase, then write a checkpoint naming the COMMIT record itself (its
+    APPEND records now lie before the checkpoint), cut the batch off the segment, restart.
     """
-    committed(broker)
-    location = next(
-        location
-        for location, entry in journal_records(broker.journal_directory)
-        if isinstance(entry, CommitRecord)
-    )
+    committed_two_phase(broker)
+    location = first_location(broker, CommitRecord)
     broker.crash()
     checkpoint.write_checkpoint(EventFiles(), broker.journal_directory, 99, location, keep=3)
     truncate_segment(broker, 0)
@@ -276,17 +300,13 @@ def test_a_commit_whose_appends_precede_the_checkpoint_is_stepped_over(broker):
 
 
 def test_records_after_a_stepped_over_commit_are_still_replayed(broker):
-    committed(broker)
-    prepared(broker)
-    location = next(
-        location
-        for location, entry in journal_records(broker.journal_directory)
-        if isinstance(entry, CommitRecord)
-    )
+    committed_two_phase(broker)
+    prepared(broker, key=XID_OTHER)
+    location = first_location(broker, CommitRecord)
     broker.crash()
     checkpoint.write_checkpoint(EventFiles(), broker.journal_directory, 99, location, keep=3)
     restarted = TxBroker(broker.config)
-    assert restarted.transactions.recover_keys(None) == [XID]
+    assert restarted.transactions.recover_keys(None) == [XID_OTHER]
 
 
 # -- heuristic outcomes ------------------------------------------------------------------

@@ -5,6 +5,7 @@ section 2.7, docs/formats.md section 6)."""
 from __future__ import annotations
 
 import os
+import zlib
 
 import pytest
 
@@ -21,7 +22,7 @@ from meta.protocol.xa import (
     XAER_RMFAIL,
 )
 from meta.tx import transaction_store
-from meta.tx.records import CommitRecord
+from meta.tx.records import CommitDataRecord, CommitRecord
 from tests.store.conftest import EIO, collect, record
 from tests.tx.conftest import LOCAL, XID, Done, TxBroker, journal_records, tx_config
 
@@ -150,10 +151,11 @@ def test_a_batch_is_written_only_after_the_journal_fsync_of_its_commit_record(ma
 
 
 def test_the_commit_record_names_the_offset_the_batch_is_written_at(manual):
-    """Goal: the COMMIT record's location is where the batch lands, even with other puts.
+    """Goal: the COMMIT_DATA record's location is where the batch lands, even with other
+    puts, and it carries the batch's bytes.
 
-    Method: write a plain record first, commit, then read the COMMIT record back from the
-    journal files and compare it with the partition.
+    Method: write a plain record first, commit, then read the record back from the journal
+    files and compare it with the partition.
     """
     log = manual.log(0)
     log.append(record(b"plain"))
@@ -163,9 +165,28 @@ def test_the_commit_record_names_the_offset_the_batch_is_written_at(manual):
     manual.commit(LOCAL)
     manual.run()
     entries = journal_records(manual.journal_directory)
+    (commit,) = [entry for _, entry in entries if isinstance(entry, CommitDataRecord)]
+    (batch,) = commit.batches
+    assert (batch.offset, batch.data) == (len(record(b"plain")), b"".join(records))
+    assert manual.segment_bytes(0)[batch.offset :] == batch.data
+
+
+def test_a_two_phase_commit_record_names_the_offset_and_crc_of_the_batch(manual):
+    log = manual.log(0)
+    log.append(record(b"plain"))
+    manual.run()
+    begun(manual, XID, None)
+    records = manual.put(XID, [b"a", b"b"], session=None)
+    manual.prepare(XID)
+    manual.run()
+    manual.commit(XID, None, one_phase=False)
+    manual.run()
+    entries = journal_records(manual.journal_directory)
     (commit,) = [entry for _, entry in entries if isinstance(entry, CommitRecord)]
     (batch,) = commit.batches
-    assert (batch.offset, batch.length) == (len(record(b"plain")), len(b"".join(records)))
+    data = b"".join(records)
+    expected = (len(record(b"plain")), len(data), zlib.crc32(data) & 0x7FFFFFFF)
+    assert (batch.offset, batch.length, batch.crc) == expected
 
 
 def test_records_put_after_a_pending_commit_are_stored_and_acknowledged_after_it(manual, files):
@@ -636,7 +657,7 @@ def test_a_prepared_branch_keeps_its_journal_file(tmp_path):
 
 
 def test_an_open_transaction_journals_nothing_until_it_commits(broker):
-    """Messages are journaled at PREPARE or COMMIT, one APPEND record per partition."""
+    """Messages are journaled at COMMIT, in one COMMIT_DATA record with every batch."""
     begun(broker).put(LOCAL, [b"a", b"b"])
     broker.end_of_batch()
     assert journal_records(broker.journal_directory) == []
@@ -645,7 +666,20 @@ def test_an_open_transaction_journals_nothing_until_it_commits(broker):
     kinds = [
         type(record).__name__ for _location, record in journal_records(broker.journal_directory)
     ]
-    assert kinds == ["AppendRecord", "CommitRecord"]
+    assert kinds == ["CommitDataRecord"]
+
+
+def test_prepare_journals_one_append_record_per_partition_and_commit_names_them(broker):
+    begun(broker, XID, None).put(XID, [b"a"], session=None, partition=0)
+    broker.put(XID, [b"b"], session=None, partition=1)
+    broker.prepare(XID)
+    broker.run()
+    broker.commit(XID, None, one_phase=False)
+    broker.run()
+    kinds = [
+        type(record).__name__ for _location, record in journal_records(broker.journal_directory)
+    ]
+    assert kinds == ["AppendRecord", "AppendRecord", "PrepareRecord", "CommitRecord"]
 
 
 def test_threshold_mode_answers_a_commit_only_after_its_batch_is_written(tmp_path):
