@@ -81,19 +81,35 @@ def handle_tx_put_run(broker, key: str, puts: list[PutFields], connection) -> by
         transaction = transactions.check_put(canonical_key(key), connection)
     except MetaError as error:
         return b"".join(_put_failed(broker, error, int(fields[4])) for fields in puts)
-    checked = _checked_run(broker, transaction, puts)
-    if checked is None:
+    crcs = [_crc32(fields[5]) & CHECKSUM_MASK for fields in puts]
+    targets = _checked_run(broker, transaction, puts, crcs)
+    if targets is None:
         return _one_by_one(broker, transaction, puts)
-    targets, crcs = checked
     ids = broker.ids.next_ids(len(puts))
     records: dict[tuple[bytes, bytes], list[bytes]] = {name: [] for name in targets}
     replies = []
-    for (topic_bytes, partition_bytes, flag, _c, opaque, body), crc, msg_id in zip(
-        puts, crcs, ids, strict=True
-    ):
-        records[topic_bytes, partition_bytes] += (_pack_header(len(body), crc, msg_id, flag), body)
-        text = b"%d %s -1" % (msg_id, partition_bytes)
-        replies.append(b"result 200 %d %s\r\n%s" % (len(text), opaque, text))
+    first, last = b"%d" % ids[0], b"%d" % ids[-1]
+    if len(first) == len(last) and len(targets) == 1:  # every reply body has one length
+        ((name, _target),) = targets.items()
+        parts = records[name]
+        text_length = len(first) + len(name[1]) + 4
+        for (_t, partition_bytes, flag, _c, opaque, body), crc, msg_id in zip(
+            puts, crcs, ids, strict=True
+        ):
+            parts += (_pack_header(len(body), crc, msg_id, flag), body)
+            replies.append(
+                b"result 200 %d %s\r\n%d %s -1" % (text_length, opaque, msg_id, partition_bytes)
+            )
+    else:
+        for (topic_bytes, partition_bytes, flag, _c, opaque, body), crc, msg_id in zip(
+            puts, crcs, ids, strict=True
+        ):
+            records[topic_bytes, partition_bytes] += (
+                _pack_header(len(body), crc, msg_id, flag),
+                body,
+            )
+            text = b"%d %s -1" % (msg_id, partition_bytes)
+            replies.append(b"result 200 %d %s\r\n%s" % (len(text), opaque, text))
     for name, (topic, partition, stat) in targets.items():
         parts = records[name]
         transactions.put(transaction, topic, partition, b"".join(parts), len(parts) // 2)
@@ -103,30 +119,27 @@ def handle_tx_put_run(broker, key: str, puts: list[PutFields], connection) -> by
     return b"".join(replies)
 
 
-def _checked_run(broker, transaction, puts: list[PutFields]) -> tuple[dict, list[int]] | None:
-    """``(targets, crcs)`` when every put of the run will be taken, else None. Partitions a
-    put would create are created here, as its ``_put_into`` would."""
-    targets: dict[tuple[bytes, bytes], tuple[str, int, bool]] = {}
-    crcs = []
-    size = 0
-    for topic_bytes, partition_bytes, _flag, checksum, _opaque, body in puts:
-        name = (topic_bytes, partition_bytes)
-        if name not in targets:
-            topic, partition = topic_bytes.decode("ascii"), int(partition_bytes)
-            if (topic, partition) not in transaction.batches:
-                try:
-                    broker.partition_for_put(topic, partition)
-                except MetaError:
-                    return None
-            targets[name] = (topic, partition, broker.stat_enabled(topic))
-        crc = _crc32(body) & CHECKSUM_MASK
+def _checked_run(broker, transaction, puts: list[PutFields], crcs: list[int]) -> dict | None:
+    """The run's targets, ``{(topic, partition) bytes: (topic, partition, stat)}``, when
+    every put of the run will be taken, else None. Partitions a put would create are
+    created here, as its ``_put_into`` would."""
+    for fields, crc in zip(puts, crcs, strict=True):
+        checksum = fields[3]
         if checksum is not None and checksum != -1 and checksum != crc:
             return None
-        crcs.append(crc)
-        size += HEADER.size + len(body)
+    targets: dict[tuple[bytes, bytes], tuple[str, int, bool]] = {}
+    for name in dict.fromkeys((fields[0], fields[1]) for fields in puts):
+        topic, partition = name[0].decode("ascii"), int(name[1])
+        if (topic, partition) not in transaction.batches:
+            try:
+                broker.partition_for_put(topic, partition)
+            except MetaError:
+                return None
+        targets[name] = (topic, partition, broker.stat_enabled(topic))
+    size = HEADER.size * len(puts) + sum(len(fields[5]) for fields in puts)
     if broker.transactions.byte_count + size > TRANSACTION_BYTES_MAX:
         return None
-    return targets, crcs
+    return targets
 
 
 def _one_by_one(broker, transaction, puts: list[PutFields]) -> bytes:
