@@ -59,7 +59,7 @@ from meta.protocol.patterns import (
     PUT_RUN,
     RESULT_RUN,
 )
-from meta.protocol.transaction_key import parse_transaction_key
+from meta.protocol.transaction_key import CANONICAL_LOCAL_KEY_BYTES, parse_transaction_key
 
 __all__ = [
     "BODY_PARTS_BYTES_MIN",
@@ -395,7 +395,8 @@ class Decoder:
             return self._last_key
         try:
             key = raw.decode("ascii")
-            parse_transaction_key(key)
+            if CANONICAL_LOCAL_KEY_BYTES.fullmatch(raw) is None:
+                parse_transaction_key(key)
         except (UnicodeDecodeError, LocalProtocolError):
             return None
         self._last_key_bytes = raw

@@ -21,6 +21,11 @@ from meta.errors import LocalProtocolError
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _HEX = re.compile(r"[0-9A-Fa-f]*")
+# A local key as Java writes it back: a session id without ":" and a number in canonical
+# form of at most 9 digits (always a 32-bit int). Such a key parses, and is its own
+# canonical form.
+CANONICAL_LOCAL_KEY = re.compile(r"TX:[^:]*:(?:0|-?[1-9][0-9]{0,8})")
+CANONICAL_LOCAL_KEY_BYTES = re.compile(CANONICAL_LOCAL_KEY.pattern.encode())
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 
 

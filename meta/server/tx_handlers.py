@@ -27,7 +27,7 @@ from meta.errors import MetaError, TransactionError, XAError
 from meta.protocol.codec import PutFields, encode_result
 from meta.protocol.commands import Put, Transaction
 from meta.protocol.message import CHECKSUM_MASK, HEADER
-from meta.protocol.transaction_key import parse_transaction_key
+from meta.protocol.transaction_key import CANONICAL_LOCAL_KEY, parse_transaction_key
 from meta.protocol.xa import XAER_NOTA, format_xa_error
 from meta.server.replies import CHECKSUM_FAILURE, PENDING, Reply
 from meta.tx.transaction_store import TRANSACTION_BYTES_MAX
@@ -47,6 +47,8 @@ def canonical_key(text: str) -> str:
     Java looks transactions up by the parsed key, so two spellings name one transaction.
     The decoder has already checked the grammar.
     """
+    if CANONICAL_LOCAL_KEY.fullmatch(text) is not None:
+        return text
     parsed = parse_transaction_key(text)
     return "null" if parsed is None else parsed.key()
 

@@ -1,7 +1,11 @@
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from meta.errors import LocalProtocolError
 from meta.protocol.transaction_key import (
+    CANONICAL_LOCAL_KEY,
+    CANONICAL_LOCAL_KEY_BYTES,
     LocalTransactionId,
     XATransactionId,
     parse_transaction_key,
@@ -48,3 +52,28 @@ def test_xa_key_keeps_empty_parts_and_needs_exactly_five():
 def test_malformed_keys_are_protocol_errors(key):
     with pytest.raises(LocalProtocolError):
         parse_transaction_key(key)
+
+
+local_keys = st.one_of(
+    st.from_regex(r"TX:[a-z:]{0,4}:[+-]?0{0,2}[0-9]{1,11}:{0,2}", fullmatch=True),
+    st.builds(lambda s, n: f"TX:{s}:{n}", st.text(max_size=6), st.integers(-(2**33), 2**33)),
+)
+
+
+@given(local_keys)
+def test_a_key_the_canonical_pattern_takes_parses_to_itself(key):
+    """The decoder and the handlers skip parsing keys of ``CANONICAL_LOCAL_KEY``: each such
+    key must be valid and already written as Java writes it back."""
+    if CANONICAL_LOCAL_KEY.fullmatch(key) is not None:
+        assert parse_transaction_key(key).key() == key
+        assert CANONICAL_LOCAL_KEY_BYTES.fullmatch(key.encode()) is not None
+
+
+@pytest.mark.parametrize("key", ["TX:s:1", "TX::0", "TX:s1:-2147483", "TX:a b:999999999"])
+def test_the_canonical_pattern_takes_the_common_local_keys(key):
+    assert CANONICAL_LOCAL_KEY.fullmatch(key) is not None
+
+
+@pytest.mark.parametrize("key", ["TX:s:01", "TX:s:-0", "TX:s:+1", "TX:s:1:", "TX:s:1234567890"])
+def test_the_canonical_pattern_leaves_other_spellings_to_the_parser(key):
+    assert CANONICAL_LOCAL_KEY.fullmatch(key) is None
