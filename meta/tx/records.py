@@ -144,23 +144,23 @@ Record = (
 )
 
 
-def commit_record(
+def encode_commit(
     key: str, was_prepared: bool, outcome: int, placed: list[tuple[str, int, int, bytes]]
-) -> CommitRecord | CommitDataRecord:
-    """The record of a commit whose batches go where ``placed`` says (topic, partition,
-    offset, batch): a COMMIT naming them with their CRCs when the transaction was prepared
-    (its APPEND records hold the batches), else a COMMIT_DATA carrying them."""
+) -> bytes:
+    """The framed record of a commit whose batches go where ``placed`` says (topic,
+    partition, offset, batch): a COMMIT naming them with their CRCs when the transaction was
+    prepared (its APPEND records hold the batches), else a COMMIT_DATA carrying them. Equal
+    to ``encode`` of that record, built without record objects (the commit's hot path)."""
     if was_prepared:
-        return CommitRecord(
-            key,
-            True,
-            outcome,
-            tuple(
-                BatchLocation(topic, partition, offset, len(data), zlib.crc32(data) & CHECKSUM_MASK)
-                for topic, partition, offset, data in placed
-            ),
+        locations = tuple(
+            BatchLocation(topic, partition, offset, len(data), zlib.crc32(data) & CHECKSUM_MASK)
+            for topic, partition, offset, data in placed
         )
-    return CommitDataRecord(key, tuple(InlineBatch(*batch) for batch in placed))
+        return encode(CommitRecord(key, True, outcome, locations))
+    parts = [_string(key), _U16.pack(len(placed))]
+    for topic, partition, offset, data in placed:
+        parts += (_string(topic), _INLINE.pack(partition, offset, len(data)), data)
+    return _frame(COMMIT_DATA, parts)
 
 
 def _string(text: str) -> bytes:
@@ -170,7 +170,10 @@ def _string(text: str) -> bytes:
 
 def encode(record: Record) -> bytes:
     """Return the framed bytes of ``record`` (header and body), built with one join."""
-    kind, parts = _body_parts(record)
+    return _frame(*_body_parts(record))
+
+
+def _frame(kind: int, parts: list[bytes]) -> bytes:
     length = sum(map(len, parts))
     assert length <= BODY_BYTES_MAX
     head = _LENGTH_KIND.pack(length, kind)

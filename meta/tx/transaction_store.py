@@ -52,7 +52,8 @@ from meta.tx.records import (
     ForgetRecord,
     PrepareRecord,
     RollbackRecord,
-    commit_record,
+    encode,
+    encode_commit,
 )
 
 logger = logging.getLogger("meta.tx")
@@ -349,7 +350,7 @@ class TransactionStore:
             for log, records in zip(logs, batches, strict=True)
         ]
         placed = [(log.topic, log.partition, log.next_offset, data) for log, data in parts]
-        record = commit_record(transaction.key, was_prepared, outcome, placed)
+        record = encode_commit(transaction.key, was_prepared, outcome, placed)
         self._journal_append(record, transaction, XAER_RMFAIL)
         transaction.state = states.COMMITTING
         self._cancel_timer(transaction)
@@ -364,8 +365,8 @@ class TransactionStore:
                 self._committed(transaction, outcome, failures, done)
 
         reservations = [(log, log.reserve(len(data), stored), data) for log, data in parts]
-        for (log, reservation, _data), location in zip(reservations, record.batches, strict=True):
-            assert reservation is not None and reservation.offset == location.offset, log.name
+        for (log, reservation, _data), location in zip(reservations, placed, strict=True):
+            assert reservation is not None and reservation.offset == location[2], log.name
 
         def synced(error: BaseException | None) -> None:
             for log, reservation, data in reservations:
@@ -403,10 +404,13 @@ class TransactionStore:
     # -- helpers -----------------------------------------------------------------------------
 
     def _journal_append(self, record: Any, transaction: Transaction, code: int) -> None:
-        """Append to the transaction's journal file (its first record starts one)."""
+        """Append ``record`` (or its framed bytes) to the transaction's journal file (its
+        first record starts one)."""
         number = transaction.location.number if transaction.location is not None else None
+        if record.__class__ is not bytes:
+            record = encode(record)
         try:
-            location = self.journal.append(record, number)
+            location = self.journal.append_encoded(record, number)
             if number is None:
                 transaction.location = location
                 self.journal.retain(location.number)

@@ -25,6 +25,7 @@ from meta.tx.records import (
     RollbackRecord,
     decode_body,
     encode,
+    encode_commit,
     read_record,
 )
 
@@ -240,3 +241,25 @@ def test_an_append_whose_message_length_overruns_the_body_is_invalid():
 
 def test_fewer_than_header_bytes_read_as_none():
     assert read_record(b"\x00" * (HEADER_SIZE - 1), 0) is None
+
+
+placements = st.lists(
+    st.tuples(keys, partitions, st.integers(-(2**63), 2**63 - 1), st.binary(max_size=60)),
+    max_size=4,
+)
+
+
+@given(keys, placements)
+def test_encode_commit_without_prepare_is_the_commit_data_record(key, placed):
+    batches = tuple(InlineBatch(*batch) for batch in placed)
+    assert encode_commit(key, False, 0, placed) == encode(CommitDataRecord(key, batches))
+
+
+@given(keys, st.sampled_from([0, 4, 5]), placements)
+def test_encode_commit_after_prepare_names_each_batch_with_its_crc(key, outcome, placed):
+    locations = tuple(
+        BatchLocation(topic, partition, offset, len(data), zlib.crc32(data) & 0x7FFFFFFF)
+        for topic, partition, offset, data in placed
+    )
+    expected = encode(CommitRecord(key, True, outcome, locations))
+    assert encode_commit(key, True, outcome, placed) == expected
