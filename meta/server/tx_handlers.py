@@ -125,12 +125,14 @@ def _checked_run(broker, transaction, puts: list[PutFields], crcs: list[int]) ->
     """The run's targets, ``{(topic, partition) bytes: (topic, partition, stat)}``, when
     every put of the run will be taken, else None. Partitions a put would create are
     created here, as its ``_put_into`` would."""
+    size = HEADER.size * len(puts)
     for fields, crc in zip(puts, crcs, strict=True):
         checksum = fields[3]
         if checksum is not None and checksum != -1 and checksum != crc:
             return None
+        size += len(fields[5])
     targets: dict[tuple[bytes, bytes], tuple[str, int, bool]] = {}
-    for name in dict.fromkeys((fields[0], fields[1]) for fields in puts):
+    for name in {(fields[0], fields[1]): None for fields in puts}:
         topic, partition = name[0].decode("ascii"), int(name[1])
         if (topic, partition) not in transaction.batches:
             try:
@@ -138,7 +140,6 @@ def _checked_run(broker, transaction, puts: list[PutFields], crcs: list[int]) ->
             except MetaError:
                 return None
         targets[name] = (topic, partition, broker.stat_enabled(topic))
-    size = HEADER.size * len(puts) + sum(len(fields[5]) for fields in puts)
     if broker.transactions.byte_count + size > TRANSACTION_BYTES_MAX:
         return None
     return targets
