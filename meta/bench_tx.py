@@ -3,9 +3,11 @@
 ``run_transactions`` opens ``connections`` connections and keeps ``in_flight`` local
 transactions open on each: BEGIN, the puts carrying the key ``TX:<session>:<n>`` to partition
 0, COMMIT_ONE_PHASE, all frames of one transaction written at once (pipelined per
-transaction). ``tools/bench`` runs it next to the pipelined scenario on the same broker
-(``flushTxLogAtCommit=1``: every commit is answered after the journal's fsync) and reports
-the ratio tx / pipelined against ``TX_TARGET_RATIO``.
+transaction). ``tools/bench`` runs it with ``run_paired``: in turns with the pipelined
+producer on the same broker (``flushTxLogAtCommit=1``: every commit is answered after the
+journal's fsync), and reports the ratio tx / pipelined against ``TX_TARGET_RATIO``. This
+machine's speed moves by up to 2x within a minute, so the two rates are measured in
+alternating slices rather than one after the other.
 
 Invariants: every reply must be a 200 answering an opaque still outstanding on its
 connection; every loop is bounded in count and time and every socket has a timeout (the
@@ -18,6 +20,7 @@ import os
 import selectors
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from meta import bench
@@ -168,6 +171,68 @@ def run_transactions(
         "connections": connections,
         "tx_in_flight": in_flight,
     }
+
+
+def run_paired(
+    address: tuple[str, int],
+    frames: TransactionFrames,
+    put_frames: bench.PutFrames,
+    duration_s: float,
+    max_transactions: int,
+    connections: int,
+    in_flight: int,
+    window: int,
+    cpu: Callable[[], float] | None = None,
+    slices: int = bench.PAIRED_SLICES,
+) -> dict:
+    """``run_transactions`` in ``slices`` turns with ``bench.run_pipelined`` (``window``
+    unanswered puts of ``put_frames``), each turn ``duration_s / slices`` long.
+
+    Returns ``run_transactions``' result for all the tx turns together, with
+    ``paired_pipelined_msg_per_s`` (the pipelined rate over its turns), ``paired_ratios``
+    (tx / pipelined per turn) and, given the broker's CPU clock ``cpu``, ``broker_cpu_s``
+    of the tx turns only.
+    """
+    rows, puts = [], []
+    broker_cpu = 0.0
+    for _ in range(slices):
+        puts.append(
+            bench.run_pipelined(
+                address, put_frames, duration_s / slices, max_transactions * frames.count, window
+            )
+        )
+        before = cpu() if cpu else 0.0
+        rows.append(
+            run_transactions(
+                address, frames, duration_s / slices, max(1, max_transactions // slices),
+                connections, in_flight,
+            )
+        )  # fmt: skip
+        broker_cpu += cpu() - before if cpu else 0.0
+    transactions = sum(row["transactions"] for row in rows)
+    seconds = max(sum(row["seconds"] for row in rows), 1e-9)
+    messages = transactions * frames.count
+    result = {
+        "messages": messages,
+        "transactions": transactions,
+        "messages_per_transaction": frames.count,
+        "seconds": seconds,
+        "msg_per_s": messages / seconds,
+        "tx_per_s": transactions / seconds,
+        "mb_per_s": messages * len(frames.body) / seconds / 1e6,
+        "client_cpu_s": sum(row["client_cpu_s"] for row in rows),
+        "connections": connections,
+        "tx_in_flight": in_flight,
+        "paired_pipelined_msg_per_s": sum(row["messages"] for row in puts)
+        / max(sum(row["seconds"] for row in puts), 1e-9),
+        "paired_ratios": [
+            row["msg_per_s"] / put["msg_per_s"] if put["msg_per_s"] else 0.0
+            for row, put in zip(rows, puts, strict=True)
+        ],
+    }
+    if cpu:
+        result["broker_cpu_s"] = broker_cpu
+    return result
 
 
 def _send_transaction(connection: TxConnection, frames: TransactionFrames) -> None:

@@ -76,6 +76,15 @@ def test_quick_run_reports_every_scenario(tmp_path: Path):
     for mode in ("0", "1", "1000"):
         tx = rows[("tx", mode)]
         assert tx["transactions"] > 0 and tx["messages"] == 10 * tx["transactions"]
+        # Measured in turns with the pipelined producer; the target compares the two so.
+        assert tx["paired_pipelined_msg_per_s"] > 0 and len(tx["paired_ratios"]) > 1
+        (tx_target,) = [
+            entry
+            for entry in report["targets"]
+            if entry["scenario"] == "tx" and entry["mode"] == mode
+        ]
+        assert tx_target["target"] == 0.5 * tx["paired_pipelined_msg_per_s"]
+    assert "pipelined msg/s measured in turns with them" in completed.stdout
     scenarios = {entry["scenario"] for entry in report["targets"]}
     assert scenarios >= {"pipelined", "consume", "tx", "consumer", "e2e"}
     assert all(entry["ratio"] > 0 for entry in report["targets"])
