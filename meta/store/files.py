@@ -16,11 +16,6 @@ from __future__ import annotations
 
 import os
 
-try:
-    IOV_MAX = os.sysconf("SC_IOV_MAX")
-except (ValueError, OSError):  # not known here: Linux's value
-    IOV_MAX = 1024
-
 
 class Files:
     """File operations on descriptors and paths; the operating-system implementation."""
@@ -44,7 +39,7 @@ class Files:
 
     def write_parts(self, fd: int, parts: list[bytes], position: int) -> int:
         """Write the concatenation of ``parts`` at ``position`` (``pwritev``, at most
-        ``IOV_MAX`` parts, not one); return the count written, maybe short."""
+        ``IOV_MAX`` parts); return the count written, maybe short."""
         return os.pwritev(fd, parts, position)
 
     def read(self, fd: int, position: int, length: int) -> bytes:

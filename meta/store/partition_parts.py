@@ -1,7 +1,7 @@
 """Small value types of ``PartitionLog``: read slices, reservations and flush tasks.
 
 ``SliceResult`` says where a read lands; ``Reservation`` holds log bytes for a batch given
-later (transaction commits), and ``take_filled`` takes what is staged before the first
+later (transaction commits), and ``take_filled`` joins what is staged before the first
 unfilled one; ``take_written`` takes what a commit writes (and the appends it counts for);
 ``fire`` is the ack behind ``PartitionLog.append``; ``PartitionFlushTask`` is one partition's
 share of a flush batch.
@@ -55,11 +55,11 @@ def fire(deferred, offset: int | None, error: BaseException | None) -> None:
         deferred.errback(error)
 
 
-def take_filled(staged: list[bytes | Reservation]) -> tuple[list[bytes], int]:
-    """Remove the staged entries before the first unfilled reservation.
+def take_filled(staged: list[bytes | Reservation]) -> tuple[bytes, int]:
+    """Remove and join the staged entries before the first unfilled reservation.
 
     Returns:
-        Their bytes, in order, and how many (filled) reservations were among them.
+        The joined bytes and how many (filled) reservations were among the removed entries.
     """
     parts: list[bytes] = []
     filled = 0
@@ -72,21 +72,20 @@ def take_filled(staged: list[bytes | Reservation]) -> tuple[list[bytes], int]:
         else:
             parts.append(entry)
     del staged[: len(parts)]
-    return parts, filled
+    return b"".join(parts), filled
 
 
 def take_written(
     staged: list[bytes | Reservation], counts: list[int], reservations: int
-) -> tuple[list[bytes], int, int]:
+) -> tuple[bytes, int, int]:
     """Remove what a commit writes now from ``staged`` and the parallel ``counts``: every
     entry, or, while ``reservations`` > 0, those before the first unfilled reservation.
 
     Returns:
-        Their bytes in order (``Segment.append`` writes them with one write, unjoined), the
-        filled reservations among them, and the appends they count for.
+        The joined bytes, the filled reservations among them, and the appends they count for.
     """
     if not reservations:
-        data = staged[:]
+        data = staged[0] if len(staged) == 1 else b"".join(staged)
         written = counts[0] if len(counts) == 1 else sum(counts)
         staged.clear()
         counts.clear()

@@ -26,7 +26,7 @@ import os
 
 from meta.errors import StoreError
 from meta.protocol.message import HEADER, HEADER_SIZE, scan_valid_prefix
-from meta.store.files import IOV_MAX, Files
+from meta.store.files import Files
 
 logger = logging.getLogger("meta.store")
 
@@ -117,27 +117,18 @@ class Segment:
         """Offset just past the last written byte."""
         return self.start + self.written_size
 
-    def append(self, data: bytes | list[bytes]) -> int:
-        """Write ``data`` (bytes, or pieces written back to back with one ``pwritev``) at the
-        end of the file and return the position it starts at.
+    def append(self, data: bytes) -> int:
+        """Write ``data`` at the end of the file and return the position it starts at.
 
         Raises:
             StoreError: the write failed (ENOSPC, EIO, ...); the file was truncated back to the
                 previous size when that was possible.
         """
         position = self.written_size
-        if data.__class__ is list and (len(data) == 1 or len(data) > IOV_MAX):
-            data = data[0] if len(data) == 1 else b"".join(data)
         try:
-            if data.__class__ is list:
-                size = sum(map(len, data))
-                written = self._files.write_parts(self._fd, data, position)
-                if written != size:
-                    written = self._write_rest(b"".join(data), position, written)
-            else:
-                written = self._files.write(self._fd, data, position)
-                if written != len(data):
-                    written = self._write_rest(data, position, written)
+            written = self._files.write(self._fd, data, position)
+            if written != len(data):
+                written = self._write_rest(data, position, written)
         except OSError as error:
             self._truncate_after_failed_write(position)
             raise StoreError(

@@ -37,7 +37,7 @@ from typing import Any
 from twisted.internet.task import LoopingCall
 
 from meta.errors import InvalidRecordError, StoreError
-from meta.store.files import IOV_MAX, Files
+from meta.store.files import Files
 from meta.store.group_commit import Flusher
 from meta.tx.journal_location import JournalLocation
 from meta.tx.records import FILE_MAGIC, FILE_MAGIC_V1, Record, encode, read_record
@@ -45,6 +45,7 @@ from meta.tx.records import FILE_MAGIC, FILE_MAGIC_V1, Record, encode, read_reco
 logger = logging.getLogger("meta.tx")
 
 PREFIX = "redo."
+PARTS_PER_WRITE_MAX = 1024  # IOV_MAX on Linux: more pieces are joined into one write
 READ_CHUNK_BYTES = 1 << 20
 FLUSH_EVERY_S = 1.0
 
@@ -333,7 +334,7 @@ class Journal:
     def _write_parts(self, fd: int, parts: list[bytes], position: int, path: str) -> int:
         """Write ``parts`` back to back at ``position`` with one ``pwritev`` when it takes them
         all; return their size. On failure the file is cut back to ``position``."""
-        if len(parts) == 1 or len(parts) > IOV_MAX:
+        if len(parts) == 1 or len(parts) > PARTS_PER_WRITE_MAX:
             data = parts[0] if len(parts) == 1 else b"".join(parts)
             self._write_all(fd, data, position, path)
             return len(data)

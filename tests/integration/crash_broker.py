@@ -32,9 +32,6 @@ def crashing_files(point: str, batch_bytes: int) -> type[Files]:
                 os.kill(os.getpid(), signal.SIGKILL)
             return super().write(fd, data, position)
 
-        def write_parts(self, fd: int, parts, position: int) -> int:
-            return self.write(fd, b"".join(parts), position)  # one batch, as one write
-
     return CrashingFiles
 
 

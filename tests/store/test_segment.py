@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from meta.errors import StoreError
 from meta.protocol.message import pack_message, scan_valid_prefix
-from meta.store.files import IOV_MAX, Files
+from meta.store.files import Files
 from meta.store.segment import Segment, parse_segment_name, segment_name
 from tests.store.conftest import ENOSPC, RecordingFiles, record
 
@@ -92,56 +92,6 @@ def test_a_failed_write_truncates_the_file_back(tmp_path):
     with pytest.raises(StoreError):
         segment.append(record(b"torn record"))
     assert (tmp_path / "s.meta").read_bytes() == record(b"kept")
-
-
-class ShortPartsFiles(RecordingFiles):
-    """``pwritev`` takes only its first ``take`` bytes; later plain writes may fail."""
-
-    def __init__(self, take: int) -> None:
-        super().__init__()
-        self.take = take
-        self.vectored = 0
-
-    def write_parts(self, fd, parts, position):
-        self.vectored += 1
-        return Files.write(self, fd, b"".join(parts)[: self.take], position)
-
-
-def test_pieces_are_appended_back_to_back_with_one_vectored_write(tmp_path):
-    files = ShortPartsFiles(take=10**9)
-    segment = open_segment(tmp_path / "s.meta", files)
-    assert segment.append([record(b"one"), record(b"two")]) == 0
-    assert segment.append([record(b"three")]) == 46  # one piece: a plain write
-    assert files.vectored == 1
-    expected = record(b"one") + record(b"two") + record(b"three")
-    assert (tmp_path / "s.meta").read_bytes() == expected
-    assert segment.written_size == len(expected)
-
-
-def test_a_short_vectored_append_is_finished(tmp_path):
-    files = ShortPartsFiles(take=9)
-    segment = open_segment(tmp_path / "s.meta", files)
-    segment.append([record(b"one"), record(b"two")])
-    assert (tmp_path / "s.meta").read_bytes() == record(b"one") + record(b"two")
-
-
-def test_a_vectored_append_failing_after_a_short_write_is_cut_back(tmp_path):
-    files = ShortPartsFiles(take=9)
-    segment = open_segment(tmp_path / "s.meta", files)
-    segment.append(record(b"kept"))
-    files.write_error = ENOSPC
-    with pytest.raises(StoreError, match="No space left"):
-        segment.append([record(b"one"), record(b"two")])
-    assert (tmp_path / "s.meta").read_bytes() == record(b"kept")
-    assert segment.written_size == len(record(b"kept"))
-
-
-def test_more_pieces_than_one_vectored_write_takes_are_joined(tmp_path):
-    files = ShortPartsFiles(take=0)  # would stall: must not be used
-    segment = open_segment(tmp_path / "s.meta", files)
-    pieces = [record(b"%d" % number) for number in range(IOV_MAX + 1)]
-    segment.append(pieces)
-    assert (files.vectored, (tmp_path / "s.meta").read_bytes()) == (0, b"".join(pieces))
 
 
 def test_read_returns_bytes_at_a_position(tmp_path):

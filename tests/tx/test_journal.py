@@ -10,7 +10,6 @@ import pytest
 from twisted.internet.task import Clock
 
 from meta.errors import StoreError
-from meta.store import files as files_module
 from meta.store.group_commit import Flusher, SynchronousExecutor
 from meta.tx import journal as journal_module
 from meta.tx.journal import Journal, JournalError
@@ -678,12 +677,12 @@ def test_a_write_failing_after_a_short_vectored_write_is_cut_back(directory):
 
 def test_more_pieces_than_one_vectored_write_takes_are_joined(directory, files):
     journal, _ = open_journal(directory, files)
-    for number in range(files_module.IOV_MAX // 4):
+    for number in range(journal_module.PARTS_PER_WRITE_MAX // 4):
         stage_commit_pieces(journal, f"TX:s:{number}")
     journal.write_staged()
     journal.close()
     _, replayed = open_journal(directory, files)
-    assert len(replayed) == files_module.IOV_MAX // 4
+    assert len(replayed) == journal_module.PARTS_PER_WRITE_MAX // 4
 
 
 # -- versions ----------------------------------------------------------------------------
