@@ -37,11 +37,6 @@ class Files:
         """Write ``data`` at ``position`` (``pwrite``); return the count written, maybe short."""
         return os.pwrite(fd, data, position)
 
-    def write_parts(self, fd: int, parts: list[bytes], position: int) -> int:
-        """Write the concatenation of ``parts`` at ``position`` (``pwritev``, at most
-        ``IOV_MAX`` parts); return the count written, maybe short."""
-        return os.pwritev(fd, parts, position)
-
     def read(self, fd: int, position: int, length: int) -> bytes:
         """Read up to ``length`` bytes at ``position`` (``pread``); shorter only at end of file."""
         data = os.pread(fd, length, position)

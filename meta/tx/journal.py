@@ -45,7 +45,6 @@ from meta.tx.records import FILE_MAGIC, FILE_MAGIC_V1, Record, encode, read_reco
 logger = logging.getLogger("meta.tx")
 
 PREFIX = "redo."
-PARTS_PER_WRITE_MAX = 1024  # IOV_MAX on Linux: more pieces are joined into one write
 READ_CHUNK_BYTES = 1 << 20
 FLUSH_EVERY_S = 1.0
 
@@ -278,13 +277,10 @@ class Journal:
         """Stage ``record``; see ``append_encoded``."""
         return self.append_encoded(encode(record), number)
 
-    def append_encoded(
-        self, data: bytes | list[bytes], number: int | None = None
-    ) -> JournalLocation:
+    def append_encoded(self, data: bytes, number: int | None = None) -> JournalLocation:
         """Stage ``record`` for file ``number`` (a transaction's file), or the current file.
 
-        ``data`` is a framed record (``meta.tx.records``), or its consecutive pieces (written
-        as they are, with no join). Appending to the current file
+        ``data`` is a framed record (``meta.tx.records``). Appending to the current file
         (``number`` None) starts a transaction there: the
         current file rolls over first when full, and the caller must ``retain`` the file.
         Staged records are written by ``write_staged`` (at the end of each network read, as
@@ -305,12 +301,8 @@ class Journal:
         position = redo.size
         if not redo.staged:
             self._staged_files.append(redo)
-        if data.__class__ is list:
-            redo.staged += data
-            redo.size = position + sum(map(len, data))
-        else:
-            redo.staged.append(data)
-            redo.size = position + len(data)
+        redo.staged.append(data)
+        redo.size = position + len(data)
         return JournalLocation(redo.number, position)
 
     def end_of_batch(self) -> None:
@@ -323,36 +315,16 @@ class Journal:
         """Write every staged record, one write per file. A failure fails the journal."""
         staged, self._staged_files = self._staged_files, []
         for redo in staged:
-            parts, redo.staged = redo.staged, []
+            data = b"".join(redo.staged)
+            redo.staged.clear()
             if self.failed is not None or redo.number not in self._redo:
                 continue
             try:
-                redo.written_size += self._write_parts(redo.fd, parts, redo.written_size, redo.path)
+                self._write_all(redo.fd, data, redo.written_size, redo.path)
             except StoreError as error:
                 self._fail(error)
-
-    def _write_parts(self, fd: int, parts: list[bytes], position: int, path: str) -> int:
-        """Write ``parts`` back to back at ``position`` with one ``pwritev`` when it takes them
-        all; return their size. On failure the file is cut back to ``position``."""
-        if len(parts) == 1 or len(parts) > PARTS_PER_WRITE_MAX:
-            data = parts[0] if len(parts) == 1 else b"".join(parts)
-            self._write_all(fd, data, position, path)
-            return len(data)
-        size = sum(map(len, parts))
-        try:
-            written = self._files.write_parts(fd, parts, position)
-        except OSError as error:
-            raise StoreError(f"write to {path} failed: {error}") from None
-        if written < size:
-            try:
-                self._write_all(fd, b"".join(parts)[written:], position + written, path)
-            except StoreError:
-                try:
-                    self._files.truncate(fd, position)
-                except OSError:
-                    pass
-                raise
-        return size
+                continue
+            redo.written_size += len(data)
 
     def _write_all(self, fd: int, data: bytes, position: int, path: str) -> None:
         written = 0

@@ -146,18 +146,17 @@ Record = (
 
 def encode_commit(
     key: str, was_prepared: bool, outcome: int, placed: list[tuple[str, int, int, bytes]]
-) -> list[bytes]:
+) -> bytes:
     """The framed record of a commit whose batches go where ``placed`` says (topic,
-    partition, offset, batch), as pieces: a COMMIT naming them with their CRCs when the
-    transaction was prepared (its APPEND records hold the batches), else a COMMIT_DATA
-    carrying them. Joined, equal to ``encode`` of that record; built without record objects
-    and without copying the batches (the commit's hot path)."""
+    partition, offset, batch): a COMMIT naming them with their CRCs when the transaction was
+    prepared (its APPEND records hold the batches), else a COMMIT_DATA carrying them. Equal
+    to ``encode`` of that record, built without record objects (the commit's hot path)."""
     if was_prepared:
         locations = tuple(
             BatchLocation(topic, partition, offset, len(data), zlib.crc32(data) & CHECKSUM_MASK)
             for topic, partition, offset, data in placed
         )
-        return _frame(*_body_parts(CommitRecord(key, True, outcome, locations)))
+        return encode(CommitRecord(key, True, outcome, locations))
     parts = [_string(key), _U16.pack(len(placed))]
     for topic, partition, offset, data in placed:
         parts += (_string(topic), _INLINE.pack(partition, offset, len(data)), data)
@@ -171,18 +170,17 @@ def _string(text: str) -> bytes:
 
 def encode(record: Record) -> bytes:
     """Return the framed bytes of ``record`` (header and body), built with one join."""
-    return b"".join(_frame(*_body_parts(record)))
+    return _frame(*_body_parts(record))
 
 
-def _frame(kind: int, parts: list[bytes]) -> list[bytes]:
-    """The framed record as consecutive pieces: CRC, length and kind, then ``parts``."""
+def _frame(kind: int, parts: list[bytes]) -> bytes:
     length = sum(map(len, parts))
     assert length <= BODY_BYTES_MAX
     head = _LENGTH_KIND.pack(length, kind)
     crc = _crc32(head)
     for part in parts:
         crc = _crc32(part, crc)
-    return [_CRC.pack(crc), head, *parts]
+    return b"".join([_CRC.pack(crc), head, *parts])
 
 
 def _body_parts(record: Record) -> tuple[int, list[bytes]]:

@@ -404,10 +404,10 @@ class TransactionStore:
     # -- helpers -----------------------------------------------------------------------------
 
     def _journal_append(self, record: Any, transaction: Transaction, code: int) -> None:
-        """Append ``record`` (or its framed pieces) to the transaction's journal file (its
+        """Append ``record`` (or its framed bytes) to the transaction's journal file (its
         first record starts one)."""
         number = transaction.location.number if transaction.location is not None else None
-        if record.__class__ is not list:
+        if record.__class__ is not bytes:
             record = encode(record)
         try:
             location = self.journal.append_encoded(record, number)

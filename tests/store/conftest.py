@@ -62,12 +62,6 @@ class RecordingFiles(Files):
         self._record("write", self.names[fd])
         return super().write(fd, data, position)
 
-    def write_parts(self, fd: int, parts: list[bytes], position: int) -> int:
-        if self.write_error is not None or self.short_write_bytes is not None:
-            return self.write(fd, b"".join(parts), position)  # the same injected failures
-        self._record("write", self.names[fd])
-        return super().write_parts(fd, parts, position)
-
     def truncate(self, fd: int, size: int) -> None:
         self._record("truncate", self.names[fd])
         super().truncate(fd, size)

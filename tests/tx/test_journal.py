@@ -21,10 +21,8 @@ from meta.tx.records import (
     PrepareRecord,
     RollbackRecord,
     encode,
-    encode_commit,
 )
 from tests.store.conftest import EIO, ENOSPC, ManualExecutor, record
-from tests.tx.conftest import EventFiles
 
 REDO_1 = "transactions/redo.1"
 REDO_2 = "transactions/redo.2"
@@ -618,71 +616,6 @@ def test_a_short_write_is_completed(directory, files):
     journal.close()
     _, replayed = open_journal(directory, files)
     assert [entry for _, entry in replayed] == [PrepareRecord("TX:s:1")]
-
-
-class ShortPartsFiles(EventFiles):
-    """``pwritev`` takes only the first ``take`` bytes; then plain writes fail if asked."""
-
-    def __init__(self, take: int) -> None:
-        super().__init__()
-        self.take = take
-        self.fail_plain_writes = False
-
-    def write_parts(self, fd, parts, position):
-        self._record("write_parts", self.names[fd])
-        return super().write(fd, b"".join(parts)[: self.take], position)
-
-    def write(self, fd, data, position):
-        if self.fail_plain_writes:
-            raise OSError(ENOSPC, "No space left on device")
-        return super().write(fd, data, position)
-
-
-def stage_commit_pieces(journal, key: str) -> None:
-    """Stage a commit as the transaction store does: its record in pieces, not joined."""
-    journal.append_encoded(encode_commit(key, False, 0, [("test", 0, 0, record(b"m" * 40))]))
-
-
-def test_a_record_given_in_pieces_is_written_with_one_vectored_write(directory, files):
-    journal, _ = open_journal(directory, files)
-    writes = files.count("write")
-    stage_commit_pieces(journal, "TX:s:1")
-    stage_commit_pieces(journal, "TX:s:2")
-    journal.write_staged()
-    assert files.count("write") == writes + 1
-    journal.close()
-    _, replayed = open_journal(directory, files)
-    assert [entry.key for _, entry in replayed] == ["TX:s:1", "TX:s:2"]
-
-
-def test_a_short_vectored_write_is_completed(directory):
-    files = ShortPartsFiles(take=7)
-    journal, _ = open_journal(directory, files)
-    stage_commit_pieces(journal, "TX:s:1")
-    journal.write_staged()
-    assert "write_parts" in files.of(REDO_1)
-    journal.close()
-    _, replayed = open_journal(directory, EventFiles())
-    assert [entry.key for _, entry in replayed] == ["TX:s:1"]
-
-
-def test_a_write_failing_after_a_short_vectored_write_is_cut_back(directory):
-    files = ShortPartsFiles(take=7)
-    journal, _ = open_journal(directory, files)
-    files.fail_plain_writes = True
-    stage_commit_pieces(journal, "TX:s:1")
-    journal.write_staged()
-    assert (journal.failed is not None, file_size(redo(directory, 1))) == (True, len(FILE_MAGIC))
-
-
-def test_more_pieces_than_one_vectored_write_takes_are_joined(directory, files):
-    journal, _ = open_journal(directory, files)
-    for number in range(journal_module.PARTS_PER_WRITE_MAX // 4):
-        stage_commit_pieces(journal, f"TX:s:{number}")
-    journal.write_staged()
-    journal.close()
-    _, replayed = open_journal(directory, files)
-    assert len(replayed) == journal_module.PARTS_PER_WRITE_MAX // 4
 
 
 # -- versions ----------------------------------------------------------------------------

@@ -252,7 +252,7 @@ placements = st.lists(
 @given(keys, placements)
 def test_encode_commit_without_prepare_is_the_commit_data_record(key, placed):
     batches = tuple(InlineBatch(*batch) for batch in placed)
-    assert b"".join(encode_commit(key, False, 0, placed)) == encode(CommitDataRecord(key, batches))
+    assert encode_commit(key, False, 0, placed) == encode(CommitDataRecord(key, batches))
 
 
 @given(keys, st.sampled_from([0, 4, 5]), placements)
@@ -262,4 +262,4 @@ def test_encode_commit_after_prepare_names_each_batch_with_its_crc(key, outcome,
         for topic, partition, offset, data in placed
     )
     expected = encode(CommitRecord(key, True, outcome, locations))
-    assert b"".join(encode_commit(key, True, outcome, placed)) == expected
+    assert encode_commit(key, True, outcome, placed) == expected
