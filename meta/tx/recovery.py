@@ -6,9 +6,9 @@ What lives here: ``recover`` (zk spec §4.6 with DECISIONS 11 and 17), run once 
 1. Replay the journal from the newest checkpoint (``Journal.replay`` truncates a damaged or
    torn tail). APPEND records rebuild each open transaction; PREPARE marks an XA branch
    prepared; COMMIT and ROLLBACK finish it; COMMIT_DATA is a whole committed transaction; a
-   heuristic outcome is kept until FORGET. A COMMIT
-   of a transaction whose records precede the checkpoint was already fully stored (a
-   committing transaction pins the checkpoint), so it is skipped, record and all.
+   heuristic outcome is kept until FORGET. A COMMIT of a transaction whose records precede
+   the checkpoint was already fully stored (a committing transaction pins the checkpoint),
+   so it is skipped, record and all.
 2. For each replayed COMMIT, check every batch at the location the record names: the CRC of
    the bytes there matches, so it is stored; the partition ends at or before the location,
    so the whole batch is appended; the partition holds a prefix of the batch (a crash tore the

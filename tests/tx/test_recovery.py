@@ -10,6 +10,7 @@ cache is simulated by truncating files.
 from __future__ import annotations
 
 import os
+import zlib
 
 import pytest
 from twisted.internet.task import Clock
@@ -20,7 +21,16 @@ from meta.store.group_commit import SynchronousExecutor
 from meta.store.manager import StoreManager
 from meta.tx import checkpoint
 from meta.tx.manager import TransactionManager
-from meta.tx.records import CommitDataRecord, CommitRecord, PrepareRecord
+from meta.tx.records import (
+    FILE_MAGIC_V1,
+    HEURISTIC_NONE,
+    AppendRecord,
+    BatchLocation,
+    CommitDataRecord,
+    CommitRecord,
+    PrepareRecord,
+    encode,
+)
 from tests.store.conftest import collect, record
 from tests.tx.conftest import LOCAL, XID, Done, EventFiles, TxBroker, journal_records, tx_config
 
@@ -307,6 +317,34 @@ def test_records_after_a_stepped_over_commit_are_still_replayed(broker):
     checkpoint.write_checkpoint(EventFiles(), broker.journal_directory, 99, location, keep=3)
     restarted = TxBroker(broker.config)
     assert restarted.transactions.recover_keys(None) == [XID_OTHER]
+
+
+def test_a_local_commit_in_a_version_1_journal_is_completed_after_an_upgrade(tmp_path):
+    """Goal: a journal written before COMMIT_DATA existed (APPEND records, then a COMMIT
+    naming the batch) is still recovered: the committed batch missing from the partition is
+    appended once, and new transactions go to a new file.
+
+    Method: write such a journal by hand (a local commit whose batch never reached the
+    segment), start a broker on it, commit another transaction, restart again.
+    """
+    config = tx_config(tmp_path)
+    first = TxBroker(config)
+    first.log(0)
+    first.crash()
+    batch = record(b"a", msg_id=7) + record(b"b", msg_id=8)
+    location = BatchLocation("test", 0, 0, len(batch), zlib.crc32(batch) & 0x7FFFFFFF)
+    directory = first.journal_directory
+    for name in os.listdir(directory):
+        os.remove(os.path.join(directory, name))  # no checkpoint: replay the whole file
+    with open(os.path.join(directory, "redo.1"), "wb") as file:
+        file.write(FILE_MAGIC_V1)
+        file.write(encode(AppendRecord(LOCAL, "test", 0, batch)))
+        file.write(encode(CommitRecord(LOCAL, False, HEURISTIC_NONE, (location,))))
+    upgraded = TxBroker(config)
+    assert (upgraded.report.batches_appended, upgraded.segment_bytes(0)) == (1, batch)
+    later = committed(upgraded, key="TX:s:2", payloads=(b"c",))
+    assert upgraded.journal.file_numbers[-1] == 2
+    assert upgraded.restart().segment_bytes(0) == batch + later
 
 
 # -- heuristic outcomes ------------------------------------------------------------------
