@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -88,6 +89,19 @@ def test_each_record_kind_encodes_to_its_golden_bytes(name):
 
 
 DOC_EXAMPLE = "73afc5ae 00000008 02 0006 54583a733a31"  # docs/formats.md section 6.1
+
+
+DOC_COMMIT_DATA = (  # docs/formats.md section 6.1
+    "2edea730 00000020 06 0006 54583a733a31 0001 0001 74 00000002 0000000000000064 00000003 010203"
+)
+
+
+def test_the_documented_commit_data_example_is_the_41_bytes_of_formats_md():
+    record = CommitDataRecord("TX:s:1", (InlineBatch("t", 2, 100, b"\x01\x02\x03"),))
+    assert encode(record) == bytes.fromhex(DOC_COMMIT_DATA)
+    assert len(bytes.fromhex(DOC_COMMIT_DATA)) == 41
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "formats.md").read_text()
+    assert DOC_COMMIT_DATA in docs and DOC_EXAMPLE in docs
 
 
 def test_the_documented_prepare_example_is_the_17_bytes_of_formats_md():
