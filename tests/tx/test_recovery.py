@@ -319,6 +319,22 @@ def test_records_after_a_stepped_over_commit_are_still_replayed(broker):
     assert restarted.transactions.recover_keys(None) == [XID_OTHER]
 
 
+def test_an_xa_branch_committed_in_one_phase_is_completed_once_after_a_crash(broker):
+    """Goal: an XA branch committed without PREPARE is journaled as one COMMIT_DATA record
+    like a local transaction: its batch, lost from the partition, comes back once, and
+    RECOVER does not list the branch."""
+    broker.transactions.begin(XID, None, 0)
+    batch = b"".join(broker.put(XID, [b"x1", b"x2"], session=None))
+    assert broker.commit(XID, None, one_phase=True).ok
+    kinds = [type(entry) for _, entry in journal_records(broker.journal_directory)]
+    assert kinds == [CommitDataRecord]
+    truncate_segment(broker, 0)
+    restarted = broker.restart()
+    assert (restarted.segment_bytes(0), restarted.report.batches_appended) == (batch, 1)
+    assert restarted.transactions.recover_keys(None) == []
+    assert restarted.restart().segment_bytes(0) == batch
+
+
 def test_a_local_commit_in_a_version_1_journal_is_completed_after_an_upgrade(tmp_path):
     """Goal: a journal written before COMMIT_DATA existed (APPEND records, then a COMMIT
     naming the batch) is still recovered: the committed batch missing from the partition is
