@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from meta.client.connection import BrokerConnection
 from meta.errors import MetaError
+from meta.ports import free_port
 from meta.protocol.commands import Version
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,12 +41,6 @@ class BenchError(MetaError):
 
 
 # --- the broker process ----------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        return probe.getsockname()[1]
 
 
 def server_ini(

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from meta.client.connection import BrokerConnection
+from meta.ports import free_port
+
+__all__ = ["REPO", "BrokerProcess", "free_port", "run_python", "server_ini"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,12 +39,6 @@ def run_python(*arguments: str, timeout_s: float = 120) -> subprocess.CompletedP
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def server_ini(

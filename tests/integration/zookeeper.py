@@ -33,6 +33,8 @@ from pathlib import Path
 
 from kazoo.client import KazooClient, KazooState
 
+from meta.ports import free_port
+
 JAVA_DIR = Path("/usr/share/java")
 ZOOKEEPER_JAR = JAVA_DIR / "zookeeper.jar"
 # slf4j-simple gives the server a logger that writes to stderr (our log file); without it
@@ -83,13 +85,6 @@ def java_command() -> list[str]:
         "-Dzookeeper.admin.enableServer=false",
     ]
     return [java, *flags, "-cp", os.pathsep.join(classpath), MAIN_CLASS]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """Return a TCP port on ``host`` that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
 
 
 def four_letter_word(host: str, port: int, word: str, timeout_s: float = 1.0) -> str:
