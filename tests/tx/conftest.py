@@ -170,9 +170,9 @@ class TxBroker:
         return records
 
     def end_of_batch(self) -> None:
-        """What the broker does after each network read: write staged journal records and
-        partition records."""
-        self.journal.write_staged()
+        """What the broker does after each network read (``Broker.end_of_batch``): write
+        staged journal records (unless a requested flush will) and partition records."""
+        self.journal.end_of_batch()
         self.store.commit_staged()
 
     def commit(self, key: str, session: object = "c1", one_phase: bool = True) -> Done:
