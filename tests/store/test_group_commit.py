@@ -214,7 +214,8 @@ def test_a_failed_fsync_names_the_partition_and_the_os_error(tmp_path, files):
     (result,) = [collect(log.append(record(b"a")))]
     files.fsync_error = EIO
     executor.run_all()
-    assert "test-0" in str(result[0].value) and "Input/output error" in str(result[0].value)
+    text = str(result[0].value)
+    assert "partition test-0" in text and "Input/output error" in text
 
 
 def test_a_failed_fsync_releases_nothing_it_covered(tmp_path, files):
@@ -249,7 +250,7 @@ def test_a_failed_fsync_is_exposed_and_logged(tmp_path, files, caplog):
     files.fsync_error = EIO
     with caplog.at_level(logging.ERROR, logger="meta.store"):
         collect(log.append(record(b"a")))
-    assert isinstance(log.failed, PartitionFailedError) and "test-0" in caplog.text
+    assert isinstance(log.failed, PartitionFailedError) and "partition test-0" in caplog.text
 
 
 def test_a_failed_write_fails_the_waiting_appends_too(tmp_path, files):

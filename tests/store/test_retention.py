@@ -388,7 +388,11 @@ def test_each_segment_gets_an_info_line_with_path_bytes_and_age(tmp_path, caplog
 
 
 class FailingFiles(RecordingFiles):
-    """Fails ``remove`` and ``rename`` for paths containing ``fail_in``."""
+    """Fails ``remove`` and ``rename`` for paths containing ``fail_in``.
+
+    Name a directory with its separators (``/test-0/``): pytest's base temporary directory
+    is ``pytest-<N>``, so a bare ``test-0`` would match every path under ``pytest-0``.
+    """
 
     def __init__(self, fail_in: str) -> None:
         super().__init__()
@@ -406,7 +410,7 @@ class FailingFiles(RecordingFiles):
 
 
 def test_a_failed_partition_is_logged_and_the_next_partition_still_runs(tmp_path, caplog):
-    store = Store(tmp_path, files=FailingFiles("test-0"))
+    store = Store(tmp_path, files=FailingFiles(f"{os.sep}test-0{os.sep}"))
     first = store.fill(partition=0, records=2)
     store.fill(partition=1, records=2)
     store.age(10, partition=0)
