@@ -41,7 +41,6 @@ Executor = Callable[[Callable[[], Any]], Deferred]
 
 def should_flush(
     mode: FlushMode,
-    unflushed_bytes: int,
     unflushed_count: int,
     elapsed_ms: float,
     threshold: int,
@@ -56,8 +55,6 @@ def should_flush(
 
     Args:
         mode: the partition's flush mode.
-        unflushed_bytes: bytes written since the last flush request, this append included.
-            Not used by either rule today; kept so a byte bound can be added here alone.
         unflushed_count: appends since the last flush request, this one included.
         elapsed_ms: milliseconds since the last flush request (or since the partition opened).
         threshold: ``unflushThreshold``.

@@ -115,11 +115,11 @@ class PartitionLog:
         self._staged_counts: list[int] = []  # appends each staged entry counts for
         self._reservations = 0  # reservations in ``_staged``
         self._staged_end = end
-        self._sync_staged = False
+        # Threshold mode: ends of the entries to make durable that no flush request covers yet.
+        self._sync_ends: deque[int] = deque()
         # Called with this log when its first record is staged (the manager batches commits).
         self.on_staged: Callable[[PartitionLog], None] | None = None
         self._unflushed_count = 0
-        self._unflushed_bytes = 0
         self._flush_requested_s = clock.seconds()
         self._refusal: str | None = None
 
@@ -240,20 +240,17 @@ class PartitionLog:
         staged.append(entry)
         self._staged_counts.append(count)
         self._unflushed_count += count
-        self._unflushed_bytes += size
         policy = self._policy
         must_sync = self._always_sync or should_flush(
             policy.mode,
-            self._unflushed_bytes,
             self._unflushed_count,
             (self._clock.seconds() - self._flush_requested_s) * 1000,
             policy.threshold,
             policy.interval_ms,
         )
-        if must_sync:
-            self._sync_staged = True
+        if must_sync and not self._always_sync:
+            self._sync_ends.append(end)
             self._unflushed_count = 0
-            self._unflushed_bytes = 0
         self._pending.append((end, offset, must_sync, ack))
         if end - self._segment.start >= self.segment_bytes_max:
             self.commit()  # the segment is full: write now, then roll
@@ -283,9 +280,12 @@ class PartitionLog:
             dirty.append(segment)
         if segment.written_size >= self.segment_bytes_max:
             self._roll()
-        if self._sync_staged:
-            # Records still staged behind a reservation may need a flush once written.
-            self._sync_staged = bool(staged)
+        sync_ends = self._sync_ends
+        if self._always_sync or (sync_ends and sync_ends[0] <= self._written_end):
+            # Threshold mode flushes once an entry that must be durable is written; one still
+            # staged (behind a reservation) asks when a later commit writes it.
+            while sync_ends and sync_ends[0] <= self._written_end:
+                sync_ends.popleft()
             self._flush_requested_s = self._clock.seconds()
             self._flusher.request(self)
         self._release()
@@ -340,6 +340,7 @@ class PartitionLog:
         self._refusal = "failed"
         logger.error("%s; it refuses appends until restart", self.failed)
         pending, self._pending = self._pending, deque()
+        self._sync_ends.clear()
         self._staged.clear()
         self._staged_counts.clear()
         self._reservations = 0
@@ -356,7 +357,6 @@ class PartitionLog:
     def request_flush(self) -> None:
         """Ask the flusher to make everything written so far durable (the interval timer)."""
         self._unflushed_count = 0
-        self._unflushed_bytes = 0
         self._flush_requested_s = self._clock.seconds()
         self._flusher.request(self)
 

@@ -35,27 +35,27 @@ def kinds(files):
 
 
 def test_group_commit_always_waits_for_the_fsync():
-    assert should_flush(FlushMode.GROUP_COMMIT, 20, 1, 0.0, 0, 10000)
+    assert should_flush(FlushMode.GROUP_COMMIT, 1, 0.0, 0, 10000)
 
 
 def test_threshold_one_waits_for_the_fsync_on_every_append():
-    assert should_flush(FlushMode.THRESHOLD, 20, 1, 0.0, 1, 10000)
+    assert should_flush(FlushMode.THRESHOLD, 1, 0.0, 1, 10000)
 
 
 def test_threshold_n_does_not_wait_below_n_appends():
-    assert not should_flush(FlushMode.THRESHOLD, 40, 2, 0.0, 3, 10000)
+    assert not should_flush(FlushMode.THRESHOLD, 2, 0.0, 3, 10000)
 
 
 def test_threshold_n_waits_at_the_nth_append():
-    assert should_flush(FlushMode.THRESHOLD, 60, 3, 0.0, 3, 10000)
+    assert should_flush(FlushMode.THRESHOLD, 3, 0.0, 3, 10000)
 
 
 def test_threshold_mode_waits_once_the_interval_has_passed():
-    assert should_flush(FlushMode.THRESHOLD, 20, 1, 10000.0, 1000, 10000)
+    assert should_flush(FlushMode.THRESHOLD, 1, 10000.0, 1000, 10000)
 
 
 def test_threshold_mode_does_not_wait_before_the_interval_has_passed():
-    assert not should_flush(FlushMode.THRESHOLD, 20, 1, 9999.0, 1000, 10000)
+    assert not should_flush(FlushMode.THRESHOLD, 1, 9999.0, 1000, 10000)
 
 
 # -- group commit ----------------------------------------------------------------------

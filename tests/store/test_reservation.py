@@ -183,6 +183,49 @@ def test_threshold_mode_interval_flush_does_not_release_a_reservation(tmp_path, 
     assert (acks.events, log.max_offset) == ([], 26)
 
 
+def test_threshold_mode_flushes_only_when_a_record_due_for_a_flush_is_written(
+    tmp_path, files, acks
+):
+    """Goal: while commits keep a reservation staged behind every write (transactions waiting
+    for their journal sync), threshold mode still flushes once per N appends, not per commit.
+
+    Method: threshold 3; eleven reservations, each filled once the next one is staged, the
+    flusher run after each fill. Appends 3, 6 and 9 are due for a flush: three fsyncs of the
+    segment, and every filled batch acknowledged.
+    """
+    executor = ManualExecutor()
+    log = open_partition(str(tmp_path / "test-0"), files=files, executor=executor, threshold=3)
+    waiting = log.reserve(len(BATCH), acks("tx-1"))
+    for number in range(2, 12):
+        staged = log.reserve(len(BATCH), acks(f"tx-{number}"))
+        log.fill(waiting, BATCH)
+        executor.run_all()
+        waiting = staged
+    fsyncs = [event for event in files.events if event == ("fsync", SEGMENT)]
+    assert (len(fsyncs), [name for name, _offset in acks.events]) == (
+        3,
+        [f"tx-{number}" for number in range(1, 11)],
+    )
+
+
+def test_threshold_mode_flushes_a_due_record_once_the_reservation_before_it_is_filled(
+    tmp_path, files, acks
+):
+    """Goal: a record due for a flush but staged behind an unfilled reservation gets its
+    flush when a later commit writes it, and is acknowledged only after that flush."""
+    executor = ManualExecutor()
+    log = open_partition(str(tmp_path / "test-0"), files=files, executor=executor, threshold=2)
+    reservation = log.reserve(len(BATCH), acks("tx"))
+    log.stage(record(b"due"), acks("due"))  # the second append: due for a flush
+    log.commit()
+    assert executor.queue == []
+    log.fill(reservation, BATCH)
+    assert (acks.events, len(executor.queue)) == ([("tx", 0)], 1)
+    executor.run_all()
+    assert acks.events == [("tx", 0), ("due", len(BATCH))]
+    assert files.events[-1] == ("fsync", SEGMENT)
+
+
 def test_cancel_fails_the_partition(tmp_path, acks):
     log = open_partition(str(tmp_path / "test-0"))
     reservation = log.reserve(len(BATCH), acks("tx"))
