@@ -41,7 +41,13 @@ from meta.config import BrokerConfig, FlushMode, TopicConfig
 from meta.errors import InvalidTopicError, StoreError
 from meta.store import retention
 from meta.store.files import Files
-from meta.store.group_commit import Executor, Flusher, FlushPolicy, ThreadExecutor
+from meta.store.group_commit import (
+    Executor,
+    Flusher,
+    FlushPolicy,
+    SynchronousExecutor,
+    ThreadExecutor,
+)
 from meta.store.partition import PartitionLog
 from meta.store.segment import Segment, segment_name
 
@@ -75,8 +81,9 @@ class StoreManager:
                 executor); ``task.Clock`` in tests.
             files: the file layer; the operating system by default.
             executor: runs flush batches off the reactor thread; one dedicated thread by default.
-            retention_executor: runs archive compression off the reactor thread; the
-                reactor's thread pool by default.
+            retention_executor: runs slow file work off the reactor thread (archive
+                compression, journal file deletion: ``background``); the reactor's thread
+                pool by default, inline when the reactor has none (a test clock).
         """
         self._config = config
         self._reactor = reactor
@@ -95,8 +102,11 @@ class StoreManager:
         self._started = False
         self._closed = False
         if retention_executor is None:
-            retention_executor = retention.thread_pool_executor(reactor)
-        self._retention_executor = retention_executor
+            if hasattr(reactor, "getThreadPool"):
+                retention_executor = retention.thread_pool_executor(reactor)
+            else:
+                retention_executor = SynchronousExecutor()
+        self.background: Executor = retention_executor
         self._crons: dict[str, retention.QuartzCron | None] = {}
         self._cron_next_s: dict[str, float | None] = {}  # deleteWhen -> next fire time
         self._retention_call: Any = None  # the one IDelayedCall
@@ -436,7 +446,7 @@ class StoreManager:
                 self._config.topic_config(log.topic).delete_policy_spec,
                 self._reactor.seconds(),
                 self._files,
-                self._retention_executor,
+                self.background,
                 self._retention_stop,
             )
         except retention.RetentionStopped:

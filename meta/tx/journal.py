@@ -24,7 +24,8 @@ Invariants:
     * fsync runs on the store's flusher thread (the journal is a ``FlushClient``), never on the
       reactor thread.
 
-Thread affinity: reactor thread only; ``_SyncTask.run`` runs on the flusher thread.
+Thread affinity: reactor thread only; ``_SyncTask.run`` runs on the flusher thread, and the
+unlink of an unused file on the ``background`` executor (the reactor's thread pool).
 """
 
 from __future__ import annotations
@@ -32,13 +33,16 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
+from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall
+from twisted.python.failure import Failure
 
 from meta.errors import InvalidRecordError, StoreError
 from meta.store.files import Files
-from meta.store.group_commit import Flusher
+from meta.store.group_commit import Flusher, SynchronousExecutor
 from meta.tx.journal_location import JournalLocation
 from meta.tx.records import FILE_MAGIC, FILE_MAGIC_V1, Record, encode, read_record
 
@@ -112,6 +116,8 @@ class Journal:
         reactor: provides ``callLater`` for the once-a-second flush of mode 2.
         file_bytes_max: roll the current file once it holds this many bytes.
         flush_mode: ``flushTxLogAtCommit``, 0, 1 or 2.
+        background: runs the deletion of unused files off the reactor thread (an executor
+            as ``StoreManager.background``); inline when None.
     """
 
     def __init__(
@@ -123,6 +129,7 @@ class Journal:
         reactor: Any,
         file_bytes_max: int,
         flush_mode: int,
+        background: Callable[[Callable[[], Any]], Deferred] | None = None,
     ) -> None:
         assert flush_mode in (0, 1, 2)
         assert file_bytes_max > len(FILE_MAGIC)
@@ -133,6 +140,7 @@ class Journal:
         self._reactor = reactor
         self._file_bytes_max = file_bytes_max
         self._flush_mode = flush_mode
+        self._background = background if background is not None else SynchronousExecutor()
         self._redo: dict[int, _RedoFile] = {}
         self._current: _RedoFile | None = None
         self._directory_dirty = False
@@ -382,13 +390,17 @@ class Journal:
             return
         del self._redo[redo.number]
         self._files.close(redo.fd)
-        try:
-            self._files.remove(redo.path)
-        except OSError as error:
-            logger.error("could not delete journal file %s: %s", redo.path, error)
-            return
+        # Unlinking a full file frees its blocks: milliseconds the reactor thread must not
+        # stall for. Names are never reused (numbers only grow), so nothing waits for it.
+        removed = self._background(partial(self._files.remove, redo.path))
+        removed.addCallbacks(self._removed, self._not_removed, (redo.path,), None, (redo.path,))
+
+    def _removed(self, _result: object, path: str) -> None:
         self._directory_dirty = True
-        logger.info("deleted journal file %s: no open transaction is left in it", redo.path)
+        logger.info("deleted journal file %s: no open transaction is left in it", path)
+
+    def _not_removed(self, failure: Failure, path: str) -> None:
+        logger.error("could not delete journal file %s: %s", path, failure.getErrorMessage())
 
     @property
     def file_numbers(self) -> list[int]:

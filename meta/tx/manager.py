@@ -55,6 +55,7 @@ class TransactionManager:
             reactor=reactor,
             file_bytes_max=config.tx_journal_file_bytes,
             flush_mode=config.flush_tx_log_at_commit,
+            background=store.background,
         )
         self.transactions = TransactionStore(config, reactor, store, self.journal)
         self._store = store

@@ -111,14 +111,25 @@ class TxBroker:
     """A store and its transactions on one data directory, opened as the broker opens them."""
 
     def __init__(
-        self, config: BrokerConfig, *, files: RecordingFiles | None = None, manual: bool = False
+        self,
+        config: BrokerConfig,
+        *,
+        files: RecordingFiles | None = None,
+        manual: bool = False,
+        background: Any = None,
     ) -> None:
         self.config = config
         self.message_ids = 0
         self.clock = Clock()
         self.files = files if files is not None else EventFiles()
         self.executor: Any = ManualExecutor() if manual else SynchronousExecutor()
-        self.store = StoreManager(config, self.clock, files=self.files, executor=self.executor)
+        self.store = StoreManager(
+            config,
+            self.clock,
+            files=self.files,
+            executor=self.executor,
+            retention_executor=background,
+        )
         self.store.load()
         self.store.start()
         self.tx = TransactionManager(config, self.clock, self.store)

@@ -43,6 +43,7 @@ def open_journal(
     mode=1,
     file_bytes_max=1 << 20,
     start=None,
+    background=None,
 ):
     """Replay ``directory`` and start the journal; return it and what replay yielded."""
     if flusher is None:
@@ -54,6 +55,7 @@ def open_journal(
         reactor=clock if clock is not None else Clock(),
         file_bytes_max=file_bytes_max,
         flush_mode=mode,
+        background=background,
     )
     replayed = list(journal.replay(start))
     journal.start()
@@ -354,6 +356,39 @@ def test_a_file_is_deleted_once_not_current_and_its_references_drop_to_zero(dire
     journal = rolled_journal(directory, files)
     journal.release(1)
     assert (os.path.exists(redo(directory, 1)), journal.file_numbers) == (False, [2])
+
+
+def test_an_unused_file_is_unlinked_by_the_background_executor_not_the_caller(
+    directory, files, caplog
+):
+    """Goal: unlinking a full journal file (milliseconds: its blocks are freed) never stalls
+    the reactor thread; the journal forgets the file at once and logs the deletion once the
+    background job ran.
+
+    Method: a held background executor (ManualExecutor); release the rolled-past file.
+    """
+    background = ManualExecutor()
+    journal = rolled_journal(directory, files, background=background)
+    journal.release(1)
+    assert (journal.file_numbers, os.path.exists(redo(directory, 1))) == ([2], True)
+    assert "remove" not in files.of(REDO_1)
+    with caplog.at_level(logging.INFO, logger="meta.tx"):
+        background.run_all()
+    assert not os.path.exists(redo(directory, 1))
+    assert f"deleted journal file {redo(directory, 1)}" in caplog.text
+
+
+def test_a_failed_unlink_is_logged_and_the_journal_keeps_working(directory, files, caplog):
+    background = ManualExecutor()
+    journal = rolled_journal(directory, files, background=background)
+    journal.release(1)
+    os.remove(redo(directory, 1))  # the unlink will fail: ENOENT
+    with caplog.at_level(logging.ERROR, logger="meta.tx"):
+        background.run_all()
+    assert f"could not delete journal file {redo(directory, 1)}" in caplog.text
+    journal.append(append("TX:s:3"))
+    journal.write_staged()
+    assert journal.failed is None
 
 
 def test_a_file_with_two_transactions_is_kept_until_both_finish(directory, files):

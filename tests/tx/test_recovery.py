@@ -31,7 +31,7 @@ from meta.tx.records import (
     PrepareRecord,
     encode,
 )
-from tests.store.conftest import collect, record
+from tests.store.conftest import ManualExecutor, collect, record
 from tests.tx.conftest import LOCAL, XID, Done, EventFiles, TxBroker, journal_records, tx_config
 
 XID_OTHER = "XID:1:0c:0d:q1"
@@ -489,6 +489,25 @@ def test_replay_starts_at_the_last_checkpoint_and_old_redo_files_are_gone(tmp_pa
     assert (restarted.report.start, restarted.report.records) == (last, 2)  # APPEND, PREPARE
     assert len([name for name in names if name.startswith("redo.")]) == 1
     assert len([name for name in names if name.startswith("checkpoint.")]) == 2
+
+
+def test_the_broker_unlinks_unused_journal_files_on_the_stores_background_executor(tmp_path):
+    """Goal: the transaction manager hands its journal the store's background executor, so
+    a full journal file is unlinked off the reactor thread.
+
+    Method: small redo files, the store's background executor held (ManualExecutor); commit
+    until the journal rolled: the unused files stay until the background jobs run.
+    """
+    background = ManualExecutor()
+    config = tx_config(tmp_path, tx_journal_file_bytes=200)
+    broker = TxBroker(config, background=background)
+    for number in range(1, 12):
+        committed(broker, f"TX:s:{number}", (b"m",))
+    older = range(1, broker.journal.file_numbers[-1])
+    paths = [os.path.join(broker.journal_directory, f"redo.{number}") for number in older]
+    assert paths and all(os.path.exists(path) for path in paths)
+    background.run_all()
+    assert not any(os.path.exists(path) for path in paths)
 
 
 def test_an_open_transaction_does_not_hold_the_checkpoint_back(tmp_path):
