@@ -71,7 +71,7 @@ class BrokerProtocol(protocol.Protocol):
         self._queued_bytes = 0
         self._stream: list | None = None  # [segment, position, remaining] of the running reply
         self._inflight = 0
-        self._put_targets: dict = {}  # the put runs' partition lookups (``put_run.Targets``)
+        self._put_targets: dict = {}  # the put runs' partition lookups (``targets.Targets``)
         self._transport_paused = False
         self._reading_paused = False
         self._closed = False
@@ -107,7 +107,7 @@ class BrokerProtocol(protocol.Protocol):
                     if key is None:
                         self._inflight += handle_put_run(broker, puts, self, self._put_targets)
                     else:
-                        self._send(handle_tx_put_run(broker, key, puts, self))
+                        self._send(handle_tx_put_run(broker, key, puts, self, self._put_targets))
                     if not decoder.buffered_bytes:
                         break
                     continue

@@ -31,14 +31,10 @@ from meta.protocol.commands import Put
 from meta.protocol.message import CHECKSUM_MASK, HEADER
 from meta.server.handlers import handle_put, put_append_failed
 from meta.server.replies import PENDING
+from meta.server.targets import Targets, cached_target
 
 _pack_header = HEADER.pack
 _crc32 = zlib.crc32
-
-TARGETS_MAX = 1024
-Targets = dict[tuple[bytes, bytes], tuple]
-"""(topic, partition) header bytes -> (partition log, topic, partition): lookups kept per
-connection, at most ``TARGETS_MAX`` (then cleared)."""
 
 
 class _Batch:
@@ -99,27 +95,9 @@ class _Batch:
         self.room = self.log.room_bytes
 
 
-def _target(broker, targets: Targets, key: tuple[bytes, bytes]) -> tuple | None:
-    """(partition log, topic, partition) of an existing partition that the running config
-    accepts and that takes appends; None: ``handle_put`` decides (a new partition, a refused
-    topic or partition, a failed partition ...). ``targets`` is cleared on each reload."""
-    target = targets.get(key)
-    if target is None:
-        topic_bytes, partition_bytes = key
-        topic = topic_bytes.decode("ascii")  # the decoder took only legal (ASCII) names
-        partition = int(partition_bytes)
-        partition_log = broker.store.accepting(topic, partition)
-        if partition_log is None:
-            return None
-        if len(targets) >= TARGETS_MAX:
-            targets.clear()
-        target = targets[key] = (partition_log, topic, partition)
-    return target if target[0].accepts_appends else None
-
-
 def _open_batch(broker, targets: Targets, key: tuple[bytes, bytes]) -> _Batch | None:
-    """A batch for ``_target(key)``; None: ``handle_put`` decides."""
-    target = _target(broker, targets, key)
+    """A batch for ``cached_target(key)``; None: ``handle_put`` decides."""
+    target = cached_target(broker, targets, key)
     if target is None:
         return None
     partition_log, topic, partition = target
@@ -243,7 +221,7 @@ def _handle_single(broker, fields: PutFields, connection, targets: Targets) -> i
     """One plain put on its own (a synchronous producer's): the fast path's rules for a
     stretch of one, without the batch; anything else goes to ``handle_put``."""
     topic_bytes, partition_bytes, flag, checksum, opaque, body = fields
-    target = _target(broker, targets, (topic_bytes, partition_bytes))
+    target = cached_target(broker, targets, (topic_bytes, partition_bytes))
     if target is None:
         return _handle_one(broker, fields, connection)
     crc = _crc32(body) & CHECKSUM_MASK

@@ -30,6 +30,7 @@ from meta.protocol.message import CHECKSUM_MASK, HEADER
 from meta.protocol.transaction_key import CANONICAL_LOCAL_KEY, parse_transaction_key
 from meta.protocol.xa import XAER_NOTA, format_xa_error
 from meta.server.replies import CHECKSUM_FAILURE, PENDING, Reply
+from meta.server.targets import Targets, cached_target
 from meta.tx.transaction_store import TRANSACTION_BYTES_MAX
 
 log = logging.getLogger("meta.server")
@@ -70,13 +71,16 @@ def handle_transactional_put(broker, command: Put, connection) -> Reply:
     return b"result 200 %d %d\r\n%s" % (len(body), command.opaque, body)
 
 
-def handle_tx_put_run(broker, key: str, puts: list[PutFields], connection) -> bytes:
+def handle_tx_put_run(
+    broker, key: str, puts: list[PutFields], connection, lookups: Targets
+) -> bytes:
     """The replies of ``handle_transactional_put`` for consecutive puts of one transaction
     (``Decoder.next_put_run``), joined. The transaction is looked up once: nothing between
     the puts can change what that finds (a failed put leaves the transaction as it was).
-    When every put will be taken (partitions accepted, checksums right, within the byte
-    bound), ids come in one block and each partition's records join the transaction at once;
-    otherwise each put goes through ``_put_into`` in order, as one at a time."""
+    When every put will be taken (existing partitions accepted, checksums right, within the
+    byte bound), ids come in one block and each partition's records join the transaction at
+    once; otherwise each put goes through ``_put_into`` in order, as one at a time.
+    ``lookups`` is the connection's partition cache (``meta.server.targets``)."""
     broker.counters.cmd_put += len(puts)
     transactions = broker.transactions
     try:
@@ -84,7 +88,7 @@ def handle_tx_put_run(broker, key: str, puts: list[PutFields], connection) -> by
     except MetaError as error:
         return b"".join(_put_failed(broker, error, int(fields[4])) for fields in puts)
     crcs = [_crc32(fields[5]) & CHECKSUM_MASK for fields in puts]
-    targets = _checked_run(broker, transaction, puts, crcs)
+    targets = _checked_run(broker, puts, crcs, lookups)
     if targets is None:
         return _one_by_one(broker, transaction, puts)
     ids = broker.ids.next_ids(len(puts))
@@ -121,25 +125,23 @@ def handle_tx_put_run(broker, key: str, puts: list[PutFields], connection) -> by
     return b"".join(replies)
 
 
-def _checked_run(broker, transaction, puts: list[PutFields], crcs: list[int]) -> dict | None:
+def _checked_run(broker, puts: list[PutFields], crcs: list[int], lookups: Targets) -> dict | None:
     """The run's targets, ``{(topic, partition) bytes: (topic, partition, stat)}``, when
-    every put of the run will be taken, else None. Partitions a put would create are
-    created here, as its ``_put_into`` would."""
+    every put of the run will be taken, else None: ``_one_by_one`` then decides each put
+    (and creates a new partition, as ``_put_into`` does)."""
     size = HEADER.size * len(puts)
-    for fields, crc in zip(puts, crcs, strict=True):
-        checksum = fields[3]
+    targets: dict[tuple[bytes, bytes], tuple[str, int, bool]] = {}
+    for (topic_bytes, partition_bytes, _f, checksum, _o, body), crc in zip(puts, crcs, strict=True):
         if checksum is not None and checksum != -1 and checksum != crc:
             return None
-        size += len(fields[5])
-    targets: dict[tuple[bytes, bytes], tuple[str, int, bool]] = {}
-    for name in {(fields[0], fields[1]): None for fields in puts}:
-        topic, partition = name[0].decode("ascii"), int(name[1])
-        if (topic, partition) not in transaction.batches:
-            try:
-                broker.partition_for_put(topic, partition)
-            except MetaError:
+        size += len(body)
+        name = (topic_bytes, partition_bytes)
+        if name not in targets:
+            target = cached_target(broker, lookups, name)
+            if target is None:
                 return None
-        targets[name] = (topic, partition, broker.stat_enabled(topic))
+            _log, topic, partition = target
+            targets[name] = (topic, partition, broker.stat_enabled(topic))
     if broker.transactions.byte_count + size > TRANSACTION_BYTES_MAX:
         return None
     return targets

@@ -20,7 +20,7 @@ from twisted.python.failure import Failure
 from meta.config import BrokerConfig, load_config
 from meta.errors import ConfigError, InvalidTopicError
 from meta.protocol.codec import decode_all, encode
-from meta.protocol.commands import Put, Result
+from meta.protocol.commands import Put, Result, Transaction
 from meta.server.broker import Broker, ReloadRefused, reload_outcome
 from meta.server.main import ConfigReloader
 from meta.server.protocol import BrokerProtocol
@@ -195,18 +195,7 @@ def test_a_lowered_partition_count_refuses_puts_to_the_partitions_beyond_it(setu
     config, also on the put fast path, whose per-connection lookups a reload clears. Method:
     puts to partition 1 over a connection (one alone, then a run of two), numPartitions
     lowered to 1, the same puts again; then raised back."""
-    connection = BrokerProtocol(setup.broker)
-    transport = StringTransport()
-    connection.makeConnection(transport)
-
-    def replies(*reads: bytes) -> list[Result]:
-        for data in reads:
-            connection.dataReceived(data)
-        setup.executor.run_all()
-        got = decode_all(transport.value())
-        transport.clear()
-        return got
-
+    replies = connected(setup)
     reads = (put_frame(1, 1), put_frame(1, 2) + put_frame(1, 3))
     assert [reply.code for reply in replies(*reads)] == [200, 200, 200]
 
@@ -221,6 +210,46 @@ def test_a_lowered_partition_count_refuses_puts_to_the_partitions_beyond_it(setu
     setup.reload(topics={"test": {"numPartitions": 2}, "idle": {}})
 
     assert [reply.code for reply in replies(*reads)] == [200, 200, 200]
+
+
+def test_a_lowered_partition_count_refuses_transactional_puts_beyond_it(setup):
+    """Goal: the transactional put runs use the same per-connection lookups, which a reload
+    clears: a new transaction's run to a partition the reload took away is refused.
+    Method: a transaction's run of two puts to partition 1, numPartitions lowered to 1, the
+    same with a new transaction."""
+    replies = connected(setup)
+
+    def transaction(key: str, opaque: int) -> bytes:
+        puts = [encode(Put("test", 1, b"body", 0, opaque + n, None, key)) for n in (1, 2)]
+        return encode(Transaction(key, "s1", "BEGIN", opaque)) + b"".join(puts)
+
+    connection_opened = replies(put_frame(1, 1))  # partition 1 exists; the lookup is cached
+    assert [reply.code for reply in connection_opened] == [200]
+    assert [reply.code for reply in replies(transaction("TX:s1:1", 10))] == [200, 200, 200]
+
+    setup.reload(topics={"test": {"numPartitions": 1}, "idle": {}})
+
+    refused = replies(transaction("TX:s1:2", 20))
+    assert [reply.code for reply in refused] == [200, 500, 500]
+    assert all(b"wrong partition 1" in reply.body for reply in refused[1:])
+
+
+def connected(setup):
+    """A connection to ``setup.broker``; returns ``replies(*reads)``: the results that
+    answer those reads once the flushes ran."""
+    connection = BrokerProtocol(setup.broker)
+    transport = StringTransport()
+    connection.makeConnection(transport)
+
+    def replies(*reads: bytes) -> list[Result]:
+        for data in reads:
+            connection.dataReceived(data)
+        setup.executor.run_all()
+        got = decode_all(transport.value())
+        transport.clear()
+        return got
+
+    return replies
 
 
 def put_frame(partition: int, opaque: int) -> bytes:
