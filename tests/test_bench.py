@@ -89,3 +89,19 @@ def test_quick_run_reports_every_scenario(tmp_path: Path):
     assert scenarios >= {"pipelined", "consume", "tx", "consumer", "e2e"}
     assert all(entry["ratio"] > 0 for entry in report["targets"])
     assert not list(tmp_path.glob("metaq-bench-*")), "temporary broker dirs were left behind"
+
+
+def test_a_subset_of_produce_scenarios_runs_in_every_mode_asked_for(tmp_path: Path):
+    """``--scenarios tx`` (or ``client``) needs a broker in each mode, as sync does."""
+    output = tmp_path / "bench.json"
+    completed = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--scenarios", "tx", "--modes", "0,1"]
+        + ["--json", str(output), "--data-dir", tmp_path],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        cwd=tmp_path,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    rows = {(row["scenario"], row["mode"]) for row in json.loads(output.read_text())["results"]}
+    assert {("tx", "0"), ("tx", "1")} <= rows
