@@ -36,13 +36,12 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall
 from twisted.python.failure import Failure
 
 from meta.errors import InvalidRecordError, StoreError
 from meta.store.files import Files
-from meta.store.group_commit import Flusher, SynchronousExecutor
+from meta.store.group_commit import Executor, Flusher, SynchronousExecutor
 from meta.tx.journal_location import JournalLocation
 from meta.tx.records import FILE_MAGIC, FILE_MAGIC_V1, Record, encode, read_record
 
@@ -129,7 +128,7 @@ class Journal:
         reactor: Any,
         file_bytes_max: int,
         flush_mode: int,
-        background: Callable[[Callable[[], Any]], Deferred] | None = None,
+        background: Executor | None = None,
     ) -> None:
         assert flush_mode in (0, 1, 2)
         assert file_bytes_max > len(FILE_MAGIC)
@@ -393,7 +392,9 @@ class Journal:
         # Unlinking a full file frees its blocks: milliseconds the reactor thread must not
         # stall for. Names are never reused (numbers only grow), so nothing waits for it.
         removed = self._background(partial(self._files.remove, redo.path))
-        removed.addCallbacks(self._removed, self._not_removed, (redo.path,), None, (redo.path,))
+        removed.addCallbacks(
+            self._removed, self._not_removed, callbackArgs=(redo.path,), errbackArgs=(redo.path,)
+        )
 
     def _removed(self, _result: object, path: str) -> None:
         self._directory_dirty = True
