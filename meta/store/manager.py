@@ -9,7 +9,7 @@ Retention: ONE reactor timer, armed with ``callLater`` for the earliest next fir
 distinct ``deleteWhen`` (``[system]`` and each ``[topic=NAME]``). When it fires, the partitions
 whose topic's ``deleteWhen`` is due join a queue that one runner works through, a partition at
 a time, with its topic's ``deletePolicy`` (``retention.retain_partition``); compression runs on
-the retention executor (the reactor's thread pool by default), never on the flusher thread. A
+the background executor (the reactor's thread pool by default), never on the flusher thread. A
 failed partition is logged (WARNING) and the runner goes on with the next one.
 
 Invariants:
@@ -71,7 +71,7 @@ class StoreManager:
         reactor: Any,
         files: Files | None = None,
         executor: Executor | None = None,
-        retention_executor: Executor | None = None,
+        background: Executor | None = None,
     ) -> None:
         """Create an empty store; call ``load`` and then ``start``.
 
@@ -81,9 +81,9 @@ class StoreManager:
                 executor); ``task.Clock`` in tests.
             files: the file layer; the operating system by default.
             executor: runs flush batches off the reactor thread; one dedicated thread by default.
-            retention_executor: runs slow file work off the reactor thread (archive
-                compression, journal file deletion: ``background``); the reactor's thread
-                pool by default, inline when the reactor has none (a test clock).
+            background: runs slow file work off the reactor thread (archive compression,
+                journal file deletion); the reactor's thread pool by default, inline when
+                the reactor has none (a test clock).
         """
         self._config = config
         self._reactor = reactor
@@ -101,12 +101,12 @@ class StoreManager:
         self._staged: list[PartitionLog] = []
         self._started = False
         self._closed = False
-        if retention_executor is None:
+        if background is None:
             if hasattr(reactor, "getThreadPool"):
-                retention_executor = retention.thread_pool_executor(reactor)
+                background = retention.thread_pool_executor(reactor)
             else:
-                retention_executor = SynchronousExecutor()
-        self.background: Executor = retention_executor
+                background = SynchronousExecutor()
+        self.background: Executor = background
         self._crons: dict[str, retention.QuartzCron | None] = {}
         self._cron_next_s: dict[str, float | None] = {}  # deleteWhen -> next fire time
         self._retention_call: Any = None  # the one IDelayedCall

@@ -227,7 +227,7 @@ class Store:
         policy: str = "delete,1s",
         when: str = EVERY_SECOND,
         files=None,
-        retention_executor=None,
+        background=None,
         flush_executor=None,
         topics=None,
     ) -> None:
@@ -243,7 +243,7 @@ class Store:
             self.clock,
             files=files,
             executor=flush_executor or SynchronousExecutor(),
-            retention_executor=retention_executor or SynchronousExecutor(),
+            background=background or SynchronousExecutor(),
         )
         self.store.load()
         self.store.start()
@@ -341,10 +341,10 @@ def test_archive_renames_old_segments_to_arc_with_their_bytes(tmp_path):
 
 def test_archive_with_compress_zips_off_the_reactor_then_drops_the_segment(tmp_path):
     """Goal: archive,1s,true writes X.meta.zip holding X.meta's bytes, and the segment leaves
-    the log only once the zip is complete. Method: a manual retention executor; check the
+    the log only once the zip is complete. Method: a manual background executor; check the
     state while the compression job waits, then run it."""
     jobs = ManualExecutor()
-    store = Store(tmp_path, policy="archive,1s,true", retention_executor=jobs)
+    store = Store(tmp_path, policy="archive,1s,true", background=jobs)
     log = store.fill(records=1)
     path = os.path.join(store.directory(), segment_name(0))
     original = store.read(segment_name(0))
@@ -364,7 +364,7 @@ def test_archive_with_compress_zips_off_the_reactor_then_drops_the_segment(tmp_p
 
 def test_a_second_tick_while_a_zip_is_written_does_not_queue_the_segment_again(tmp_path):
     jobs = ManualExecutor()
-    store = Store(tmp_path, policy="archive,1s,true", retention_executor=jobs)
+    store = Store(tmp_path, policy="archive,1s,true", background=jobs)
     store.fill(records=2)
     store.age(10)
     store.tick()
@@ -492,7 +492,7 @@ def test_close_cancels_the_timer_and_stops_an_archive_being_written(tmp_path, ca
     """Goal: close leaves no timer and waits for (and stops) a running compression. Method:
     the zip job is held; close; the store stays open until the job ran and gave up."""
     jobs = ManualExecutor()
-    store = Store(tmp_path, policy="archive,1s,true", retention_executor=jobs)
+    store = Store(tmp_path, policy="archive,1s,true", background=jobs)
     store.fill(records=1)
     store.age(10)
     store.tick()

@@ -128,7 +128,7 @@ class TxBroker:
             self.clock,
             files=self.files,
             executor=self.executor,
-            retention_executor=background,
+            background=background,
         )
         self.store.load()
         self.store.start()
