@@ -156,6 +156,12 @@ def test_each_thread_gets_its_own_resource_pinned_to_a_candidate(producer):
     assert {resource.address, other.address} <= set(producer.candidate_brokers())
     assert resource.is_same_rm(resource) and not resource.is_same_rm(object())
     assert resource.is_same_rm(other) == (other.address == resource.address)
+    producer.set_unique_qualifier("another")  # Another qualifier: other broker transactions.
+    for _ in range(30):  # Each thread's resource is pinned at random among three brokers.
+        other = run_in_thread(producer.get_xa_resource)
+        if other.address == resource.address:
+            break
+    assert other.address == resource.address and not resource.is_same_rm(other)
 
 
 def test_a_two_phase_branch_sends_the_exact_wire_lines(producer, brokers):
@@ -239,7 +245,7 @@ def test_prepare_returns_read_only_from_the_reply(producer, brokers):
         (reply(500, b"java.lang.NullPointerException"), jta.XAER_RMERR),
         (reply(503, b"busy"), jta.XAER_RMERR),
         (reply(200, b"maybe"), jta.XAER_RMERR),
-        (no_reply, jta.XA_RBTIMEOUT),
+        (no_reply, jta.XAER_RMFAIL),  # Java: XA_RBTIMEOUT, which claims a rollback.
     ],
 )
 def test_broker_answers_map_to_xa_error_codes(producer, brokers, answer, code):
@@ -276,7 +282,7 @@ def test_start_rules_follow_the_xa_contract(producer):
     resource = producer.get_xa_resource()
     other = Xid(7, b"other", b"")
     with pytest.raises(XAError) as caught:
-        resource.start(XID, jta.TMJOIN)
+        resource.start(XID, jta.TMRESUME)
     assert caught.value.error_code == jta.XAER_NOTA
     with pytest.raises(XAError) as caught:
         resource.start(XID, jta.TMSUCCESS)
@@ -405,3 +411,98 @@ def test_recover_without_candidates_is_rmfail(producer, cluster):
     with pytest.raises(XAError) as caught:
         resource.recover(jta.TMSTARTRSCAN)
     assert caught.value.error_code == jta.XAER_RMFAIL
+
+
+@pytest.mark.parametrize("call", ["commit2", "commit1", "rollback", "forget", "prepare"])
+def test_a_request_without_reply_is_rmfail_never_a_rollback_code(producer, brokers, call):
+    """Goal: a late reply leaves the branch's outcome unknown, so the transaction manager must
+    hear XAER_RMFAIL (it retries or recovers), never XA_RB* (which says "rolled back": after
+    a two-phase commit that may have committed, the manager would not retry). Method: the
+    pinned broker never answers; each completion call fails with XAER_RMFAIL in time."""
+    producer.set_transaction_request_timeout(0.3)
+    resource = producer.get_xa_resource()
+    broker = broker_of(resource, brokers)
+    for kind in ("PREPARE", "COMMIT_ONE_PHASE", "COMMIT_TWO_PHASE", "ROLLBACK", "FORGET"):
+        broker.script[kind] = no_reply
+    calls = {
+        "commit2": lambda: resource.commit(XID, False),
+        "commit1": lambda: resource.commit(XID, True),
+        "rollback": lambda: resource.rollback(XID),
+        "forget": lambda: resource.forget(XID),
+        "prepare": lambda: resource.prepare(XID),
+    }
+    started = time.monotonic()
+    with pytest.raises(XAError, match="outcome is unknown") as caught:
+        calls[call]()
+    assert caught.value.error_code == jta.XAER_RMFAIL
+    assert time.monotonic() - started < WAIT_S
+
+
+@pytest.mark.parametrize("finish", ["commit", "rollback", "forget"])
+def test_a_recovered_branch_is_finished_on_the_broker_that_listed_it(producer, brokers, finish):
+    """Goal: after recover, commit/rollback/forget of a listed xid go to the broker holding
+    it, even when this resource is pinned to another one (else that broker answers
+    XAER_NOTA and the branch stays prepared forever). Method: only a broker other than the
+    pinned one lists XID; the completion must reach it and nothing else."""
+    resource = producer.get_xa_resource()
+    pinned = broker_of(resource, brokers)
+    holder = next(b for b in brokers.values() if b is not pinned)
+    holder.script["RECOVER"] = reply(200, KEY.encode())
+    assert resource.recover(jta.TMSTARTRSCAN | jta.TMENDRSCAN) == [XID]
+    {"commit": lambda: resource.commit(XID, False), "rollback": lambda: resource.rollback(XID),
+     "forget": lambda: resource.forget(XID)}[finish]()  # fmt: skip
+    kind = {"commit": "COMMIT_TWO_PHASE", "rollback": "ROLLBACK", "forget": "FORGET"}[finish]
+    assert f" {kind} ".encode() in holder.frames()[-1]
+    assert not any(b" RECOVER " not in frame for frame in pinned.frames())
+    resource.rollback(XID)  # Finished: a second call goes to the pinned broker again.
+    assert b" ROLLBACK " in pinned.frames()[-1]
+
+
+def test_a_same_rm_resource_joins_a_branch_it_has_not_seen(producer, brokers):
+    """Goal: when is_same_rm says two resources are one resource manager, TMJOIN on the
+    second works (a transaction manager joins there instead of starting a new branch), and
+    both threads' puts go to the one broker transaction. Method: two threads' resources on
+    the same broker; the second joins XID with TMJOIN, which sends BEGIN for the same key."""
+    resource = producer.get_xa_resource()
+    broker = broker_of(resource, brokers)
+    for _ in range(20):  # Each thread's resource is pinned at random among three brokers.
+        other = run_in_thread(producer.get_xa_resource)
+        if resource.is_same_rm(other):
+            break
+    assert resource.is_same_rm(other)
+    resource.start(XID)
+
+    def joined() -> bool:
+        other.start(XID, jta.TMJOIN)
+        producer.send_message(Message("t", b"joined"))
+        other.end(XID, jta.TMSUCCESS)
+        return True
+
+    assert run_in_thread(joined)
+    producer.send_message(Message("t", b"first"))
+    resource.end(XID, jta.TMSUCCESS)
+    puts = {c.data: c.tx_key for c, _ in broker.requests if isinstance(c, Put)}
+    assert puts == {b"joined": KEY, b"first": KEY}
+    begins = [frame for frame in transaction_frames(broker) if b" BEGIN " in frame]
+    assert len(begins) == 2 and all(f" {KEY} ".encode() in frame for frame in begins)
+
+
+def test_resume_and_completion_follow_the_branch_state(producer):
+    """Goal: TMRESUME takes only a suspended branch, a suspended branch cannot be prepared
+    or committed (XAER_PROTO), and a prepared branch cannot be resumed (XAER_NOTA)."""
+    resource = producer.get_xa_resource()
+    resource.start(XID)
+    resource.end(XID, jta.TMSUSPEND)
+    for call in (lambda: resource.prepare(XID), lambda: resource.commit(XID, True)):
+        with pytest.raises(XAError) as caught:
+            call()
+        assert caught.value.error_code == jta.XAER_PROTO
+    resource.start(XID, jta.TMRESUME)
+    resource.end(XID, jta.TMSUCCESS)
+    with pytest.raises(XAError) as caught:
+        resource.start(XID, jta.TMRESUME)  # Ended, not suspended.
+    assert caught.value.error_code == jta.XAER_NOTA
+    assert resource.prepare(XID) == jta.XA_OK
+    with pytest.raises(XAError) as caught:
+        resource.start(XID, jta.TMRESUME)
+    assert caught.value.error_code == jta.XAER_NOTA
