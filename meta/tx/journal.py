@@ -20,7 +20,9 @@ Invariants:
       magic. After a failed write or fsync the journal is failed for good (``failed``): every
       waiting and later ``sync`` and every ``append`` fails, as a partition does (DECISIONS 3).
     * A file is deleted only when it is not the current one, no open transaction counts on it,
-      and no fsync of it is running.
+      no fsync of it is running, and its records are written (and fsynced, in modes 1 and 2):
+      a crash or power loss that undoes the unlink leaves a file that says how its
+      transactions ended (a ROLLBACK or FORGET is often its last record).
     * fsync runs on the store's flusher thread (the journal is a ``FlushClient``), never on the
       reactor thread.
 
@@ -62,16 +64,9 @@ class _RedoFile:
     """One redo file: ``size`` counts staged bytes, ``written_size`` only written ones."""
 
     __slots__ = (
-        "fd",
-        "flushed_size",
-        "number",
-        "path",
-        "references",
-        "size",
-        "staged",
-        "version",
+        "fd", "flushed_size", "number", "path", "references", "size", "staged", "version",
         "written_size",
-    )
+    )  # fmt: skip
 
     def __init__(self, number: int, path: str, fd: int, size: int, version: int = 2) -> None:
         self.version = version
@@ -288,8 +283,8 @@ class Journal:
         """Stage ``record`` for file ``number`` (a transaction's file), or the current file.
 
         ``data`` is a framed record (``meta.tx.records``). Appending to the current file
-        (``number`` None) starts a transaction there: the
-        current file rolls over first when full, and the caller must ``retain`` the file.
+        (``number`` None) starts a transaction there: the current file rolls over first
+        when full, and the caller must ``retain`` the file.
         Staged records are written by ``write_staged`` (at the end of each network read, as
         partition records are) and always before ``sync`` waits or answers.
 
@@ -382,10 +377,17 @@ class Journal:
         self._delete_if_unused(redo)
 
     def _delete_if_unused(self, redo: _RedoFile) -> None:
+        """Delete ``redo`` when the module's invariant allows, else once a flush covered it."""
         if redo is self._current or redo.references > 0 or redo.number not in self._redo:
             return
-        if redo.number in self._flushing:
-            self._doomed.add(redo.number)
+        self.write_staged()  # rare: a file that was not current has just been let go
+        if self.failed is not None:
+            return  # a failed journal keeps its files for the restart
+        if redo.number in self._flushing or (
+            self._flush_mode != 0 and redo.written_size > redo.flushed_size
+        ):
+            self._doomed.add(redo.number)  # the end of a flush that covers it deletes it
+            self._flusher.request(self)
             return
         del self._redo[redo.number]
         self._files.close(redo.fd)

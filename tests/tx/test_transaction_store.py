@@ -23,7 +23,7 @@ from meta.protocol.xa import (
 )
 from meta.tx import transaction_store
 from meta.tx.records import CommitDataRecord, CommitRecord
-from tests.store.conftest import EIO, collect, record
+from tests.store.conftest import EIO, ManualExecutor, collect, record
 from tests.tx.conftest import LOCAL, XID, Done, TxBroker, journal_records, tx_config
 
 XID_2 = "XID:1:0b:0c:q"
@@ -643,6 +643,37 @@ def test_a_finished_transaction_lets_its_old_journal_file_go(tmp_path):
     broker.run()
     assert broker.journal.file_numbers == [2]
     assert not os.path.exists(os.path.join(broker.journal_directory, "redo.1"))
+
+
+@pytest.mark.parametrize("finish", ["rollback", "forget"])
+def test_a_finished_branch_stays_finished_when_its_file_deletion_is_lost(tmp_path, finish):
+    """Goal: a ROLLBACK (or FORGET) answered OK holds after a crash that comes before the
+    unlink of the branch's old redo file (or a power loss that undoes it): the file was
+    let go only once that last record was written and fsynced.
+
+    Method: branch 1 fills redo.1, branch 2 starts redo.2; branch 1 is rolled back (or
+    heuristically rolled back, then forgotten), and the unlink job is never run. Before the
+    fix the record was never written (the file left the journal first), so the branch came
+    back PREPARED (or the forgotten outcome came back) at restart.
+    """
+    unlinks = ManualExecutor()
+    broker = TxBroker(tx_config(tmp_path, tx_journal_file_bytes=40), background=unlinks)
+    for key in (XID, XID_2):
+        prepared(broker, key)
+        broker.run()
+    assert broker.journal.file_numbers == [1, 2]
+    if finish == "rollback":
+        done = broker.rollback(XID, None)
+    else:
+        broker.transactions.heuristic(XID, False, Done())
+        done = Done()
+        broker.transactions.forget(XID, done)
+    assert done.ok
+    assert broker.journal.file_numbers == [2] and len(unlinks.queue) == 1
+    events = broker.files.of("transactions/redo.1")
+    assert events[-2:] == ["write", "fsync"]  # the last record, durable before the unlink
+    again = broker.restart()
+    assert again.transactions.recover_keys(None) == [XID_2]
 
 
 def test_a_prepared_branch_keeps_its_journal_file(tmp_path):
