@@ -340,6 +340,9 @@ class TransactionStore:
         for topic, partition in transaction.batches:
             log = self._store.get(topic, partition) or self._store.get_or_create(topic, partition)
             if not log.accepts_appends:
+                if log.failed is None:  # closed: the broker is stopping; retry after restart
+                    text = f"partition {log.name} is closed (the broker is stopping); "
+                    raise _failure(transaction, XAER_RMFAIL, text + "nothing was changed.")
                 self._rollback_failed_commit(transaction, was_prepared)
                 text = f"partition {log.name} refuses appends; the transaction was rolled back."
                 raise _failure(transaction, XA_RBOTHER, text)

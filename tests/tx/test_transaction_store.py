@@ -9,7 +9,7 @@ import zlib
 
 import pytest
 
-from meta.errors import PartitionFailedError, TransactionError, XAError
+from meta.errors import MetaError, PartitionFailedError, TransactionError, XAError
 from meta.protocol.xa import (
     XA_HEURCOM,
     XA_HEURRB,
@@ -267,6 +267,35 @@ def test_a_commit_into_a_failed_partition_rolls_back_with_xa_rbother(broker, fil
         broker.commit(XID, None)
     assert caught.value.error_code == XA_RBOTHER
     assert broker.transactions.recover_keys(None) == []
+
+
+@pytest.mark.parametrize("key", [XID, LOCAL])
+def test_a_commit_while_the_broker_stops_changes_nothing(tmp_path, key):
+    """Goal: a COMMIT that arrives while a graceful stop has closed the partitions fails
+    with XAER_RMFAIL and leaves the transaction as it was: a prepared branch is still
+    prepared after the restart (before the fix it was rolled back, breaking the promise
+    PREPARE made: the coordinator then saw a mixed outcome). Method: what Broker._stop does
+    (tx.close, then each partition stops appends), then the commit."""
+    broker = TxBroker(tx_config(tmp_path))
+    if key == XID:
+        prepared(broker)
+    else:
+        begun(broker).put(LOCAL, [b"a"])
+    broker.log(0)  # The partition exists (a put's partition does, in the broker).
+    broker.tx.close()
+    for log in broker.store.partitions():
+        log.stop_appends()
+    with pytest.raises(MetaError, match="the broker is stopping") as caught:
+        broker.commit(key, None if key == XID else "c1", one_phase=key == LOCAL)
+    if key == XID:
+        assert caught.value.error_code == XAER_RMFAIL
+    kinds = [type(r).__name__ for _location, r in journal_records(broker.journal_directory)]
+    assert "RollbackRecord" not in kinds
+    again = broker.restart()
+    assert again.transactions.recover_keys(None) == ([XID] if key == XID else [])
+    if key == XID:
+        assert again.commit(XID, None, one_phase=False).ok
+        assert again.log(0).next_offset > 0
 
 
 # -- prepare and two-phase commit --------------------------------------------------------
