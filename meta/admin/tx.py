@@ -14,7 +14,8 @@ Subcommands, each one connection to a live broker:
 * ``forget KEY``: ``FORGET``, which drops a heuristic outcome.
 
 Keys are checked with ``meta.protocol.transaction_key.parse_transaction_key`` before any
-connection is made and sent exactly as typed (the broker matches the text of the key).
+connection is made and sent in the spelling brokers name them by (``TransactionId.key()``:
+lower-case hex), so ``XID:1:0A:0B:q`` and ``XID:1:0a:0b:q`` are one branch, as for Java.
 Single-threaded.
 """
 
@@ -67,7 +68,7 @@ class TransactionRow:
 
 
 def xa_key(text: str) -> str:
-    """argparse type of a key argument: a valid XA key, returned as typed."""
+    """argparse type of a key argument: a valid XA key, in the brokers' spelling."""
     try:
         parsed = parse_transaction_key(text)
     except LocalProtocolError as error:
@@ -77,7 +78,7 @@ def xa_key(text: str) -> str:
             f"{text!r} is not an XA transaction key: only XA branches (XID:...) can be "
             "finished by an operator"
         )
-    return text
+    return parsed.key()
 
 
 def qualifier(text: str) -> str:

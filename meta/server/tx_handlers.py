@@ -236,7 +236,7 @@ def _heuristic(broker, command: Transaction, connection) -> Reply:
     return _later(
         connection,
         command.opaque,
-        lambda done: transactions.heuristic(command.tx_key, commit, done),
+        lambda done: transactions.heuristic(canonical_key(command.tx_key), commit, done),
     )
 
 

@@ -349,6 +349,26 @@ def test_heuristic_rollback_drops_the_message_until_forget(capsys, broker):
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("sender", ["admin", "raw"])
+def test_a_heuristic_command_finds_the_branch_under_any_spelling_of_its_key(capsys, broker, sender):
+    """Goal: brokers name a transaction by its parsed key, so upper-case hex (as another
+    tool may print it) reaches the same branch: the admin tool sends the brokers' spelling,
+    and our broker looks a HEURISTIC_* key up as it does every other transaction command."""
+    prepare_branch(broker)
+    spelled = KEY.replace(":0a:0b:", ":0A:0B:")
+    if sender == "admin":
+        status, _out, err = admin(capsys, broker, "commit", spelled)
+        assert (status, err) == (0, "")
+    else:
+        with broker.connect() as connection:
+            assert transaction(connection, spelled, "HEURISTIC_COMMIT").code == 200
+    assert PAYLOAD in stored_data(broker)
+    status, _out, err = admin(capsys, broker, "forget", spelled)
+    assert (status, err) == (0, "")
+    assert recover_keys(broker) == []
+
+
+@pytest.mark.integration
 def test_heuristic_outcome_survives_a_broker_restart(capsys, broker):
     """The outcome is journaled: after stop + start of the same directory the branch is
     still listed as heuristically committed, until forget (which also survives)."""
