@@ -383,11 +383,11 @@ class Journal:
         self.write_staged()  # rare: a file that was not current has just been let go
         if self.failed is not None:
             return  # a failed journal keeps its files for the restart
-        if redo.number in self._flushing or (
-            self._flush_mode != 0 and redo.written_size > redo.flushed_size
-        ):
+        unsynced = self._flush_mode != 0 and redo.written_size > redo.flushed_size
+        if unsynced or redo.number in self._flushing:
             self._doomed.add(redo.number)  # the end of a flush that covers it deletes it
-            self._flusher.request(self)
+            if unsynced:
+                self._flusher.request(self)
             return
         del self._redo[redo.number]
         self._files.close(redo.fd)
