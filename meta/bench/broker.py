@@ -2,7 +2,7 @@
 
 It runs ``python -m meta.server`` on a free 127.0.0.1 port with a given flush policy, ZooKeeper
 off or registered in a given ZooKeeper (``zk_connect``, root ``ZK_ROOT``), and stops it with
-SIGTERM, then SIGKILL of its process group. ``meta.bench`` (``tools/bench``) and the Spark,
+SIGTERM, then SIGKILL of its process group. ``meta.bench.load`` (``tools/bench``) and the Spark,
 slave and group benchmarks use it. Every wait is bounded in time. Single-threaded.
 """
 
@@ -25,7 +25,7 @@ from meta.errors import MetaError
 from meta.ports import free_port
 from meta.protocol.commands import Version
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -70,7 +70,7 @@ def server_ini(
         "maxSegmentSize": segment_bytes,
         "maxTransferSize": MAX_SIZE_DEFAULT,
         "maxMessageSize": MAX_SIZE_DEFAULT,
-        "flushTxLogAtCommit": 1,  # the tx scenario (meta.bench_tx) measures durable commits
+        "flushTxLogAtCommit": 1,  # the tx scenario (meta.bench.tx) measures durable commits
     }
     zookeeper = {
         "zk.zkEnable": "true" if zk_connect else "false",

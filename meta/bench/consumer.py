@@ -20,7 +20,7 @@ import struct
 import threading
 import time
 
-from meta.bench import BenchError
+from meta.bench.load import BenchError
 from meta.client.cluster import BrokerAddress, Partition
 from meta.client.connection import BrokerConnection
 from meta.client.factory import ConnectionPool

@@ -1,6 +1,6 @@
 """What a synchronous producer with an fsync per ack can reach here: floors and the broker.
 
-``python -m meta.bench_fsync_floor`` runs one synchronous producer (1 KB puts, one at a time,
+``python -m meta.bench.fsync_floor`` runs one synchronous producer (1 KB puts, one at a time,
 over 127.0.0.1) against minimal servers in plain Python, no Twisted and no protocol parsing,
 each a forked child, and against the broker itself:
 
@@ -12,7 +12,7 @@ each a forked child, and against the broker itself:
 * ``worker-replies``: as ``worker``, but the worker thread sends the reply itself;
 * ``aio``: no Python thread: the reading thread submits a Linux AIO ``IOCB_CMD_FDSYNC``
   (``io_submit`` through ctypes, x86_64 only) and sends the reply when its eventfd fires;
-* ``broker``: ``meta.server`` at ``unflushThreshold=1`` (``meta.bench.BenchBroker``).
+* ``broker``: ``meta.server`` at ``unflushThreshold=1`` (``meta.bench.load.BenchBroker``).
 
 The disk's rate moves a lot on a shared machine, so each producer is paired with the
 fdatasync loop of ``tools/bench`` (1 KB appends, each followed by ``os.fdatasync``) run in
@@ -42,7 +42,7 @@ import threading
 import time
 from pathlib import Path
 
-from meta.bench import BenchBroker, FdatasyncLoop, PutFrames
+from meta.bench.load import BenchBroker, FdatasyncLoop, PutFrames
 
 _FRAMES = PutFrames("bench-sync", 1024)
 MESSAGE = _FRAMES.header(1) + _FRAMES.body  # a put of 1 KB; one is outstanding at a time
@@ -296,7 +296,7 @@ def paired_rates(variant: str, directory: str, seconds: float, slices: int) -> d
 
 class _Server:
     """A context manager giving the port of a ``variant`` server, stopped on exit: a child
-    process for the minimal servers, ``meta.bench.BenchBroker`` (``unflushThreshold=1``) for
+    process for the minimal servers, ``meta.bench.load.BenchBroker`` (``unflushThreshold=1``) for
     ``broker``."""
 
     def __init__(self, variant: str, directory: str) -> None:
@@ -375,7 +375,7 @@ def format_report(report: dict) -> str:
 
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m meta.bench_fsync_floor",
+        prog="python -m meta.bench.fsync_floor",
         description="What one synchronous producer reaches, as a fraction of the disk's "
         "fdatasync rate measured in turns with it, against minimal Python servers that "
         "fdatasync before each reply (on the reading thread, on a worker thread, through "

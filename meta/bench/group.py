@@ -1,7 +1,7 @@
 """Consumer-group scenario of ``tools/bench``: group throughput and rebalance time, with ZooKeeper.
 
 ``run_group`` starts, in a temporary directory, a standalone ZooKeeper
-(``tools/zookeeper.sh`` on a free port, ``meta.bench_spark.ZooKeeper``) and one broker
+(``tools/zookeeper.sh`` on a free port, ``meta.bench.spark.ZooKeeper``) and one broker
 registered in it (``GroupBenchBroker``: topic ``bench-group`` with ``partitions``
 partitions), puts a backlog of ``count`` messages spread evenly over the partitions, then:
 
@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from meta.bench import ZK_ROOT, BenchError, PutFrames, run_pipelined
-from meta.bench_spark import SparkBenchBroker, ZooKeeper
+from meta.bench.load import ZK_ROOT, BenchError, PutFrames, run_pipelined
+from meta.bench.spark import SparkBenchBroker, ZooKeeper
 
 TOPIC = "bench-group"
 GROUP = "bench-group"

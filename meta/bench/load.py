@@ -1,6 +1,6 @@
 """Single-connection load generators for ``tools/bench``.
 
-``BenchBroker`` (``meta.bench_broker``, re-exported here) starts a real broker process and
+``BenchBroker`` (``meta.bench.broker``, re-exported here) starts a real broker process and
 always stops it. The generators drive a broker over raw sockets:
 
 * ``run_sync``: one connection, one put at a time;
@@ -10,7 +10,7 @@ always stops it. The generators drive a broker over raw sockets:
 * ``run_sync_paired``: ``run_sync`` in turns with ``FdatasyncLoop``, the disk measurement.
 
 ``tools/bench`` adds the many-connection scenario (workers using ``PutFrames``, ``connect``,
-``take_replies``, ``receive_into``), the disk measurement and the report (``meta.bench_tx``:
+``take_replies``, ``receive_into``), the disk measurement and the report (``meta.bench.tx``:
 scenario ``tx``). The client is lean, as it shares the CPUs with the broker: a put is
 pre-encoded but for its opaque, and every reply is checked via the shared ``Decoder``'s
 ``next_result_run``. Every loop is bounded in count and time, every socket has a timeout.
@@ -24,8 +24,8 @@ import socket
 import struct
 import time
 
-# The broker launcher lives in meta.bench_broker; callers import it from here too.
-from meta.bench_broker import (  # noqa: F401
+# The broker launcher lives in meta.bench.broker; callers import it from here too.
+from meta.bench.broker import (  # noqa: F401
     HOST,
     MAX_SIZE_DEFAULT,
     REPO,

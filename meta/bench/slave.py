@@ -1,13 +1,13 @@
 """Benchmark of the async slave: replication lag under steady load, and backlog replay rate.
 
-``python -m meta.bench_slave --megabytes 1000`` does, in one run:
+``python -m meta.bench.slave --megabytes 1000`` does, in one run:
 
 1. starts a standalone ZooKeeper (``tools/zookeeper.sh`` on a free port, in a temporary run
    directory) and a master broker registered in it (one topic, one partition,
    ``--segment-mb`` segments, ``unflushThreshold=--unflush-threshold``);
 2. **backlog**: produces ``--megabytes`` MB of ``--message-bytes`` messages to the master
-   (``meta.bench.run_pipelined``), then measures the raw client's consume rate of that
-   backlog from the master (``meta.bench.run_consume``: one connection, 1 MiB gets), the
+   (``meta.bench.load.run_pipelined``), then measures the raw client's consume rate of that
+   backlog from the master (``meta.bench.load.run_consume``: one connection, 1 MiB gets), the
    same loop ``tools/bench consume`` uses. That loop checks only the length fields (at C
    speed); for context the same loop is also timed with every record's CRC checked as the
    slave does (``run_checked_consume``, reported as ``checked_consume``);
@@ -30,7 +30,7 @@
 5. prints a table, or JSON with ``--json``.
 
 The probes of steps 3 and 4 (the slave's end, the paced producer) live in
-``meta.bench_slave_probes``. Everything it starts is stopped on exit (slave, master,
+``meta.bench.slave_lag``. Everything it starts is stopped on exit (slave, master,
 ZooKeeper); the temporary directory is removed unless ``--keep``. Every wait has a
 deadline. Runs on the caller's thread plus one polling thread during step 4; only 127.0.0.1.
 """
@@ -44,7 +44,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from meta.bench import (
+from meta.bench.broker import report_in_work_directory
+from meta.bench.load import (
     MAX_SIZE_DEFAULT,
     BenchBroker,
     BenchError,
@@ -54,8 +55,7 @@ from meta.bench import (
     run_consume,
     run_pipelined,
 )
-from meta.bench_broker import report_in_work_directory
-from meta.bench_slave_probes import (
+from meta.bench.slave_lag import (
     POLL_S,
     TOPIC,
     EndPoller,
@@ -65,7 +65,7 @@ from meta.bench_slave_probes import (
     run_paced,
     wait_for_end,
 )
-from meta.bench_spark import ZooKeeper, rates
+from meta.bench.spark import ZooKeeper, rates
 from meta.protocol.codec import HEADER_BYTES_MAX
 from meta.slave.fetcher import check_records, record_ends
 
@@ -113,7 +113,7 @@ def cpu_ms_per_mib(cpu_s: float | None, size_bytes: int) -> float | None:
 
 
 def run_checked_consume(address: tuple[str, int], timeout_s: float) -> dict:
-    """``meta.bench.run_consume``'s loop, each record's length and CRC checked (the slave's
+    """``meta.bench.load.run_consume``'s loop, each record's length and CRC checked (the slave's
     ``record_ends`` and ``check_records``): what a client that verifies what it reads gets."""
     offset = records = gets = 0
     buffer = bytearray(MAX_SIZE_DEFAULT + HEADER_BYTES_MAX + 2)
@@ -141,7 +141,7 @@ def run_checked_consume(address: tuple[str, int], timeout_s: float) -> dict:
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m meta.bench_slave",
+        prog="python -m meta.bench.slave",
         description="Async slave: replication lag under a steady load, and backlog replay "
         "rate vs the raw consume rate (starts ZooKeeper, a master and a slave).",
     )

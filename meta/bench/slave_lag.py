@@ -1,6 +1,7 @@
-"""The async slave bench's probes: the slave's end, read over ``offset``, and a paced producer.
+"""Replication lag probes of the async slave bench: the slave's end, read over ``offset``, and a
+paced producer.
 
-``meta.bench_slave`` (steps 3 and 4 of its docstring) uses them: ``EndReader`` asks a broker
+``meta.bench.slave`` (steps 3 and 4 of its docstring) uses them: ``EndReader`` asks a broker
 for the end of ``TOPIC`` partition 0; ``wait_for_end`` polls it (catch-up); ``EndPoller``
 polls it on a thread while ``run_paced`` puts ``rate`` messages/s to the master, and ``lags``
 matches each acknowledged put with the first poll that saw the slave serve it.
@@ -16,7 +17,7 @@ import selectors
 import threading
 import time
 
-from meta.bench import REPLY_TIMEOUT_S, BenchError, PutFrames, connect, receive_into
+from meta.bench.load import REPLY_TIMEOUT_S, BenchError, PutFrames, connect, receive_into
 from meta.protocol.codec import NEED_DATA, Decoder
 from meta.protocol.commands import Result
 from meta.protocol.message import HEADER_SIZE

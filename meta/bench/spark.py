@@ -1,14 +1,14 @@
 """Benchmark of the ``metaq`` Spark batch read against the raw client's consume rate.
 
-``python -m meta.bench_spark --megabytes 200`` does, in one run:
+``python -m meta.bench.spark --megabytes 200`` does, in one run:
 
 1. starts a standalone ZooKeeper (``tools/zookeeper.sh`` on a free port, in a temporary
    run directory) and one broker registered in it (``SparkBenchBroker``: the
-   ``meta.bench.BenchBroker`` process with ZooKeeper enabled and ``--segment-mb`` segments);
+   ``meta.bench.load.BenchBroker`` process with ZooKeeper enabled and ``--segment-mb`` segments);
 2. produces the backlog: ``--megabytes`` MB of ``--message-bytes`` messages to one partition
-   (``meta.bench.run_pipelined``);
+   (``meta.bench.load.run_pipelined``);
 3. measures the raw consume rate: one connection, 1 MiB gets from offset 0
-   (``meta.bench.run_consume``), the same loop ``tools/bench consume`` uses;
+   (``meta.bench.load.run_consume``), the same loop ``tools/bench consume`` uses;
 4. measures Spark (``local[--cores]``): ``df.count()`` and a Parquet write of the whole
    topic, after a small warm-up read that starts the Python workers;
 5. measures the executor-side reader alone: ``meta.spark.reading.read_range`` over the whole
@@ -37,7 +37,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from meta.bench import (
+from meta.bench.broker import report_in_work_directory
+from meta.bench.load import (
     HOST,
     REPO,
     ZK_ROOT,
@@ -48,7 +49,6 @@ from meta.bench import (
     run_consume,
     run_pipelined,
 )
-from meta.bench_broker import report_in_work_directory
 
 TOPIC = "bench-spark"
 ZOOKEEPER_SCRIPT = REPO / "tools" / "zookeeper.sh"
@@ -93,7 +93,7 @@ class ZooKeeper:
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m meta.bench_spark",
+        prog="python -m meta.bench.spark",
         description="Spark batch read of a topic (count and Parquet) vs the raw consume rate.",
     )
     parser.add_argument("--megabytes", type=int, default=200, help="backlog size (MB)")

@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from meta import bench
-from meta.bench import BenchError
+from meta.bench import load as bench
+from meta.bench.load import BenchError
 from meta.protocol.codec import Decoder
 from meta.protocol.commands import Result
 from meta.protocol.message import checksum

@@ -36,7 +36,7 @@ from meta.spark.decoding import ColumnBuilder, MessageSet, decode_message_set
 from meta.spark.options import FETCH_BYTES_MAX
 from meta.spark.planning import RangePartition
 
-# Measured (meta.bench_spark, 1 KB messages, CPU per message of the Spark JVM and Python
+# Measured (meta.bench.spark, 1 KB messages, CPU per message of the Spark JVM and Python
 # workers): 8192 rows beat 2048 and 32768 for both count() and a Parquet write.
 BATCH_ROWS_MAX = 8192
 BATCH_VALUE_BYTES_MAX = 8 << 20

@@ -1,4 +1,4 @@
-"""Smoke test of ``meta.bench_fsync_floor`` at a tiny duration (no timing assertions)."""
+"""Smoke test of ``meta.bench.fsync_floor`` at a tiny duration (no timing assertions)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import subprocess
 
 import pytest
 
-from meta import bench_fsync_floor
+from meta.bench import fsync_floor as bench_fsync_floor
 from tests.integration.broker_process import run_python
 
 
 def run_module(*arguments: str) -> subprocess.CompletedProcess:
-    return run_python("-m", "meta.bench_fsync_floor", *arguments)
+    return run_python("-m", "meta.bench.fsync_floor", *arguments)
 
 
 def test_every_variant_serves_a_synchronous_producer(tmp_path):

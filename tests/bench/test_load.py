@@ -1,4 +1,4 @@
-"""``meta.bench.take_replies``: the benchmark client checks every put reply.
+"""``meta.bench.load.take_replies``: the benchmark client checks every put reply.
 
 Goal: the lean reply path (``Decoder.next_result_run``) still refuses anything but a 200 for
 an outstanding opaque. Method: replies built with the shared encoder, fed to a decoder.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from meta.bench import BenchError, take_replies
+from meta.bench.load import BenchError, take_replies
 from meta.protocol.codec import Decoder, encode
 from meta.protocol.commands import Data, Result
 

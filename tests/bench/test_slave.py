@@ -1,10 +1,10 @@
-"""Smoke test of ``meta.bench_slave`` at a tiny size (no timing assertions)."""
+"""Smoke test of ``meta.bench.slave`` at a tiny size (no timing assertions)."""
 
 from __future__ import annotations
 
 import pytest
 
-from meta import bench_slave
+from meta.bench import slave as bench_slave
 from tests.integration.broker_process import run_python
 
 pytestmark = pytest.mark.integration
@@ -41,6 +41,6 @@ def test_bench_runs_end_to_end_and_reports_lag_and_replay(tmp_path):
 
 
 def test_help_names_the_options():
-    done = run_python("-m", "meta.bench_slave", "--help")
+    done = run_python("-m", "meta.bench.slave", "--help")
     for option in ("--megabytes", "--rate", "--seconds", "--slave-max-delay-ms", "--json"):
         assert option in done.stdout

@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "tools" / "bench"
 RUN_TIMEOUT_S = 120
 
@@ -64,7 +64,7 @@ def test_quick_run_reports_every_scenario(tmp_path: Path):
     consumer = rows[("consumer", "1000")]
     assert consumer["messages"] == report["parameters"]["backlog_messages"]
     assert consumer["msg_per_s"] > 0
-    group = rows[("group", "1000")]  # its own ZooKeeper and broker (meta.bench_client)
+    group = rows[("group", "1000")]  # its own ZooKeeper and broker (meta.bench.group)
     assert group["messages"] == report["parameters"]["backlog_messages"]
     assert group["msg_per_s"] > 0 and group["client_cpu_us_per_msg"] > 0
     assert group["members"] == 2 and group["partitions"] == 4

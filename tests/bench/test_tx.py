@@ -1,4 +1,4 @@
-"""Tests of the transaction scenario of the benchmark (``meta.bench_tx``).
+"""Tests of the transaction scenario of the benchmark (``meta.bench.tx``).
 
 The frames of one transaction are checked through the shared decoder; the ``--quick`` run of
 ``tools/bench`` (tests/test_bench.py) runs the scenario itself and checks its row and target.
@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from meta.bench_tx import TransactionFrames
+from meta.bench.tx import TransactionFrames
 from meta.protocol.codec import NEED_DATA, Decoder
 from meta.protocol.commands import Put, Transaction
 from meta.protocol.message import checksum
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 120
 
 

@@ -1,10 +1,10 @@
-"""Smoke test of ``meta.bench_spark`` at a tiny size (no timing assertions)."""
+"""Smoke test of ``meta.bench.spark`` at a tiny size (no timing assertions)."""
 
 from __future__ import annotations
 
 import pytest
 
-from meta import bench_spark
+from meta.bench import spark as bench_spark
 
 pytestmark = pytest.mark.integration
 
