@@ -31,7 +31,7 @@ from meta.admin.client import AdminClient, BrokerRefusedError, NotFoundError
 from meta.admin.output import Progress
 from meta.errors import InvalidRecordError
 from meta.message_id import id_time_ms
-from meta.protocol.commands import Data, Result
+from meta.protocol.commands import LONG_MAX, Data, Result
 from meta.protocol.message import HEADER, HEADER_SIZE, Record, iter_messages
 
 READ_BYTES = 256 * 1024
@@ -40,7 +40,6 @@ READ_BYTES_MAX = 64 * 1024 * 1024
 """The most bytes asked for, for one record larger than ``READ_BYTES``."""
 SEGMENTS_MAX = 100_000
 """Bound on the segments walked in one partition."""
-LONG_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from meta.config import validate_topic_name
 from meta.errors import ClientError, InvalidGroupError
+from meta.protocol.commands import LONG_MAX
 
 log = logging.getLogger("meta.client")
 
@@ -44,7 +45,6 @@ _DIGITS_RE = re.compile(r"[0-9]+")
 _PARTITION_RE = re.compile(r"([0-9]+)-([0-9]+)")
 _LONG_RE = re.compile(r"-?[0-9]+")
 _LONG_MIN = -(2**63)
-_LONG_MAX = 2**63 - 1
 _PORT_MAX = 65_535
 
 
@@ -273,7 +273,7 @@ def parse_offset(text: str) -> tuple[int, int]:
         if not isinstance(part, str) or _LONG_RE.fullmatch(part) is None:
             raise ClientError(f"malformed offset {text!r}: expected <msgId>-<offset>")
         number = int(part)
-        if not _LONG_MIN <= number <= _LONG_MAX:
+        if not _LONG_MIN <= number <= LONG_MAX:
             raise ClientError(f"malformed offset {text!r}: {number} is not a 64-bit integer")
         numbers.append(number)
     return numbers[0], numbers[1]

@@ -49,7 +49,7 @@ from meta.client.fetch_state import FetchRequest, FetchSettings
 from meta.client.message import Message
 from meta.client.received import PartitionControl, ReceivedMessage, decode_batch
 from meta.errors import ClientError, InvalidRecordError
-from meta.protocol.commands import Data, Get, Offset, Result
+from meta.protocol.commands import LONG_MAX, Data, Get, Offset, Result
 from meta.protocol.message import HEADER_SIZE, iter_messages
 
 if TYPE_CHECKING:
@@ -61,8 +61,6 @@ __all__ = ["FetchManager", "FetchRequest", "FetchSettings", "PartitionControl", 
 
 FETCH_BYTES_MAX = 64 * 1024 * 1024
 """The largest fetch size a request grows to (a client connection's reply limit)."""
-LONG_MAX = 2**63 - 1
-"""Java's ``Long.MAX_VALUE``: a get at this offset is answered 301 with the max offset."""
 
 
 class FetchCancelled(ClientError):

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from meta.client.cluster import Partition, validate_topic
 from meta.client.message import Message
 from meta.errors import ClientError, NoBrokerError
-from meta.protocol.commands import Data, Get, Offset, Result
+from meta.protocol.commands import LONG_MAX, Data, Get, Offset, Result
 from meta.protocol.message import iter_messages
 
 if TYPE_CHECKING:
@@ -37,8 +37,6 @@ if TYPE_CHECKING:
 
 BROWSER_GROUP = "Just_for_Browser"
 """The group Java's ``TopicBrowser`` (and these pull calls by default) name in requests."""
-LONG_MAX = 2**63 - 1
-"""Java's ``Long.MAX_VALUE``: an ``offset`` command at it answers the partition's end."""
 MAX_SIZE_LIMIT = 64 << 20
 """The browser doubles ``max_size`` for a message larger than it, up to this."""
 

@@ -15,7 +15,8 @@ OPAQUE_DEFAULT = 2147483647
 """Opaque assumed when ``version`` or ``stats`` arrive without one (Java's Integer.MAX_VALUE)."""
 
 LONG_MAX = 9223372036854775807
-"""A get at this offset asks for the partition's end (wire spec §2.2)."""
+"""Java's ``Long.MAX_VALUE``, the one definition in ``meta``: a get at this offset asks for the
+partition's end (wire spec §2.2)."""
 
 TRANSACTION_TYPES = frozenset(
     {

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from meta.errors import LocalProtocolError
 from meta.protocol.commands import (
+    LONG_MAX,
     OPAQUE_DEFAULT,
     TRANSACTION_TYPES,
     BodyTooLarge,
@@ -33,7 +34,7 @@ from meta.protocol.transaction_key import parse_transaction_key
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _DIGITS = re.compile(r"[0-9]*")
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
-LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+LONG_MIN = -(2**63)
 
 # A parsed header: the command to return (or, with a body, a factory taking the body),
 # the body length (None: no body), and the BodyTooLarge event to emit if it is too long.
