@@ -1,4 +1,4 @@
-"""Tests for meta/config.py: server.ini and async_slave.properties parsing and validation."""
+"""Tests for meta.config: server.ini and async_slave.properties parsing and validation."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from meta.config import (
     load_slave_config,
     validate_topic_name,
 )
-from meta.config_values import parse_delete_policy
+from meta.config.grammars import parse_delete_policy
 from meta.errors import ConfigError, InvalidTopicError
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

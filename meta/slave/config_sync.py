@@ -33,9 +33,9 @@ import tempfile
 from dataclasses import dataclass
 
 from meta.config import BrokerConfig, load_config
-from meta.config_values import parse_ini_text
+from meta.config.reload import ReloadOutcome, reload_outcome
+from meta.config.sections import parse_ini_text
 from meta.errors import ConfigError
-from meta.server.reload import ReloadOutcome, reload_outcome
 
 SLAVE_SYSTEM_KEYS = (
     "brokerId",

@@ -48,8 +48,8 @@ from meta.client.cluster import Partition
 from meta.client.factory import ConnectionPool
 from meta.client.fetch import LONG_MAX, FetchRequest, FetchSettings
 from meta.config import SlaveConfig
+from meta.config.reload import ReloadRefused
 from meta.errors import ConfigError, MetaError
-from meta.server.reload import ReloadRefused
 from meta.slave.config_sync import write_merged_config
 from meta.slave.consumer_node import ConsumerNode, ConsumerNodeError
 from meta.slave.fetcher import Layout, ReplicationHalted, SlaveFetchManager

@@ -38,6 +38,7 @@ from twisted.internet.defer import Deferred, ensureDeferred, gatherResults
 from twisted.internet.task import LoopingCall
 
 from meta.config import BrokerConfig, FlushMode, TopicConfig
+from meta.config.cron import CronError, QuartzCron
 from meta.errors import InvalidTopicError, StoreError
 from meta.store import retention
 from meta.store.files import Files
@@ -107,7 +108,7 @@ class StoreManager:
             else:
                 background = SynchronousExecutor()
         self.background: Executor = background
-        self._crons: dict[str, retention.QuartzCron | None] = {}
+        self._crons: dict[str, QuartzCron | None] = {}
         self._cron_next_s: dict[str, float | None] = {}  # deleteWhen -> next fire time
         self._retention_call: Any = None  # the one IDelayedCall
         self._retention_queue: dict[PartitionLog, None] = {}  # an ordered set
@@ -373,12 +374,12 @@ class StoreManager:
 
     # -- retention (spec 4.8) ------------------------------------------------------------
 
-    def _cron(self, expression: str) -> retention.QuartzCron | None:
+    def _cron(self, expression: str) -> QuartzCron | None:
         """The parsed ``deleteWhen`` (validated at config load; None if it still fails)."""
         if expression not in self._crons:
             try:
-                self._crons[expression] = retention.QuartzCron(expression)
-            except retention.CronError as error:
+                self._crons[expression] = QuartzCron(expression)
+            except CronError as error:
                 logger.error("retention disabled for deleteWhen %r: %s", expression, error)
                 self._crons[expression] = None
         return self._crons[expression]

@@ -53,7 +53,7 @@ dataPath=/slave/alpha
 
 
 def sections(text: str) -> dict[str, dict[str, str]]:
-    from meta.config_values import parse_ini_text
+    from meta.config.sections import parse_ini_text
 
     return parse_ini_text("x", text)
 

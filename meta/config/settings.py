@@ -1,0 +1,189 @@
+"""The frozen configuration objects: ``BrokerConfig``, ``TopicConfig``, ``ZkConfig`` and
+``SlaveConfig``.
+
+``meta.config.loading`` builds them from the files; everything else only reads them. Also the
+topic-name rule (DECISIONS 9, ``validate_topic_name``), the section-name pattern rule
+(``topic_regex``) and ``FlushMode``, how a partition makes appends durable.
+
+Invariants: every object is frozen and, when built by ``meta.config.loading``, fully validated;
+``BrokerConfig.topics`` keeps file order; ``checksum`` is the unsigned CRC-32 of the raw file
+bytes (published to ZooKeeper). Immutable, so safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from dataclasses import dataclass, field
+
+from meta.config.grammars import DeletePolicySpec, parse_delete_policy
+from meta.config.keys import TOPIC_KEYS
+from meta.errors import InvalidTopicError
+
+TOPIC_NAME_CHARS_MAX = 255
+_TOPIC_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,255}")
+TOPIC_SECTION_PREFIX = "topic="
+FILTER_KEY_PREFIX = "group."
+
+
+class FlushMode(enum.Enum):
+    """How a partition makes appends durable (spec section 4.6, DECISIONS 1-2)."""
+
+    GROUP_COMMIT = "group_commit"  # unflushThreshold <= 0
+    THRESHOLD = "threshold"  # unflushThreshold >= 1
+
+
+@dataclass(frozen=True)
+class ZkConfig:
+    """The ``[zookeeper]`` section."""
+
+    connect: str  # zk.zkConnect, required (even when disabled, like Java)
+    enabled: bool = True  # zk.zkEnable
+    root: str = "/meta"  # zk.zkRoot: leading "/" added, one trailing "/" removed ("/" -> "")
+    session_timeout_ms: int = 30000
+    connection_timeout_ms: int = 30000
+    sync_time_ms: int = 5000
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """One ``[topic=NAME]`` section, or the ``[system]`` defaults for an unlisted topic."""
+
+    name: str  # section name after "topic=" (may contain "*")
+    num_partitions: int
+    unflush_threshold: int
+    unflush_interval_ms: int
+    data_path: str  # absolute, expanded
+    delete_policy: str  # validated grammar "delete,N[s|m|h]" / "archive,N[s|m|h][,bool]"
+    delete_when: str  # Quartz cron text (6 or 7 fields)
+    accept_publish: bool
+    accept_subscribe: bool
+    stat: bool
+    filters: tuple[tuple[str, str], ...] = ()  # (group, "pkg.module:callable")
+
+    @property
+    def flush_mode(self) -> FlushMode:
+        """Group commit when ``unflushThreshold <= 0``, threshold mode otherwise."""
+        return FlushMode.GROUP_COMMIT if self.unflush_threshold <= 0 else FlushMode.THRESHOLD
+
+    @property
+    def is_pattern(self) -> bool:
+        """Whether this section is a wildcard pattern rather than one topic."""
+        return "*" in self.name
+
+    @property
+    def delete_policy_spec(self) -> DeletePolicySpec:
+        """The parsed ``delete_policy``."""
+        return parse_delete_policy(self.delete_policy)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrokerConfig:
+    """A validated ``server.ini``. Build it with ``load_config``."""
+
+    path: str  # absolute path of the ini file
+    checksum: int  # zlib.crc32 of the file bytes (unsigned)
+    broker_id: int  # 0..1023
+    server_port: int = 8123  # 0 means "any free port" (tests)
+    dashboard_http_port: int = 8120
+    host_name: str | None = None  # DECISIONS 19: listen/register address when set
+    data_path: str  # default ~/meta, expanded, absolute
+    data_log_path: str  # default = data_path
+    app_class_path: str | None = None  # default <config dir>/../provided when it exists
+    num_partitions: int
+    unflush_threshold: int
+    unflush_interval_ms: int
+    segment_bytes_max: int  # maxSegmentSize
+    transfer_bytes_max: int  # maxTransferSize
+    message_bytes_max: int  # maxMessageSize, default = transfer_bytes_max (DECISIONS 8)
+    get_process_thread_count: int
+    put_process_thread_count: int
+    delete_policy: str = "delete,168"
+    delete_when: str = "0 0 6,18 * * ?"
+    quartz_thread_count: int = 5
+    max_checkpoints: int = 3
+    checkpoint_interval_ms: int = 3600000
+    tx_timeout_timer_capacity: int = 30000  # maxTxTimeoutTimerCapacity
+    flush_tx_log_at_commit: int = 1  # 0, 1 or 2
+    tx_timeout_max_s: int = 60  # maxTxTimeoutInSeconds
+    tx_journal_file_bytes: int = 64 * 1024 * 1024  # txJournalFileSize (ours)
+    accept_publish: bool = True
+    accept_subscribe: bool = True
+    stat: bool = False
+    update_consumer_offsets: bool = False
+    load_message_stores_in_parallel: bool = False
+    zookeeper: ZkConfig
+    topics: tuple[TopicConfig, ...]  # in file order
+    _exact_topics: dict[str, TopicConfig] = field(init=False, repr=False, compare=False)
+    _topic_patterns: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        exact = {topic.name: topic for topic in self.topics if not topic.is_pattern}
+        patterns = tuple(re.compile(topic_regex(topic.name)) for topic in self.topics)
+        object.__setattr__(self, "_exact_topics", exact)
+        object.__setattr__(self, "_topic_patterns", patterns)
+
+    def topic_config(self, topic: str) -> TopicConfig:
+        """Return the settings of ``topic``.
+
+        The exact ``[topic=NAME]`` section if one exists; otherwise a ``TopicConfig`` built from
+        the ``[system]`` values (Java: a topic accepted through a wildcard uses those). The
+        name is not validated here: check ``is_legal_topic`` first.
+        """
+        exact = self._exact_topics.get(topic)
+        if exact is not None:
+            return exact
+        defaults = {spec.field: getattr(self, spec.field) for spec in TOPIC_KEYS}
+        return TopicConfig(name=topic, **defaults)  # type: ignore[arg-type]
+
+    def is_legal_topic(self, topic: str) -> bool:
+        """Whether ``topic`` passes DECISIONS 9 and fully matches some section's pattern."""
+        try:
+            validate_topic_name(topic)
+        except InvalidTopicError:
+            return False
+        return any(pattern.fullmatch(topic) for pattern in self._topic_patterns)
+
+    def data_path_for(self, topic: str) -> str:
+        """Root directory of ``topic``'s partition directories."""
+        return self.topic_config(topic).data_path
+
+    def with_overrides(self, **fields: object) -> BrokerConfig:
+        """Return a copy with ``fields`` replaced (``dataclasses.replace``; not re-validated)."""
+        return dataclasses.replace(self, **fields)
+
+
+@dataclass(frozen=True)
+class SlaveConfig:
+    """A validated ``async_slave.properties``."""
+
+    slave_id: int
+    slave_group: str  # blank -> "meta-slave-group_<slaveId>"
+    slave_max_delay_ms: int = 500  # slaveMaxDelayInMills
+    auto_sync_master_config: bool = False
+
+
+def validate_topic_name(topic: str) -> None:
+    """Refuse a topic name that DECISIONS 9 does not allow.
+
+    Args:
+        topic: the name to check.
+
+    Raises:
+        InvalidTopicError: not 1..255 of ``[A-Za-z0-9_.-]``, or ``.`` or ``..``.
+    """
+    if not isinstance(topic, str) or _TOPIC_NAME_RE.fullmatch(topic) is None:
+        shown = repr(topic) if len(str(topic)) <= 80 else repr(str(topic)[:80]) + "..."
+        if isinstance(topic, str) and not 1 <= len(topic) <= TOPIC_NAME_CHARS_MAX:
+            reason = f"must be 1 to {TOPIC_NAME_CHARS_MAX} characters, got {len(topic)}"
+        else:
+            reason = "only the characters A-Z a-z 0-9 _ . - are allowed"
+        raise InvalidTopicError(f"invalid topic name {shown}: {reason}")
+    if topic in (".", ".."):
+        raise InvalidTopicError(f"invalid topic name {topic!r}: '.' and '..' are not allowed")
+
+
+def topic_regex(section_name: str) -> str:
+    """Java's legality pattern for a section name: ``*`` -> ``.*``, nothing else escaped."""
+    return section_name.replace("*", ".*")
