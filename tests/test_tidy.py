@@ -29,7 +29,7 @@ GRANDFATHERED: dict[str, int] = {}
 PROTOCOL_FORBIDDEN_IMPORTS = ("twisted", "kazoo", "socket", "os")
 KAZOO_ALLOWED = (
     "meta/server/registry.py",
-    "meta/server/registry_nodes.py",
+    "meta/server/broker_nodes.py",
     "meta/client/zk*.py",
     "meta/admin/*",
 )

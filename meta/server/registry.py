@@ -3,7 +3,7 @@
 What lives here: the reactor-side half of the registration: the lifecycle (start, stop), the
 hand-off of kazoo's state changes to the reactor, re-registration after a lost session with
 retries, and the bookkeeping of registered topics. The nodes themselves, their payloads and
-every kazoo call are in ``meta.server.registry_nodes`` (``BrokerNodes``); ``RegistryError``,
+every kazoo call are in ``meta.server.broker_nodes`` (``BrokerNodes``); ``RegistryError``,
 ``broker_suffix`` and ``topic_payload`` are re-exported from there.
 
 Invariants:
@@ -39,7 +39,7 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from meta.config import BrokerConfig, TopicConfig
-from meta.server.registry_nodes import BrokerNodes, RegistryError, broker_suffix, topic_payload
+from meta.server.broker_nodes import BrokerNodes, RegistryError, broker_suffix, topic_payload
 
 __all__ = ["BrokerRegistry", "RegistryError", "broker_suffix", "topic_payload"]
 

@@ -36,17 +36,10 @@ from meta.config import FlushMode
 from meta.errors import PartitionFailedError, StoreError
 from meta.protocol.message import HEADER_SIZE
 from meta.store.files import Files
+from meta.store.flush_task import PartitionFlushTask
 from meta.store.group_commit import Flusher, FlushPolicy, should_flush
-from meta.store.partition_parts import (
-    AFTER,
-    BEFORE,
-    DATA,
-    PartitionFlushTask,
-    Reservation,
-    SliceResult,
-    fire,
-    take_written,
-)
+from meta.store.read_slice import AFTER, BEFORE, DATA, SliceResult
+from meta.store.reservation import Reservation, fire, take_written
 from meta.store.segment import Segment, open_segments, segment_name
 
 logger = logging.getLogger("meta.store")

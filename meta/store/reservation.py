@@ -1,39 +1,12 @@
-"""Small value types of ``PartitionLog``: read slices, reservations and flush tasks.
+"""Staged appends of a ``PartitionLog``: reservations and what a commit takes from the stage.
 
-``SliceResult`` says where a read lands; ``Reservation`` holds log bytes for a batch given
-later (transaction commits), and ``take_filled`` joins what is staged before the first
-unfilled one; ``take_written`` takes what a commit writes (and the appends it counts for);
-``fire`` is the ack behind ``PartitionLog.append``; ``PartitionFlushTask`` is one partition's
-share of a flush batch.
-``PartitionFlushTask.run`` runs on the flusher thread; everything else is reactor thread only.
+``Reservation`` holds log bytes for a batch given later (transaction commits), and
+``take_filled`` joins what is staged before the first unfilled one; ``take_written`` takes
+what a commit writes (and the appends it counts for); ``fire`` is the ack behind
+``PartitionLog.append``. Reactor thread only.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-
-from meta.store.files import Files
-from meta.store.segment import Segment
-
-BEFORE = "before"
-AFTER = "after"
-DATA = "data"
-
-
-@dataclass(frozen=True, slots=True)
-class SliceResult:
-    """Where a read at ``offset`` lands (spec 2.2 step 6-7).
-
-    ``kind`` is ``"before"`` (``offset`` is then the first offset of the log), ``"after"``
-    (``offset`` is then ``max_offset``) or ``"data"``: ``length`` bytes of ``segment`` from
-    ``position``, never crossing into the next segment nor past the visible end.
-    """
-
-    kind: str
-    offset: int
-    segment: Segment | None = None
-    position: int = 0
-    length: int = 0
 
 
 class Reservation:
@@ -96,25 +69,3 @@ def take_written(
     written = sum(counts[:taken])
     del counts[:taken]
     return data, filled, written
-
-
-class PartitionFlushTask:
-    """One partition's share of a flush batch: what to fsync and what that makes durable."""
-
-    __slots__ = ("directories", "end_offset", "files", "segments", "sizes")
-
-    def __init__(
-        self, files: Files, segments: tuple[Segment, ...], directories: list[str], end_offset: int
-    ) -> None:
-        self.files = files
-        self.segments = segments
-        self.sizes = tuple(segment.written_size for segment in segments)
-        self.directories = directories
-        self.end_offset = end_offset
-
-    def run(self) -> None:
-        """Worker thread: fsync new directory entries, then each dirty segment once."""
-        for directory in self.directories:
-            self.files.fsync_directory(directory)
-        for segment in self.segments:
-            segment.fsync()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from meta.errors import PartitionFailedError, StoreError
-from meta.store.partition_parts import Reservation
+from meta.store.reservation import Reservation
 from tests.store.conftest import EIO, ManualExecutor, collect, open_partition, record
 
 SEGMENT = "test-0/00000000000000000000.meta"

@@ -1,0 +1,32 @@
+"""``PartitionFlushTask``: one partition's share of a flush batch of the group-commit flusher.
+
+Built on the reactor thread from what a partition has written but not fsynced; ``run`` runs on
+the flusher thread and fsyncs the new directory entries, then each dirty segment once.
+"""
+
+from __future__ import annotations
+
+from meta.store.files import Files
+from meta.store.segment import Segment
+
+
+class PartitionFlushTask:
+    """One partition's share of a flush batch: what to fsync and what that makes durable."""
+
+    __slots__ = ("directories", "end_offset", "files", "segments", "sizes")
+
+    def __init__(
+        self, files: Files, segments: tuple[Segment, ...], directories: list[str], end_offset: int
+    ) -> None:
+        self.files = files
+        self.segments = segments
+        self.sizes = tuple(segment.written_size for segment in segments)
+        self.directories = directories
+        self.end_offset = end_offset
+
+    def run(self) -> None:
+        """Worker thread: fsync new directory entries, then each dirty segment once."""
+        for directory in self.directories:
+            self.files.fsync_directory(directory)
+        for segment in self.segments:
+            segment.fsync()
