@@ -37,6 +37,7 @@ from meta.config.settings import (
     SlaveConfig,
     TopicConfig,
     ZkConfig,
+    journal_flush_mode,
     topic_regex,
     validate_topic_name,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "ZkConfig",
     "load_config",
     "load_slave_config",
+    "journal_flush_mode",
     "read_config_bytes",
     "topic_regex",
     "validate_topic_name",

@@ -3,7 +3,7 @@
 
 ``meta.config.loading`` builds them from the files; everything else only reads them. Also the
 topic-name rule (DECISIONS 9, ``validate_topic_name``), the section-name pattern rule
-(``topic_regex``) and ``FlushMode``, how a partition makes appends durable.
+(``topic_regex``) and ``FlushMode``, how a partition or the journal makes appends durable.
 
 Invariants: every object is frozen and, when built by ``meta.config.loading``, fully validated;
 ``BrokerConfig.topics`` keeps file order; ``checksum`` is the unsigned CRC-32 of the raw file
@@ -28,10 +28,33 @@ FILTER_KEY_PREFIX = "group."
 
 
 class FlushMode(enum.Enum):
-    """How a partition makes appends durable (spec section 4.6, DECISIONS 1-2)."""
+    """How appends are made durable: a partition's (``unflushThreshold``, spec section 4.6,
+    DECISIONS 1-2) and the transaction journal's (``flushTxLogAtCommit``, zk spec §4.5).
 
-    GROUP_COMMIT = "group_commit"  # unflushThreshold <= 0
-    THRESHOLD = "threshold"  # unflushThreshold >= 1
+    ``GROUP_COMMIT``: a write is answered after the fsync that covers it, and one fsync covers
+    every write waiting at that moment (``unflushThreshold <= 0``; ``flushTxLogAtCommit=1``).
+    ``THRESHOLD``: a write is answered at once and fsynced once a count or a time threshold is
+    reached (``unflushThreshold >= 1`` with ``unflushInterval``; ``flushTxLogAtCommit=2``: once
+    a second). ``OS``: answered at once and never fsynced explicitly, the operating system
+    writes it back (``flushTxLogAtCommit=0``; the journal only, partitions never use it).
+    """
+
+    GROUP_COMMIT = "group_commit"
+    THRESHOLD = "threshold"
+    OS = "os"
+
+
+# flushTxLogAtCommit (0, 1 or 2, as in Java) -> the journal's flush mode.
+_JOURNAL_FLUSH_MODES = {0: FlushMode.OS, 1: FlushMode.GROUP_COMMIT, 2: FlushMode.THRESHOLD}
+
+
+def journal_flush_mode(flush_tx_log_at_commit: int) -> FlushMode:
+    """The journal's ``FlushMode`` for a ``flushTxLogAtCommit`` value (0, 1 or 2).
+
+    Raises:
+        KeyError: any other value (the key table allows only these three).
+    """
+    return _JOURNAL_FLUSH_MODES[flush_tx_log_at_commit]
 
 
 @dataclass(frozen=True)
@@ -148,6 +171,11 @@ class BrokerConfig:
     def data_path_for(self, topic: str) -> str:
         """Root directory of ``topic``'s partition directories."""
         return self.topic_config(topic).data_path
+
+    @property
+    def journal_flush_mode(self) -> FlushMode:
+        """The transaction journal's flush mode, from ``flushTxLogAtCommit``."""
+        return journal_flush_mode(self.flush_tx_log_at_commit)
 
     def with_overrides(self, **fields: object) -> BrokerConfig:
         """Return a copy with ``fields`` replaced (``dataclasses.replace``; not re-validated)."""

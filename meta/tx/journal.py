@@ -3,12 +3,12 @@
 What lives here: ``Journal``, which replays the files at start-up (truncating a damaged or torn
 tail and logging the bytes cut), appends records (``meta.tx.records``), counts the open
 transactions of each file, deletes a file once no open transaction is left in it, and makes
-records durable as ``flushTxLogAtCommit`` says (zk spec §4.5):
+records durable as ``flushTxLogAtCommit`` says (zk spec §4.5), as a ``FlushMode``:
 
-* 0: never fsync explicitly;
-* 1: ``sync`` answers after an fsync covering every record written before it (commits,
-  rollbacks and prepares call it); concurrent callers share one fsync (group commit);
-* 2: ``sync`` answers at once; a timer fsyncs the written files once a second.
+* ``OS`` (0): never fsync explicitly;
+* ``GROUP_COMMIT`` (1): ``sync`` answers after an fsync covering every record written before
+  it (commits, rollbacks and prepares call it); concurrent callers share one fsync;
+* ``THRESHOLD`` (2): ``sync`` answers at once; a timer fsyncs the written files once a second.
 
 Placement (zk spec §4.4): a transaction's first record goes to the current file, which then
 counts one more open transaction (``retain``); its later records go to that same file, even
@@ -20,7 +20,7 @@ Invariants:
       magic. After a failed write or fsync the journal is failed for good (``failed``): every
       waiting and later ``sync`` and every ``append`` fails, as a partition does (DECISIONS 3).
     * A file is deleted only when it is not the current one, no open transaction counts on it,
-      no fsync of it is running, and its records are written (and fsynced, in modes 1 and 2):
+      no fsync of it is running, and its records are written (and fsynced, unless ``OS``):
       a crash or power loss that undoes the unlink leaves a file that says how its
       transactions ended (a ROLLBACK or FORGET is often its last record).
     * fsync runs on the store's flusher thread (the journal is a ``FlushClient``), never on the
@@ -41,6 +41,7 @@ from typing import Any
 from twisted.internet.task import LoopingCall
 from twisted.python.failure import Failure
 
+from meta.config import FlushMode
 from meta.errors import InvalidRecordError, StoreError
 from meta.store.files import Files
 from meta.store.group_commit import Executor, Flusher, SynchronousExecutor
@@ -107,9 +108,9 @@ class Journal:
         directory: ``<dataLogPath>/transactions`` (created if missing).
         files: the file layer.
         flusher: the store's flusher (its thread runs the fsyncs).
-        reactor: provides ``callLater`` for the once-a-second flush of mode 2.
+        reactor: provides ``callLater`` for the once-a-second flush of ``THRESHOLD``.
         file_bytes_max: roll the current file once it holds this many bytes.
-        flush_mode: ``flushTxLogAtCommit``, 0, 1 or 2.
+        flush_mode: from ``flushTxLogAtCommit`` (``BrokerConfig.journal_flush_mode``).
         background: runs the deletion of unused files off the reactor thread (an executor
             as ``StoreManager.background``); inline when None.
     """
@@ -122,10 +123,10 @@ class Journal:
         flusher: Flusher,
         reactor: Any,
         file_bytes_max: int,
-        flush_mode: int,
+        flush_mode: FlushMode,
         background: Executor | None = None,
     ) -> None:
-        assert flush_mode in (0, 1, 2)
+        assert isinstance(flush_mode, FlushMode)
         assert file_bytes_max > len(FILE_MAGIC)
         self.directory = directory
         self.failed: JournalError | None = None
@@ -257,7 +258,7 @@ class Journal:
                 self._current = self._create(self._current.number + 1)
         else:
             self._current = self._create(1)
-        if self._flush_mode == 2:
+        if self._flush_mode is FlushMode.THRESHOLD:
             self._timer = LoopingCall(self._flush_written)
             self._timer.clock = self._reactor
             self._timer.start(FLUSH_EVERY_S, now=False)
@@ -383,7 +384,7 @@ class Journal:
         self.write_staged()  # rare: a file that was not current has just been let go
         if self.failed is not None:
             return  # a failed journal keeps its files for the restart
-        unsynced = self._flush_mode != 0 and redo.written_size > redo.flushed_size
+        unsynced = self._flush_mode is not FlushMode.OS and redo.written_size > redo.flushed_size
         if unsynced or redo.number in self._flushing:
             self._doomed.add(redo.number)  # the end of a flush that covers it deletes it
             if unsynced:
@@ -415,10 +416,11 @@ class Journal:
     def sync(self, done: SyncDone) -> None:
         """Call ``done(None)`` once the records written so far are as durable as the mode says.
 
-        Mode 1 waits for the fsync that covers them; modes 0 and 2 answer at once (mode 2's
-        timer syncs within a second). ``done(error)`` when the journal failed.
+        ``GROUP_COMMIT`` waits for the fsync that covers them; ``OS`` and ``THRESHOLD`` answer
+        at once (``THRESHOLD``'s timer syncs within a second). ``done(error)`` when the journal
+        failed.
         """
-        if self._flush_mode == 1 and self.failed is None:
+        if self._flush_mode is FlushMode.GROUP_COMMIT and self.failed is None:
             # The flush's snapshot writes what is staged (with what the rest of this read
             # stages, when a flush is running now): one write for many commits.
             self._waiters.append(done)

@@ -54,7 +54,7 @@ class TransactionManager:
             flusher=store.flusher,
             reactor=reactor,
             file_bytes_max=config.tx_journal_file_bytes,
-            flush_mode=config.flush_tx_log_at_commit,
+            flush_mode=config.journal_flush_mode,
             background=store.background,
         )
         self.transactions = TransactionStore(config, reactor, store, self.journal)

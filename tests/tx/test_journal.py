@@ -9,6 +9,7 @@ import struct
 import pytest
 from twisted.internet.task import Clock
 
+from meta.config import journal_flush_mode
 from meta.errors import StoreError
 from meta.store.group_commit import Flusher, SynchronousExecutor
 from meta.tx import journal as journal_module
@@ -54,7 +55,7 @@ def open_journal(
         flusher=flusher,
         reactor=clock if clock is not None else Clock(),
         file_bytes_max=file_bytes_max,
-        flush_mode=mode,
+        flush_mode=journal_flush_mode(mode),
         background=background,
     )
     replayed = list(journal.replay(start))
