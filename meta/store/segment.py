@@ -20,12 +20,12 @@ calls; it touches only the descriptor, never the sizes (``mark_flushed`` runs on
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 
 from meta.errors import StoreError
 from meta.protocol.message import HEADER, HEADER_SIZE, scan_valid_prefix
+from meta.store.append import finish_write, truncate_after_failed_write
 from meta.store.files import Files
 
 logger = logging.getLogger("meta.store")
@@ -122,41 +122,22 @@ class Segment:
 
         Raises:
             StoreError: the write failed (ENOSPC, EIO, ...); the file was truncated back to the
-                previous size when that was possible.
+                previous size when that was possible (``meta.store.append``).
         """
         position = self.written_size
+        files = self._files
         try:
-            written = self._files.write(self._fd, data, position)
+            # append_at, inlined for the reactor thread's sake (see meta.store.append).
+            written = files.write(self._fd, data, position)
             if written != len(data):
-                written = self._write_rest(data, position, written)
+                finish_write(files, self._fd, data, position, written)
         except OSError as error:
-            self._truncate_after_failed_write(position)
+            truncate_after_failed_write(files, self._fd, position, self.path)
             raise StoreError(
                 f"write to {self.path} at position {position} failed: {error}"
             ) from error
-        self.written_size = position + written
+        self.written_size = position + len(data)
         return position
-
-    def _write_rest(self, data: bytes, position: int, written: int) -> int:
-        """Finish a short write; return the total written. Raises OSError on no progress."""
-        view = memoryview(data)
-        total = len(data)
-        while written < total:
-            more = self._files.write(self._fd, view[written:], position + written)
-            if more <= 0:
-                raise OSError(errno.EIO, f"write stalled after {written} of {total} bytes")
-            written += more
-        return written
-
-    def _truncate_after_failed_write(self, position: int) -> None:
-        """Cut a partial record left by a failed write; log when even that fails."""
-        try:
-            self._files.truncate(self._fd, position)
-        except OSError as error:
-            # Start-up recovery will cut the torn tail, and the partition refuses writes now.
-            logger.error(
-                "cannot truncate %s back to %d after a failed write: %s", self.path, position, error
-            )
 
     def read(self, position: int, length: int) -> bytes:
         """Return up to ``length`` bytes starting at ``position`` (shorter at end of file).

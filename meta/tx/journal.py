@@ -43,6 +43,7 @@ from twisted.python.failure import Failure
 
 from meta.config import FlushMode
 from meta.errors import InvalidRecordError, StoreError
+from meta.store.append import append_at
 from meta.store.files import Files
 from meta.store.group_commit import Executor, Flusher, SynchronousExecutor
 from meta.tx.journal_location import JournalLocation
@@ -330,16 +331,9 @@ class Journal:
             redo.written_size += len(data)
 
     def _write_all(self, fd: int, data: bytes, position: int, path: str) -> None:
-        written = 0
         try:
-            while written < len(data):
-                written += self._files.write(fd, data[written:], position + written)
+            append_at(self._files, fd, data, position, path)
         except OSError as error:
-            if written:
-                try:
-                    self._files.truncate(fd, position)
-                except OSError:
-                    pass
             raise StoreError(f"write to {path} failed: {error}") from None
 
     def _roll(self) -> None:
