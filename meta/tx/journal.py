@@ -26,7 +26,7 @@ Invariants:
     * fsync runs on the store's flusher thread (the journal is a ``FlushClient``), never on the
       reactor thread.
 
-Thread affinity: reactor thread only; ``_SyncTask.run`` runs on the flusher thread, and the
+Thread affinity: reactor thread only; ``RedoSyncTask.run`` runs on the flusher thread, and the
 unlink of an unused file on the ``background`` executor (the reactor's thread pool).
 """
 
@@ -48,6 +48,7 @@ from meta.store.files import Files
 from meta.store.group_commit import Executor, Flusher, SynchronousExecutor
 from meta.tx.journal_location import JournalLocation
 from meta.tx.records import FILE_MAGIC, FILE_MAGIC_V1, Record, encode, read_record
+from meta.tx.redo_file import RedoFile, RedoSyncTask
 
 logger = logging.getLogger("meta.tx")
 
@@ -60,46 +61,6 @@ SyncDone = Callable[[BaseException | None], None]
 
 class JournalError(StoreError):
     """The journal cannot take or keep records (I/O failure, or it is closed)."""
-
-
-class _RedoFile:
-    """One redo file: ``size`` counts staged bytes, ``written_size`` only written ones."""
-
-    __slots__ = (
-        "fd", "flushed_size", "number", "path", "references", "size", "staged", "version",
-        "written_size",
-    )  # fmt: skip
-
-    def __init__(self, number: int, path: str, fd: int, size: int, version: int = 2) -> None:
-        self.version = version
-        self.number = number
-        self.path = path
-        self.fd = fd
-        self.size = size
-        self.written_size = size
-        self.flushed_size = size
-        self.references = 0
-        self.staged: list[bytes] = []
-
-
-class _SyncTask:
-    """One flush batch's share: the directory entry and the files to fsync."""
-
-    __slots__ = ("directory", "files", "redo_files", "sizes", "waiters")
-
-    def __init__(self, files: Files, directory: str | None, redo_files, waiters) -> None:
-        self.files = files
-        self.directory = directory
-        self.redo_files = redo_files
-        self.sizes = tuple(redo.written_size for redo in redo_files)
-        self.waiters = waiters
-
-    def run(self) -> None:
-        """Flusher thread: fsync the directory entry, then each written file once."""
-        if self.directory is not None:
-            self.files.fsync_directory(self.directory)
-        for redo in self.redo_files:
-            self.files.fsync(redo.fd)
 
 
 class Journal:
@@ -137,14 +98,14 @@ class Journal:
         self._file_bytes_max = file_bytes_max
         self._flush_mode = flush_mode
         self._background = background if background is not None else SynchronousExecutor()
-        self._redo: dict[int, _RedoFile] = {}
-        self._current: _RedoFile | None = None
+        self._redo: dict[int, RedoFile] = {}
+        self._current: RedoFile | None = None
         self._directory_dirty = False
         self._waiters: list[SyncDone] = []
         self._flushing: set[int] = set()
         self._doomed: set[int] = set()
         self._timer: LoopingCall | None = None
-        self._staged_files: list[_RedoFile] = []
+        self._staged_files: list[RedoFile] = []
         self.bytes_cut = 0
 
     # -- start-up ----------------------------------------------------------------------------
@@ -195,7 +156,7 @@ class Journal:
                 numbers.append(int(suffix))
         return sorted(numbers)
 
-    def _open_file(self, number: int, path: str) -> _RedoFile:
+    def _open_file(self, number: int, path: str) -> RedoFile:
         try:
             fd = self._files.open(path)
             size = self._files.size(fd)
@@ -203,7 +164,7 @@ class Journal:
         except OSError as error:
             raise StoreError(f"cannot open journal file {path}: {error}") from None
         if head == FILE_MAGIC_V1:
-            return _RedoFile(number, path, fd, size, version=1)
+            return RedoFile(number, path, fd, size, version=1)
         if head != FILE_MAGIC:
             if size < len(FILE_MAGIC) and FILE_MAGIC.startswith(head):
                 # Torn while being created: nothing was ever recorded in it.
@@ -215,9 +176,9 @@ class Journal:
                     f"{path} is not a metaq-py transaction journal (a Java journal, or one of "
                     "a newer version?); move it away to start"
                 )
-        return _RedoFile(number, path, fd, size)
+        return RedoFile(number, path, fd, size)
 
-    def _replay_file(self, redo: _RedoFile, position: int) -> Iterator:
+    def _replay_file(self, redo: RedoFile, position: int) -> Iterator:
         data = bytearray()
         data_start = cursor = position
         while True:
@@ -240,7 +201,7 @@ class Journal:
             yield JournalLocation(redo.number, cursor), record
             cursor += size
 
-    def _truncate(self, redo: _RedoFile, position: int, why: str) -> None:
+    def _truncate(self, redo: RedoFile, position: int, why: str) -> None:
         cut = redo.size - position
         logger.error(
             "journal %s: %s at position %d; cutting %d bytes", redo.path, why, position, cut
@@ -343,7 +304,7 @@ class Journal:
         logger.info("journal rolled to %s", self._current.path)
         self._delete_if_unused(previous)
 
-    def _create(self, number: int) -> _RedoFile:
+    def _create(self, number: int) -> RedoFile:
         path = os.path.join(self.directory, f"{PREFIX}{number}")
         try:
             fd = self._files.open(path, create=True)
@@ -353,7 +314,7 @@ class Journal:
             self._fail(error)
             raise JournalError(str(self.failed)) from None
         self._directory_dirty = True
-        redo = _RedoFile(number, path, fd, len(FILE_MAGIC))
+        redo = RedoFile(number, path, fd, len(FILE_MAGIC))
         redo.flushed_size = 0
         self._redo[number] = redo
         return redo
@@ -371,7 +332,7 @@ class Journal:
         assert redo.references >= 0
         self._delete_if_unused(redo)
 
-    def _delete_if_unused(self, redo: _RedoFile) -> None:
+    def _delete_if_unused(self, redo: RedoFile) -> None:
         """Delete ``redo`` when the module's invariant allows, else once a flush covered it."""
         if redo is self._current or redo.references > 0 or redo.number not in self._redo:
             return
@@ -431,10 +392,10 @@ class Journal:
         if self.failed is None and self._dirty_files():
             self._flusher.request(self)
 
-    def _dirty_files(self) -> list[_RedoFile]:
+    def _dirty_files(self) -> list[RedoFile]:
         return [redo for redo in self._redo.values() if redo.written_size > redo.flushed_size]
 
-    def flush_snapshot(self) -> _SyncTask | None:
+    def flush_snapshot(self) -> RedoSyncTask | None:
         """Reactor thread: what a flush started now must cover (FlushClient)."""
         self.write_staged()
         if self.failed is not None:
@@ -449,9 +410,9 @@ class Journal:
         self._directory_dirty = False
         waiters, self._waiters = self._waiters, []
         self._flushing.update(redo.number for redo in dirty)
-        return _SyncTask(self._files, directory, dirty, waiters)
+        return RedoSyncTask(self._files, directory, dirty, waiters)
 
-    def flush_done(self, task: _SyncTask) -> None:
+    def flush_done(self, task: RedoSyncTask) -> None:
         """Reactor thread: ``task`` is on disk; answer its waiters (FlushClient)."""
         for redo, size in zip(task.redo_files, task.sizes, strict=True):
             redo.flushed_size = max(redo.flushed_size, size)
@@ -459,14 +420,14 @@ class Journal:
         for done in task.waiters:
             done(None if self.failed is None else JournalError(str(self.failed)))
 
-    def flush_failed(self, task: _SyncTask, error: BaseException) -> None:
+    def flush_failed(self, task: RedoSyncTask, error: BaseException) -> None:
         """Reactor thread: the fsync failed; the journal fails (FlushClient)."""
         self._fail(StoreError(f"journal fsync failed: {error}"))
         self._end_flush(task)
         for done in task.waiters:
             done(JournalError(str(self.failed)))
 
-    def _end_flush(self, task: _SyncTask) -> None:
+    def _end_flush(self, task: RedoSyncTask) -> None:
         for redo in task.redo_files:
             self._flushing.discard(redo.number)
         doomed, self._doomed = self._doomed, set()

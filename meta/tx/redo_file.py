@@ -1,0 +1,64 @@
+"""One redo file of the transaction journal, and the fsync task over redo files.
+
+``RedoFile`` is the journal's bookkeeping of one ``redo.<N>`` file: its descriptor, its
+format version, ``size`` (staged bytes included), ``written_size``, ``flushed_size``, the
+records staged for it and how many open transactions count on it (``references``).
+``RedoSyncTask`` is the journal's share of a flush batch: the directory entry and the files
+to fsync, with the sizes that fsync makes durable and the ``sync`` callers waiting for it.
+
+Invariant: ``flushed_size <= written_size <= size``. Thread affinity: the journal's (reactor
+thread), except ``RedoSyncTask.run``, which runs on the flusher thread and touches only the
+descriptors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from meta.store.files import Files
+
+
+class RedoFile:
+    """One redo file: ``size`` counts staged bytes, ``written_size`` only written ones."""
+
+    __slots__ = (
+        "fd", "flushed_size", "number", "path", "references", "size", "staged", "version",
+        "written_size",
+    )  # fmt: skip
+
+    def __init__(self, number: int, path: str, fd: int, size: int, version: int = 2) -> None:
+        self.version = version
+        self.number = number
+        self.path = path
+        self.fd = fd
+        self.size = size
+        self.written_size = size
+        self.flushed_size = size
+        self.references = 0
+        self.staged: list[bytes] = []
+
+
+class RedoSyncTask:
+    """One flush batch's share: the directory entry and the files to fsync."""
+
+    __slots__ = ("directory", "files", "redo_files", "sizes", "waiters")
+
+    def __init__(
+        self,
+        files: Files,
+        directory: str | None,
+        redo_files: list[RedoFile],
+        waiters: list[Callable[[BaseException | None], None]],
+    ) -> None:
+        self.files = files
+        self.directory = directory
+        self.redo_files = redo_files
+        self.sizes = tuple(redo.written_size for redo in redo_files)
+        self.waiters = waiters
+
+    def run(self) -> None:
+        """Flusher thread: fsync the directory entry, then each written file once."""
+        if self.directory is not None:
+            self.files.fsync_directory(self.directory)
+        for redo in self.redo_files:
+            self.files.fsync(redo.fd)
