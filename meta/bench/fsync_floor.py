@@ -12,7 +12,7 @@ each a forked child, and against the broker itself:
 * ``worker-replies``: as ``worker``, but the worker thread sends the reply itself;
 * ``aio``: no Python thread: the reading thread submits a Linux AIO ``IOCB_CMD_FDSYNC``
   (``io_submit`` through ctypes, x86_64 only) and sends the reply when its eventfd fires;
-* ``broker``: ``meta.server`` at ``unflushThreshold=1`` (``meta.bench.load.BenchBroker``).
+* ``broker``: ``meta.server`` at ``unflushThreshold=1`` (``meta.bench.broker.BenchBroker``).
 
 The disk's rate moves a lot on a shared machine, so each producer is paired with the
 fdatasync loop of ``tools/bench`` (1 KB appends, each followed by ``os.fdatasync``) run in
@@ -296,7 +296,7 @@ def paired_rates(variant: str, directory: str, seconds: float, slices: int) -> d
 
 class _Server:
     """A context manager giving the port of a ``variant`` server, stopped on exit: a child
-    process for the minimal servers, ``meta.bench.load.BenchBroker`` (``unflushThreshold=1``) for
+    process for the minimal servers, ``meta.bench.broker.BenchBroker`` (``unflushThreshold=1``) for
     ``broker``."""
 
     def __init__(self, variant: str, directory: str) -> None:

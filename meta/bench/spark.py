@@ -4,7 +4,7 @@
 
 1. starts a standalone ZooKeeper (``tools/zookeeper.sh`` on a free port, in a temporary
    run directory) and one broker registered in it (``SparkBenchBroker``: the
-   ``meta.bench.load.BenchBroker`` process with ZooKeeper enabled and ``--segment-mb`` segments);
+   ``meta.bench.broker.BenchBroker`` process with ZooKeeper enabled and ``--segment-mb`` segments);
 2. produces the backlog: ``--megabytes`` MB of ``--message-bytes`` messages to one partition
    (``meta.bench.load.run_pipelined``);
 3. measures the raw consume rate: one connection, 1 MiB gets from offset 0
