@@ -13,7 +13,7 @@ import pytest
 from meta.config import load_config
 from meta.config.cron import CronError, QuartzCron, to_croniter
 from meta.errors import ConfigError
-from tests.test_config import write_ini
+from tests.config.test_loading import write_ini
 
 T0 = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
 EVERY_SECOND = "*/1 * * * * ?"

@@ -1,4 +1,4 @@
-"""Tests for meta.config: server.ini and async_slave.properties parsing and validation."""
+"""Tests of meta.config.loading: server.ini and async_slave.properties parsing and validation."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from meta.config import (
 from meta.config.grammars import parse_delete_policy
 from meta.errors import ConfigError, InvalidTopicError
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 REQUIRED_SYSTEM = {
     "brokerId": "0",
