@@ -17,20 +17,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from meta.client.cluster import Partition, broadcast_group
-from meta.client.consumer import ConsumerConfig, MessageConsumer
 from meta.client.local_offsets import LocalOffsetStorage, default_path
-from meta.errors import ClientClosedError, ClientError
+from meta.errors import ClientError
 
 if TYPE_CHECKING:
+    from meta.client.consumer import ConsumerConfig, MessageConsumer
     from meta.client.factory import MetaMessageSessionFactory
 
 log = logging.getLogger("meta.client")
 
 
-def _local_group_class(storage: LocalOffsetStorage, group: str) -> type:
+def local_group_class(storage: LocalOffsetStorage, group: str) -> type:
     """A ``ZkConsumerGroup`` whose offsets live in ``storage`` (imported lazily: kazoo)."""
     from meta.client.zk_group import ZkConsumerGroup
 
@@ -38,17 +38,17 @@ def _local_group_class(storage: LocalOffsetStorage, group: str) -> type:
         """Membership in ZooKeeper, offsets in a local file."""
 
         def commit(self) -> None:
-            entries = self._fetcher.take_modified()
+            entries = self.fetcher.take_modified()
             updates = [(t, Partition.parse(p), offset, msg_id) for t, p, msg_id, offset in entries]
             try:
                 storage.commit(group, updates)
             except ClientError as error:
                 log.warning("cannot commit offsets of %s to %s: %s", group, storage.path, error)
-                self._fetcher.mark_modified([(t, p) for t, p, _i, _o in entries])
+                self.fetcher.mark_modified([(t, p) for t, p, _i, _o in entries])
 
-        def _load_offset(self, topic: str, partition: str) -> tuple[int, int]:
+        def load_offset(self, topic: str, partition: str) -> tuple[int, int]:
             stored = storage.load(topic, group, Partition.parse(partition))
-            return (-1, self._start_offset) if stored is None else stored
+            return (-1, self.start_offset) if stored is None else stored
 
     return LocalOffsetGroup
 
@@ -71,27 +71,9 @@ def create_broadcast_consumer(
         ClientClosedError: the factory was shut down.
         ClientError: direct mode; ``InvalidGroupError`` for an invalid rewritten group.
     """
-    if factory._zk_client is None:  # noqa: SLF001 - the lead adds factory methods later
+    if factory.cluster_view is None:
         raise ClientError("a broadcast consumer needs ZooKeeper; direct mode is not supported")
     group = broadcast_group(config.group, host)
     config = dataclasses.replace(config, group=group)
     storage = LocalOffsetStorage(offsets_path if offsets_path is not None else default_path())
-    consumer = MessageConsumer(
-        config,
-        factory._pool,  # noqa: SLF001
-        factory._zk_client,  # noqa: SLF001
-        factory.config.zk_root,
-        factory._consumer_shut_down,  # noqa: SLF001
-        registry=factory._subscriptions,  # noqa: SLF001
-    )
-    consumer._group_class = _local_group_class(storage, group)  # noqa: SLF001
-    _register(factory, consumer)
-    return consumer
-
-
-def _register(factory: Any, consumer: MessageConsumer) -> None:
-    """Let the factory shut the consumer down with itself (as ``create_consumer`` does)."""
-    with factory._lock:  # noqa: SLF001
-        if factory._closed:  # noqa: SLF001
-            raise ClientClosedError("the session factory was shut down")
-        factory._consumers.append(consumer)  # noqa: SLF001
+    return factory.create_consumer(config, group_class=local_group_class(storage, group))

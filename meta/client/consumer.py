@@ -208,6 +208,8 @@ class MessageConsumer:
         pull: the factory's ``get`` (for ``consumer.get``).
         registry: the factory's ``SubscribeRegistry``; None: a private one.
         direct_broker: direct mode: the factory's ``server_url`` broker (no ZooKeeper).
+        group_class: the ``ZkConsumerGroup`` (sub)class keeping the group's offsets; None:
+            ``ZkConsumerGroup`` (offsets in ZooKeeper).
     """
 
     def __init__(
@@ -220,6 +222,7 @@ class MessageConsumer:
         pull: Callable[..., Any] | None = None,
         registry: SubscribeRegistry | None = None,
         direct_broker: BrokerAddress | None = None,
+        group_class: type[ZkConsumerGroup] | None = None,
     ) -> None:
         if direct_broker is None and zk_client is None:
             raise ClientError("a consumer needs ZooKeeper or a direct-mode broker")
@@ -243,7 +246,7 @@ class MessageConsumer:
         self._subscriptions: dict[str, tuple[int, Any]] = {}
         self._group: ZkConsumerGroup | DirectConsumerGroup | None = None
         # The seam of offset storage: a ZkConsumerGroup subclass (None: ZooKeeper offsets).
-        self._group_class: type[ZkConsumerGroup] | None = None
+        self._group_class = group_class
         self._completed = False
         self._closed = False
         self._stop_commits = threading.Event()
@@ -358,10 +361,8 @@ class MessageConsumer:
                 {topic: size for topic, (size, _listener) in self._subscriptions.items()},
                 self.config.load_balance_strategy, fetcher, self.config.offset,
                 bool(self.config.consume_from_max_offset), self.config.zk_sync_s,
+                always_from_max=self.config.always_from_max,
         )  # fmt: skip
-        if self.config.always_from_max:
-            # Every newly owned partition starts at the tail, committed offset or not.
-            group._load_offset = _from_max_offset  # noqa: SLF001
         return group
 
     def owned_partitions(self) -> set[tuple[str, str]]:
@@ -449,11 +450,6 @@ class MessageConsumer:
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosedError(f"consumer {self.consumer_id} was shut down")
-
-
-def _from_max_offset(_topic: str, _partition: str) -> tuple[int, int]:
-    """The offset loader of ``always_from_max``: no message id, ``Long.MAX_VALUE``."""
-    return -1, LONG_MAX
 
 
 def _drop(message: Message) -> None:

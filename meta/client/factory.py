@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from meta.client.pull import MessageIterator, TopicBrowser
     from meta.client.xa import XAMessageProducer
     from meta.client.zk_cluster import TopicSnapshot, ZkClusterView
+    from meta.client.zk_group import ZkConsumerGroup
 
 log = logging.getLogger("meta.client")
 
@@ -133,6 +134,21 @@ class MetaMessageSessionFactory:
         else:
             self._start_zookeeper(config)
 
+    @property
+    def pool(self) -> ConnectionPool:
+        """The connection pool every producer and consumer of this factory shares."""
+        return self._pool
+
+    @property
+    def cluster_view(self) -> ZkClusterView | None:
+        """The ZooKeeper view of brokers and partitions; None in direct mode."""
+        return self._view
+
+    @property
+    def direct_broker(self) -> BrokerAddress | None:
+        """Direct mode: the ``server_url`` broker; None with ZooKeeper."""
+        return self._direct_broker
+
     def _start_zookeeper(self, config: MetaClientConfig) -> None:
         # Imported here so that direct-mode users never import kazoo.
         from meta.client import zk_cluster
@@ -167,6 +183,10 @@ class MetaMessageSessionFactory:
             direct_broker=self._direct_broker,
             on_shutdown=self._producer_shut_down,
         )
+        return self._track_producer(producer)
+
+    def _track_producer(self, producer: MessageProducer) -> MessageProducer:
+        """Shut ``producer`` down with the factory; refuse it if the factory is shut down."""
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the session factory was shut down")
@@ -176,10 +196,25 @@ class MetaMessageSessionFactory:
     def create_xa_producer(
         self, selector: PartitionSelector | None = None, unique_qualifier_prefix: str | None = None
     ) -> XAMessageProducer:
-        """An XA producer (spec §4.8): see ``meta.client.xa``; qualifier ``<prefix>-<host>``."""
-        from meta.client.xa import create_xa_producer
+        """An XA producer (spec §4.8): see ``meta.client.xa``; qualifier ``<prefix>-<host>``.
 
-        return create_xa_producer(self, selector, unique_qualifier_prefix)
+        Raises:
+            ClientError: direct mode, a closed factory, or a prefix that is not allowed.
+        """
+        from meta.client.xa import XAMessageProducer
+
+        if self._view is None:
+            raise ClientError("create_xa_producer needs ZooKeeper; direct mode is not supported")
+        producer = XAMessageProducer(
+            self._pool,
+            selector if selector is not None else RoundRobinPartitionSelector(),
+            self.config.max_message_bytes,
+            self._view,
+            self._producer_shut_down,
+            unique_qualifier_prefix,
+        )
+        self._track_producer(producer)
+        return producer
 
     def create_ordered_producer(
         self,
@@ -265,11 +300,18 @@ class MetaMessageSessionFactory:
             if producer in self._producers:
                 self._producers.remove(producer)
 
-    def create_consumer(self, config: ConsumerConfig) -> MessageConsumer:
+    def create_consumer(
+        self, config: ConsumerConfig, *, group_class: type[ZkConsumerGroup] | None = None
+    ) -> MessageConsumer:
         """Return a new consumer of ``config.group`` (spec §3); it joins at ``complete_subscribe``.
 
         In direct mode (``server_url``) the consumer reads the partitions named in
         ``config.partition`` from that broker, without ZooKeeper (``meta.client.direct``).
+
+        Args:
+            config: the consumer settings.
+            group_class: the ``ZkConsumerGroup`` (sub)class that keeps the group's offsets;
+                None: offsets in ZooKeeper. The broadcast consumer keeps them in a file.
 
         Raises:
             ClientClosedError: the factory was shut down.
@@ -286,6 +328,7 @@ class MetaMessageSessionFactory:
             pull=self.get,
             registry=self._subscriptions,
             direct_broker=self._direct_broker,
+            group_class=group_class,
         )
         with self._lock:
             if self._closed:

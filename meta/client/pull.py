@@ -235,10 +235,11 @@ def _connection(
 ) -> PipelinedConnection:
     """The pooled connection to the master of ``partition``'s broker (or the direct broker)."""
     validate_topic(topic)
-    direct = factory._direct_broker  # noqa: SLF001 - the lead adds factory methods later
+    direct = factory.direct_broker
     if direct is not None:
-        return factory._pool.get(direct)  # noqa: SLF001
-    view = factory._view  # noqa: SLF001
+        return factory.pool.get(direct)
+    view = factory.cluster_view
+    assert view is not None, "a factory without a direct broker has a ZooKeeper view"
     with _published_lock:
         topics = _published.setdefault(factory, set())
         if topic not in topics:
@@ -247,7 +248,7 @@ def _connection(
     address = view.snapshot(topic).brokers.get(partition.broker_id)
     if address is None:
         raise NoBrokerError(f"no master publishes topic {topic} for broker {partition.broker_id}")
-    return factory._pool.get(address)  # noqa: SLF001
+    return factory.pool.get(address)
 
 
 class TopicBrowser:

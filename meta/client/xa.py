@@ -23,46 +23,18 @@ from typing import TYPE_CHECKING
 
 from meta.client.cluster import BrokerAddress
 from meta.client.producer import MessageProducer
-from meta.client.selectors import PartitionSelector, RoundRobinPartitionSelector
+from meta.client.selectors import PartitionSelector
 from meta.client.transaction import Xid, validate_unique_qualifier
 from meta.client.xa_resource import XAResource
-from meta.errors import ClientClosedError, ClientError, NoBrokerError
+from meta.errors import NoBrokerError
 
 if TYPE_CHECKING:
-    from meta.client.factory import ConnectionPool, MetaMessageSessionFactory
+    from meta.client.factory import ConnectionPool
     from meta.client.zk_cluster import ZkClusterView
 
-__all__ = ["XAMessageProducer", "XAResource", "Xid", "create_xa_producer"]
+__all__ = ["XAMessageProducer", "XAResource", "Xid"]
 
 DEFAULT_UNIQUE_QUALIFIER_PREFIX = "XAMessageProducer"
-
-
-def create_xa_producer(
-    factory: MetaMessageSessionFactory,
-    selector: PartitionSelector | None,
-    unique_qualifier_prefix: str | None,
-) -> XAMessageProducer:
-    """``MetaMessageSessionFactory.create_xa_producer`` (here: factory.py is at its limit).
-
-    Raises:
-        ClientError: direct mode, a closed factory, or a prefix that is not allowed.
-    """
-    view = factory._view  # noqa: SLF001 - as meta.client.broadcast does
-    if view is None:
-        raise ClientError("create_xa_producer needs ZooKeeper; direct mode is not supported")
-    producer = XAMessageProducer(
-        factory._pool,  # noqa: SLF001
-        selector if selector is not None else RoundRobinPartitionSelector(),
-        factory.config.max_message_bytes,
-        view,
-        factory._producer_shut_down,  # noqa: SLF001
-        unique_qualifier_prefix,
-    )
-    with factory._lock:  # noqa: SLF001
-        if factory._closed:  # noqa: SLF001
-            raise ClientClosedError("the session factory was shut down")
-        factory._producers.append(producer)  # noqa: SLF001
-    return producer
 
 
 class XAMessageProducer(MessageProducer):

@@ -78,6 +78,10 @@ class ZkConsumerGroup:
         start_offset: the offset of partitions without a committed offset.
         from_max_offset: start those partitions at the newest message instead (DECISIONS 14).
         zk_sync_s: pause after a failed attempt (Java's ``zkSyncTimeMs``).
+        always_from_max: start every newly owned partition at the newest message, committed
+            offset or not (Java's ``alwaysConsumeFromMaxOffset``).
+
+    Subclasses that keep offsets elsewhere override ``commit`` and ``load_offset``.
     """
 
     def __init__(
@@ -92,6 +96,7 @@ class ZkConsumerGroup:
         start_offset: int = 0,
         from_max_offset: bool = False,
         zk_sync_s: float = 1.0,
+        always_from_max: bool = False,
     ) -> None:
         self._client = client
         self._root = normalize_root(root)
@@ -102,6 +107,7 @@ class ZkConsumerGroup:
         self._fetcher = fetcher
         self._start_offset = LONG_MAX if from_max_offset else start_offset
         self._zk_sync_s = zk_sync_s
+        self._always_from_max = always_from_max
         self._lock = threading.RLock()
         self._tokens: queue.Queue[str] = queue.Queue()
         self._owned: set[tuple[str, str]] = set()
@@ -112,6 +118,16 @@ class ZkConsumerGroup:
         self._close_once = threading.Lock()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="meta-rebalance", daemon=True)
+
+    @property
+    def fetcher(self) -> FetchManager:
+        """The consumer's fetch manager (its modified offsets are what ``commit`` writes)."""
+        return self._fetcher
+
+    @property
+    def start_offset(self) -> int:
+        """Where a partition without a committed offset starts (``LONG_MAX``: the newest)."""
+        return self._start_offset
 
     @property
     def ids_path(self) -> str:
@@ -356,12 +372,19 @@ class ZkConsumerGroup:
         partition = Partition.parse(text)
         if old is not None:
             msg_id, offset = old.msg_id, old.offset
+        elif self._always_from_max:
+            msg_id, offset = -1, LONG_MAX  # The tail, committed offset or not.
         else:
-            msg_id, offset = self._load_offset(topic, text)
+            msg_id, offset = self.load_offset(topic, text)
         address = cluster.get(partition.broker_id)
         return FetchRequest(topic, partition, address, offset, msg_id, max_size=self._topics[topic])
 
-    def _load_offset(self, topic: str, partition: str) -> tuple[int, int]:
+    def load_offset(self, topic: str, partition: str) -> tuple[int, int]:
+        """``(msg_id, offset)`` committed for a newly owned partition (ZooKeeper's node).
+
+        Returns:
+            ``(-1, start_offset)`` when nothing is committed.
+        """
         try:
             data, _stat = self._client.get(f"{self._group_path}/offsets/{topic}/{partition}")
         except NoNodeError:

@@ -6,7 +6,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from meta.client.broadcast import _local_group_class
+from meta.client.broadcast import local_group_class
 from meta.client.cluster import BrokerAddress, Partition
 from meta.client.consumer import ConsumerConfig
 from meta.client.fetch import LONG_MAX, FetchManager, FetchRequest, FetchSettings
@@ -70,12 +70,12 @@ class StubPool:
 
 class StubFactory:
     def __init__(self, brokers: dict[int, StubBroker]) -> None:
-        self._direct_broker = None
-        self._view = StubView(brokers)
-        self._pool = StubPool(brokers)
+        self.direct_broker = None
+        self.cluster_view = StubView(brokers)
+        self.pool = StubPool(brokers)
 
     def get_partitions_for_topic(self, topic: str) -> list[Partition]:
-        return sorted(Partition(b, p) for b, broker in self._pool.connections.items()
+        return sorted(Partition(b, p) for b, broker in self.pool.connections.items()
                       for p in broker.logs)  # fmt: skip
 
 
@@ -109,12 +109,12 @@ def test_get_returns_messages_and_none_on_301_403_404():
     assert [m.data for m in get(factory, "t", P0, 50)] == [b"a", b"b"]
     assert get(factory, "t", P0, 0) is None  # 301 below the start: the offset is lost
     assert get(factory, "t", P0, 50 + 42) is None  # 404 at the end
-    factory._pool.connections[1] = StubBroker({}, fixed=Result(403, b"closed", 0))
+    factory.pool.connections[1] = StubBroker({}, fixed=Result(403, b"closed", 0))
     assert get(factory, "t", P0, 0) is None
-    factory._pool.connections[1] = StubBroker({}, fixed=Result(500, b"boom", 0))
+    factory.pool.connections[1] = StubBroker({}, fixed=Result(500, b"boom", 0))
     with pytest.raises(ClientError, match="500 boom"):
         get(factory, "t", P0, 0)
-    assert factory._view.published == ["t"]  # published once per factory and topic
+    assert factory.cluster_view.published == ["t"]  # published once per factory and topic
     assert isinstance(broker.commands[0], Get) and broker.commands[0].group == "Just_for_Browser"
 
 
@@ -207,14 +207,25 @@ class StubFetcher:
 
 def test_the_broadcast_group_commits_and_loads_offsets_locally(tmp_path):
     storage = LocalOffsetStorage(str(tmp_path / "offsets"))
-    group_class = _local_group_class(storage, "g-host")
+    group_class = local_group_class(storage, "g-host")
     fetcher = StubFetcher([("t", "1-0", 9, 120)])
     group = group_class(None, "/meta", "g-host", "g-host_c", {"t": 1024}, "DEFAULT", fetcher, 7)
     group.commit()
     assert storage.load("t", "g-host", Partition(1, 0)) == (9, 120)
-    assert group._load_offset("t", "1-0") == (9, 120)
-    assert group._load_offset("t", "1-1") == (-1, 7)
+    assert group.load_offset("t", "1-0") == (9, 120)
+    assert group.load_offset("t", "1-1") == (-1, 7)
     (tmp_path / "offsets").write_text("not json")
     group._fetcher = StubFetcher([("t", "1-0", 10, 140)])
     group.commit()  # a failed commit is logged and retried later
     assert group._fetcher.marked == [("t", "1-0")]
+
+
+def test_always_from_max_starts_a_newly_owned_partition_at_the_tail_despite_a_commit(tmp_path):
+    storage = LocalOffsetStorage(str(tmp_path / "offsets"))
+    storage.commit("g-host", [("t", Partition(1, 0), 120, 9)])
+    group_class = local_group_class(storage, "g-host")
+    fetcher = StubFetcher([])
+    args = (None, "/meta", "g-host", "g-host_c", {"t": 1024}, "DEFAULT", fetcher, 7)
+    assert group_class(*args)._request(("t", "1-0"), None, {}).offset == 120
+    tail = group_class(*args, always_from_max=True)._request(("t", "1-0"), None, {})
+    assert (tail.msg_id, tail.offset) == (-1, LONG_MAX)
