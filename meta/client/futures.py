@@ -19,9 +19,15 @@ cancelled while its reply was being converted stays cancelled and its ``wait()``
 hear (as ``set_running_or_notify_cancel`` does). Waiters installed by ``wait()`` are notified
 under the condition, like ``Future.set_result`` does.
 
-Relies on the attributes ``Future.__init__`` sets (``_condition``, ``_state``, ``_result``,
-``_exception``, ``_waiters``, ``_done_callbacks``), stable since Python 3.2; the tests check
-that a ``PendingFuture`` has every attribute a plain ``Future`` has.
+The fast ``FastPendingFuture`` and ``complete_batch_fast`` rely on private details of
+``concurrent.futures``: the attributes ``Future.__init__`` sets (``_condition``, ``_state``,
+``_result``, ``_exception``, ``_waiters``, ``_done_callbacks``), ``Future._invoke_callbacks``
+and the state constants of ``concurrent.futures._base``, stable from Python 3.8 to 3.13.
+``INTERNALS_FIT`` checks, once at import, that the Python version is one of those and that a
+plain ``Future`` has exactly what they use; if not, ``PendingFuture`` and ``complete_batch``
+are the public-API fallback (``PublicPendingFuture``, ``complete_batch_public``): a
+``Condition`` per future and one ``set_result`` per reply, slower but the same behaviour.
+The tests run both.
 
 Threads: created on the requesting thread; completed on the connection's reader thread
 (replies, deadlines) or on whichever thread fails or closes the connection.
@@ -29,19 +35,41 @@ Threads: created on the requesting thread; completed on the connection's reader 
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
 from typing import Any
 
-Outcome = tuple["PendingFuture", Any, BaseException | None]
+try:
+    from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
+except ImportError:  # A Python whose internals moved: the public fallback is used.
+    CANCELLED = CANCELLED_AND_NOTIFIED = FINISHED = PENDING = None
+
+Outcome = tuple[Any, Any, BaseException | None]
 """``(future, value, error)``: what ``complete_batch`` sets; ``error`` wins when not None."""
 
+TESTED_VERSIONS = ((3, 8), (3, 14))
+"""``[first, end)`` of the Python versions whose ``Future`` internals the fast path knows."""
+FUTURE_ATTRIBUTES = {"_condition", "_state", "_result", "_exception", "_waiters",
+                     "_done_callbacks"}  # fmt: skip
+"""What ``Future.__init__`` sets and the fast path sets and reads itself."""
 
-class PendingFuture(Future):
+
+def internals_fit(version: tuple[int, ...] = sys.version_info[:2]) -> bool:
+    """Whether the fast path may use ``concurrent.futures`` internals on this Python."""
+    first, end = TESTED_VERSIONS
+    if not first <= tuple(version[:2]) < end or PENDING is None:
+        return False
+    plain = Future()
+    return set(vars(plain)) == FUTURE_ATTRIBUTES and callable(
+        getattr(plain, "_invoke_callbacks", None)
+    )
+
+
+class FastPendingFuture(Future):
     """A request's future: shares its connection's condition; cancelling forgets the request.
 
     Args:
@@ -113,14 +141,14 @@ class PendingFuture(Future):
                 self._condition.wait(remaining)
 
 
-def complete_batch(condition: threading.Condition, outcomes: Iterable[Outcome]) -> None:
+def complete_batch_fast(condition: threading.Condition, outcomes: Iterable[Outcome]) -> None:
     """Complete every future of ``outcomes`` (all sharing ``condition``) in one acquisition.
 
     A future no longer PENDING is skipped, except that one cancelled meanwhile is moved on the
     way ``set_running_or_notify_cancel`` does, so ``wait()`` callers hear. Done-callbacks run
     after the condition is released, on the calling thread.
     """
-    with_callbacks: list[PendingFuture] = []
+    with_callbacks: list[FastPendingFuture] = []
     with condition:
         for future, value, error in outcomes:
             state = future._state
@@ -147,7 +175,67 @@ def complete_batch(condition: threading.Condition, outcomes: Iterable[Outcome]) 
         future._invoke_callbacks()
 
 
-def convert_reply(future: PendingFuture, reply: Any) -> Outcome:
+class PublicPendingFuture(Future):
+    """``FastPendingFuture`` on ``Future``'s public API only (a ``Condition`` of its own).
+
+    Args: as ``FastPendingFuture``; ``condition`` is not used.
+    """
+
+    def __init__(
+        self,
+        owner: Any,
+        deadline: float,
+        timeout_s: float,
+        convert: Callable[[Any], Any] | None,
+        condition: threading.Condition | None = None,
+    ) -> None:
+        super().__init__()
+        self.owner = owner
+        self.opaque = 0
+        self.deadline = deadline
+        self.timeout_s = timeout_s
+        self.convert = convert
+
+    def cancel(self) -> bool:
+        cancelled = super().cancel()
+        if cancelled and self.owner.forget(self.opaque):
+            self.set_running_or_notify_cancel()  # As FastPendingFuture.cancel.
+        return cancelled
+
+
+def complete_batch_public(condition: threading.Condition, outcomes: Iterable[Outcome]) -> None:
+    """``complete_batch_fast`` on ``Future``'s public API.
+
+    Each future is claimed (``set_running_or_notify_cancel``) under ``condition``, so two
+    threads completing the same future cannot both set it; a cancelled one is notified there.
+    Results are set after the condition is released (done-callbacks run then, on this thread).
+    """
+    claimed: list[Outcome] = []
+    with condition:
+        for outcome in outcomes:
+            try:
+                if outcome[0].set_running_or_notify_cancel():
+                    claimed.append(outcome)
+            except RuntimeError:
+                pass  # Already completed (or its cancellation already notified).
+    for future, value, error in claimed:
+        if error is None:
+            future.set_result(value)
+        else:
+            future.set_exception(error)
+
+
+INTERNALS_FIT = internals_fit()
+"""True: ``PendingFuture`` and ``complete_batch`` are the fast pair; False: the public one."""
+
+PendingFuture: type[FastPendingFuture] | type[PublicPendingFuture]
+if INTERNALS_FIT:
+    PendingFuture, complete_batch = FastPendingFuture, complete_batch_fast
+else:
+    PendingFuture, complete_batch = PublicPendingFuture, complete_batch_public
+
+
+def convert_reply(future: Any, reply: Any) -> Outcome:
     """``(future, convert(reply), None)``, or ``(future, None, error)`` if ``convert`` raised."""
     convert = future.convert
     if convert is None:

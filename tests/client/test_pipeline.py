@@ -16,6 +16,8 @@ from concurrent.futures import wait
 
 import pytest
 
+from meta.client import futures as client_futures
+from meta.client import pipeline
 from meta.client.cluster import BrokerAddress
 from meta.client.factory import ConnectionPool
 from meta.client.pipeline import OPAQUE_MAX, PipelinedConnection
@@ -44,8 +46,12 @@ def broker(tmp_path_factory):
     process.stop()
 
 
-@pytest.fixture
-def connection(broker):
+@pytest.fixture(params=["fast", "public"])
+def connection(broker, request, monkeypatch):
+    """A connection to the broker, on the fast futures and on their public-API fallback."""
+    if request.param == "public":
+        monkeypatch.setattr(pipeline, "PendingFuture", client_futures.PublicPendingFuture)
+        monkeypatch.setattr(pipeline, "complete_batch", client_futures.complete_batch_public)
     opened = PipelinedConnection("127.0.0.1", broker.port)
     yield opened
     opened.close()
@@ -256,104 +262,6 @@ def test_the_pool_fails_fast_for_a_while_after_a_failed_connect():
             pool.get(address)
     finally:
         pool.close()
-
-
-def test_a_pipelined_future_is_a_real_future_with_every_attribute_of_one():
-    from concurrent.futures import Future
-
-    from meta.client.futures import PendingFuture
-
-    future = PendingFuture(Owner(), time.monotonic() + 5, 5.0, None)
-    assert isinstance(future, Future)
-    assert set(vars(Future())) <= set(vars(future))
-
-
-class Owner:
-    """Stands in for a connection: ``forget`` reports whether it removed the request."""
-
-    def __init__(self, holds: bool = False) -> None:
-        self.holds = holds
-        self.forgotten: list[int] = []
-
-    def forget(self, opaque: int) -> bool:
-        self.forgotten.append(opaque)
-        return self.holds
-
-
-def shared_futures(count: int, owner=None):
-    from meta.client.futures import PendingFuture
-
-    condition = threading.Condition(threading.RLock())
-    owner = owner or Owner()
-    deadline = time.monotonic() + 5
-    return condition, [PendingFuture(owner, deadline, 5.0, None, condition) for _ in range(count)]
-
-
-def test_complete_batch_sets_results_and_errors_and_runs_each_callback_once():
-    from meta.client.futures import complete_batch
-
-    condition, futures = shared_futures(3)
-    calls: list = []
-    for future in futures:
-        future.add_done_callback(calls.append)
-    outcomes = [(futures[0], "a", None), (futures[1], None, ClientError("gone"))]
-    waiter = threading.Thread(target=wait, args=(futures[:2],), kwargs={"timeout": WAIT_S})
-    waiter.start()
-    complete_batch(condition, outcomes)
-    waiter.join(WAIT_S)
-    assert not waiter.is_alive()
-    assert futures[0].result(0) == "a"
-    with pytest.raises(ClientError, match="gone"):
-        futures[1].result(0)
-    assert not futures[2].done()
-    complete_batch(condition, [(futures[0], "again", None), (futures[2], "c", None)])
-    assert futures[0].result(0) == "a"  # completed once: a second outcome is ignored
-    assert [future.result(0) for future in (futures[0], futures[2])] == ["a", "c"]
-    assert calls == [futures[0], futures[1], futures[2]]
-
-
-def test_complete_batch_leaves_a_cancelled_future_cancelled_and_wakes_its_waiters():
-    """A future cancelled while its reply was converted stays cancelled; ``wait()`` hears."""
-    from concurrent.futures import FIRST_COMPLETED
-
-    from meta.client.futures import complete_batch
-
-    condition, (cancelled,) = shared_futures(1)
-    waiter = threading.Thread(target=wait, args=([cancelled],), kwargs={"timeout": WAIT_S,
-                              "return_when": FIRST_COMPLETED})  # fmt: skip
-    assert cancelled.cancel()
-    waiter.start()
-    complete_batch(condition, [(cancelled, "late", None)])
-    waiter.join(WAIT_S)
-    assert not waiter.is_alive() and cancelled.cancelled()
-
-
-def test_cancelling_a_future_its_owner_still_held_notifies_wait_at_once():
-    condition, (future,) = shared_futures(1, Owner(holds=True))
-    future.opaque = 7
-    assert future.cancel()
-    done, not_done = wait([future], timeout=WAIT_S)
-    assert done == {future} and not not_done
-    assert future.owner.forgotten == [7]
-
-
-def test_result_keeps_waiting_when_another_future_of_the_condition_completes():
-    """Futures share one condition: a wake-up for another future is not a timeout."""
-    from meta.client.futures import complete_batch
-
-    condition, (mine, other) = shared_futures(2)
-    got: list = []
-    waiter = threading.Thread(target=lambda: got.append(mine.result(WAIT_S)))
-    waiter.start()
-    wait_for(lambda: len(condition._waiters) == 1, what="the waiter to wait")
-    complete_batch(condition, [(other, "other", None)])
-    wait_for(lambda: len(condition._waiters) == 1 or not waiter.is_alive(), what="a re-wait")
-    assert waiter.is_alive()
-    complete_batch(condition, [(mine, "mine", None)])
-    waiter.join(WAIT_S)
-    assert got == ["mine"]
-    with pytest.raises(FutureTimeoutError):
-        shared_futures(1)[1][0].result(0.05)
 
 
 def test_the_fast_put_header_is_what_the_codec_encodes():
