@@ -42,12 +42,16 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import CancelledError, Future
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from meta.client.fetch_state import FetchRequest, FetchSettings
 from meta.client.message import Message
-from meta.client.received import PartitionControl, ReceivedMessage, decode_batch
+from meta.client.received import (
+    Delivery,
+    PartitionControl,
+    ReceivedMessage,
+    deliver_batch,
+)
 from meta.errors import ClientError, InvalidRecordError
 from meta.protocol.commands import Data, Get, Offset, Result
 from meta.protocol.message import HEADER_SIZE, iter_messages
@@ -73,24 +77,12 @@ Listener = Callable[[Message], Any]
 RejectHandler = Callable[[Message], Any]
 
 
-@dataclass
-class _Batch:
-    """What one batch did (local to ``_process``)."""
-
-    consumed: int = 0
-    last_id: int | None = None
-    failed: bool = False
-    invalid: InvalidRecordError | None = None
-
-
-def call_listener(listener: Any, message: Message) -> None:
-    """Call a listener: a callable, or an object with ``receive_messages(message)``."""
-    receive = getattr(listener, "receive_messages", None)
-    (receive if receive is not None else listener)(message)
-
-
 class FetchManager:
     """Runs the fetch requests of one consumer on ``settings.fetch_threads`` threads.
+
+    Subclasses may override the public hooks ``process_batch`` (what a fetched batch does),
+    ``handle_moved`` (a 301) and ``send``, and use ``grow``, ``backoff``, ``ask_offset``,
+    ``is_current`` and ``drop``; everything private may change.
 
     Args:
         pool: the factory's connection pool.
@@ -140,6 +132,29 @@ class FetchManager:
             ]
         for thread in self._threads:
             thread.start()
+
+    @property
+    def settings(self) -> FetchSettings:
+        """The fetch settings this manager was created with."""
+        return self._settings
+
+    @property
+    def pool(self) -> ConnectionPool:
+        """The connection pool the gets go through."""
+        return self._pool
+
+    def is_current(self, request: FetchRequest) -> bool:
+        """Whether ``request`` is still fetched: running, not paused, not stopped or replaced.
+
+        A snapshot for a fetch thread deciding whether to send more for ``request``.
+        """
+        return self._running and not self._paused and self._requests.get(request.key) is request
+
+    def drop(self, request: FetchRequest) -> None:
+        """Stop fetching ``request`` for good (until the next ``start``); thread-safe."""
+        with self._cond:
+            if self._requests.get(request.key) is request:
+                del self._requests[request.key]
 
     @property
     def paused(self) -> bool:
@@ -230,7 +245,7 @@ class FetchManager:
     def _fetch_once(self, request: FetchRequest) -> bool:
         """Fetch and process one batch; return whether to re-queue the request."""
         if request.address is None:
-            self._backoff(request)  # No master or slave serves this broker id right now.
+            self.backoff(request)  # No master or slave serves this broker id right now.
             return True
         started = time.monotonic()
         try:
@@ -239,22 +254,22 @@ class FetchManager:
             return True  # stop(): the request keeps its state for the next start().
         except ClientError as error:
             log.warning("get %s/%s from %s failed: %s", *request.key, request.address.uri, error)
-            self._backoff(request)
+            self.backoff(request)
             return True
         if self._paused:
             return True  # Suspended while the get was out: drop the reply, keep the offset.
         if isinstance(reply, Data):
-            self._process(request, reply.data)
+            self.process_batch(request, reply.data)
             return True
         if reply.code == 301:
-            return self._moved(request, int(reply.body))
+            return self.handle_moved(request, int(reply.body))
         if reply.code not in (403, 404):
             log.warning("get %s/%s: %d %r", *request.key, reply.code, reply.body[:200])
         waited_ms = (time.monotonic() - started) * 1000
         if self._settings.long_poll_ms and waited_ms >= self._settings.long_poll_ms / 2:
             request.delay_ms = 0  # The broker held the get: long polling paces this partition.
         else:
-            self._backoff(request)
+            self.backoff(request)
         return True
 
     def _get_command(self, request: FetchRequest) -> Get:
@@ -276,10 +291,11 @@ class FetchManager:
             ClientError: no reply in time, the connection failed, or ``stop()`` cancelled
                 the request (``FetchCancelled``).
         """
-        return self._await_reply(request, self._send(request, command))
+        return self._await_reply(request, self.send(request, command))
 
-    def _send(self, request: FetchRequest, command: Get | Offset) -> Future:
-        """Send ``command`` to the request's broker; the future of its reply.
+    def send(self, request: FetchRequest, command: Get | Offset) -> Future:
+        """Send ``command`` to the request's broker; the future of its reply (a hook: every
+        get and offset request of the loop goes through it).
 
         Raises:
             ClientError: the broker cannot be reached or the connection is closed.
@@ -302,13 +318,13 @@ class FetchManager:
             with self._cond:
                 self._gets_in_flight.discard(future)
 
-    def _backoff(self, request: FetchRequest) -> None:
+    def backoff(self, request: FetchRequest) -> None:
         """Empty fetch or error: the delay grows by a tenth of the maximum (spec §3.6)."""
         maximum = self._settings.max_delay_fetch_ms
         request.delay_ms = min(request.delay_ms + maximum // 10, maximum)
 
-    def _moved(self, request: FetchRequest, offset: int) -> bool:
-        """A 301: move per the reset policy (DECISIONS 14, 15); False stops the partition.
+    def handle_moved(self, request: FetchRequest, offset: int) -> bool:
+        """The 301 hook: move per the reset policy (DECISIONS 14, 15); False stops the partition.
 
         ``follow-broker`` adopts ``offset``; ``earliest`` asks the broker for the first offset
         (an ``offset`` command at 0), ``latest`` for the end (at ``Long.MAX_VALUE``);
@@ -326,9 +342,9 @@ class FetchManager:
             )
             return False
         if request.offset != LONG_MAX and policy in ("earliest", "latest"):
-            asked = self._ask_offset(request, 0 if policy == "earliest" else LONG_MAX)
+            asked = self.ask_offset(request, 0 if policy == "earliest" else LONG_MAX)
             if asked is None:
-                self._backoff(request)
+                self.backoff(request)
                 return True  # The next fetch gets the 301 again and retries.
             offset = asked
         log.info("offset of %s/%s moves from %d to %d", *request.key, request.offset, offset)
@@ -339,7 +355,7 @@ class FetchManager:
         request.delay_ms = 0
         return True
 
-    def _ask_offset(self, request: FetchRequest, offset: int) -> int | None:
+    def ask_offset(self, request: FetchRequest, offset: int) -> int | None:
         """The broker's ``offset`` answer for ``offset`` (None, logged, if it failed)."""
         command = Offset(request.topic, self._settings.group, request.partition.partition,
                          offset, 0)  # fmt: skip
@@ -353,26 +369,37 @@ class FetchManager:
         log.warning("offset request for %s/%s answered %s", *request.key, reply)
         return None
 
-    def _process(self, request: FetchRequest, data: bytes) -> None:
-        """Process one batch: reject a head that failed too often, else give it to the listener."""
+    def process_batch(self, request: FetchRequest, data: bytes) -> None:
+        """The raw-batch hook: what is done with the bytes of one ``Data`` reply (fetch thread).
+
+        Here: reject a head that failed too often, else give the batch to the listener, and
+        move the request's offsets, size and delay. A subclass that does something else with
+        the raw bytes (the slave appends them verbatim) overrides this.
+
+        Args:
+            request: the partition's request, held by the calling fetch thread.
+            data: the reply's message set; its first byte is at ``request.next_offset``.
+        """
         base = request.next_offset
         if request.retries > self._settings.max_fetch_retries and self._reject_head(request, data):
             return
-        executor = getattr(self._listeners[request.topic], "executor", None)
+        listener = self._listeners[request.topic]
+        executor = getattr(listener, "executor", None)
+        arguments = (listener, data, base, request.topic, request.partition, request.control)
         if executor is None:
-            batch = self._deliver(request, data, base)
+            batch = deliver_batch(*arguments)
         else:  # the listener's executor runs the batch; this thread waits (partition order)
-            batch = executor.submit(self._deliver, request, data, base).result()
+            batch = executor.submit(deliver_batch, *arguments).result()
         self._finish(request, base, batch)
         if batch.invalid is not None:
             self._jump_to_segment_start(request, batch.invalid)
         elif not batch.consumed and not batch.failed and not request.control.rolled_back:
-            self._grow(request, data)
+            self.grow(request, data)
         elif len(data) < request.max_size // 2 and request.max_size > request.initial_max_size:
             # Shrink back toward the subscription's size (spec §3.6).
             request.max_size = max(request.initial_max_size, request.max_size // 2)
 
-    def _grow(self, request: FetchRequest, data: bytes) -> None:
+    def grow(self, request: FetchRequest, data: bytes) -> None:
         """Bytes came back without one whole message: fetch enough for the head message.
 
         Java doubles the size after ``maxIncreaseFetchDataRetries`` tries; the head record's
@@ -397,38 +424,7 @@ class FetchManager:
         request.max_size = size
         request.delay_ms = 0
 
-    def _deliver(self, request: FetchRequest, data: bytes, base: int) -> _Batch:
-        """Call the listener on each complete message until one fails or the batch ends."""
-        listener = self._listeners[request.topic]
-        receive = getattr(listener, "receive_messages", listener)
-        control = request.control
-        topic, partition = request.topic, request.partition
-        batch = _Batch()
-        consumed = 0
-        last_id = None
-        try:
-            for message, size in decode_batch(data, base, topic, partition, control):
-                try:
-                    receive(message)
-                except Exception:
-                    log.exception("listener failed on %s/%s@%d", *request.key, message.offset)
-                    message.rollback_only = True
-                if message.rollback_only:
-                    batch.failed = True
-                    break
-                if control.rolled_back:
-                    break
-                consumed += size
-                last_id = message.id
-                if control.acked:
-                    break
-        except InvalidRecordError as error:
-            batch.invalid = error
-        batch.consumed = consumed
-        batch.last_id = last_id
-        return batch
-
-    def _finish(self, request: FetchRequest, base: int, batch: _Batch) -> None:
+    def _finish(self, request: FetchRequest, base: int, batch: Delivery) -> None:
         """Move the offsets, the retry count and the delay after a batch (spec §3.6, §3.8)."""
         control = request.control
         if batch.failed:
@@ -444,7 +440,7 @@ class FetchManager:
         if batch.consumed and not rolled_back:
             request.delay_ms = 0  # Progress: fetch again at once (a new failed head included).
         else:
-            self._backoff(request)
+            self.backoff(request)
 
     def _advance(self, request: FetchRequest, offset: int, last_id: int | None) -> None:
         """Commit ``offset`` (auto mode or acked) or only read on from it (manual mode)."""
@@ -488,7 +484,7 @@ class FetchManager:
 
     def _jump_to_segment_start(self, request: FetchRequest, error: InvalidRecordError) -> None:
         """A bad record: ask the broker for its segment's start and go there (spec §3.6)."""
-        offset = self._ask_offset(request, request.next_offset)
+        offset = self.ask_offset(request, request.next_offset)
         if offset is not None:
             log.warning("%s in %s/%s: jumping to %d", error, *request.key, offset)
             request.offset = offset

@@ -5,15 +5,18 @@
 ``decode_batch`` turns a fetched message set into ``ReceivedMessage`` objects in one loop
 (the consumer's hot path: no intermediate ``Record``), with exactly the checks of
 ``meta.protocol.message.iter_messages`` (a test pins the two to the same results).
+``deliver_batch`` gives a decoded batch to a listener, message by message, until one fails.
 A ``PartitionControl`` belongs to the fetch thread holding its request: call it only from
 inside the listener call.
 """
 
 from __future__ import annotations
 
+import logging
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from meta.client.cluster import Partition
 from meta.client.message import Message
@@ -25,6 +28,8 @@ from meta.protocol.message import (
     HEADER_SIZE,
     decode_payload,
 )
+
+log = logging.getLogger("meta.client")
 
 
 class PartitionControl:
@@ -134,3 +139,68 @@ def decode_batch(
             end - position,
         )
         position = end
+
+
+@dataclass
+class Delivery:
+    """What giving one batch to a listener did (``deliver_batch``'s answer)."""
+
+    consumed: int = 0
+    last_id: int | None = None
+    failed: bool = False
+    invalid: InvalidRecordError | None = None
+
+
+def call_listener(listener: Any, message: Message) -> None:
+    """Call a listener: a callable, or an object with ``receive_messages(message)``."""
+    receive = getattr(listener, "receive_messages", None)
+    (receive if receive is not None else listener)(message)
+
+
+def deliver_batch(
+    listener: Any,
+    data: bytes,
+    base: int,
+    topic: str,
+    partition: Partition,
+    control: PartitionControl,
+) -> Delivery:
+    """Call ``listener`` on each complete message of ``data`` until one fails or it ends.
+
+    Args:
+        listener: a callable, or an object with ``receive_messages(message)``.
+        data: the fetched message set; its first byte is at offset ``base``.
+        base: the partition offset of ``data[0]``.
+        topic: the topic of the messages.
+        partition: their partition.
+        control: the partition's ``PartitionControl`` (its flags stop the batch).
+
+    Returns:
+        The bytes and last id of the messages consumed, whether the listener failed one,
+        and the ``InvalidRecordError`` of a bad record that ended the batch, if any.
+    """
+    receive = getattr(listener, "receive_messages", listener)
+    batch = Delivery()
+    consumed = 0
+    last_id = None
+    try:
+        for message, size in decode_batch(data, base, topic, partition, control):
+            try:
+                receive(message)
+            except Exception:
+                log.exception("listener failed on %s/%s@%d", topic, partition, message.offset)
+                message.rollback_only = True
+            if message.rollback_only:
+                batch.failed = True
+                break
+            if control.rolled_back:
+                break
+            consumed += size
+            last_id = message.id
+            if control.acked:
+                break
+    except InvalidRecordError as error:
+        batch.invalid = error
+    batch.consumed = consumed
+    batch.last_id = last_id
+    return batch

@@ -53,8 +53,8 @@ from typing import IO, Any
 
 from meta.client.cluster import Partition
 from meta.client.durable import fsync_directory
-from meta.client.fetch import PartitionControl, ReceivedMessage, call_listener
 from meta.client.message import Message
+from meta.client.received import PartitionControl, ReceivedMessage, call_listener
 from meta.errors import ClientError, InvalidRecordError
 from meta.protocol.message import HEADER_SIZE, Record, iter_messages, pack_message
 

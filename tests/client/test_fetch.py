@@ -10,8 +10,8 @@ from meta.client.fetch import (
     FetchRequest,
     FetchSettings,
     PartitionControl,
-    call_listener,
 )
+from meta.client.received import call_listener
 from meta.errors import ClientError
 from meta.protocol.message import pack_message
 
@@ -45,7 +45,7 @@ def test_a_batch_advances_by_the_bytes_of_complete_messages_only():
     received = []
     first, second = pack_message(7, 0, b"one"), pack_message(8, 0, b"two")
     fetch = request()
-    manager(received.append)._process(fetch, first + second + second[:10])
+    manager(received.append).process_batch(fetch, first + second + second[:10])
     assert [(m.id, m.offset, m.data) for m in received] == [(7, 100, b"one"), (8, 123, b"two")]
     assert (fetch.offset, fetch.msg_id, fetch.modified) == (146, 8, True)
 
@@ -56,7 +56,7 @@ def test_a_listener_failure_stops_the_batch_at_that_message():
             raise RuntimeError("no")
 
     fetch = request()
-    manager(listener)._process(fetch, pack_message(7, 0, b"one") + pack_message(8, 0, b"two"))
+    manager(listener).process_batch(fetch, pack_message(7, 0, b"one") + pack_message(8, 0, b"two"))
     assert (fetch.offset, fetch.msg_id) == (123, 7)
 
 
@@ -65,19 +65,19 @@ def test_empty_batches_back_off_by_a_tenth_of_the_maximum_up_to_it():
     fetches = manager(lambda message: None)
     delays = []
     for _ in range(12):
-        fetches._process(fetch, b"")
+        fetches.process_batch(fetch, b"")
         delays.append(fetch.delay_ms)
     assert delays[:3] == [500, 1000, 1500] and delays[-1] == 5000
-    fetches._process(fetch, pack_message(1, 0, b"x"))
+    fetches.process_batch(fetch, pack_message(1, 0, b"x"))
     assert fetch.delay_ms == 0 and fetch.retries == 0
 
 
 def test_a_301_is_adopted_by_follow_broker_and_stops_the_partition_under_error():
     fetch = request()
-    assert manager(print)._moved(fetch, 4096) is True
+    assert manager(print).handle_moved(fetch, 4096) is True
     assert (fetch.offset, fetch.modified) == (4096, True)
     stuck = request()
-    assert manager(print, "error")._moved(stuck, 4096) is False
+    assert manager(print, "error").handle_moved(stuck, 4096) is False
     assert stuck.offset == 100
 
 
@@ -91,16 +91,16 @@ def test_a_head_that_fails_more_than_max_fetch_retries_times_goes_to_the_reject_
             raise RuntimeError("poison")
 
     fetches, fetch = manager(listener, reject=rejected.append), request()
-    fetches._process(fetch, ONE + TWO + THREE)
+    fetches.process_batch(fetch, ONE + TWO + THREE)
     assert (fetch.offset, fetch.retries, fetch.delay_ms) == (100 + len(ONE), 1, 0)
     for _ in range(2):
-        fetches._process(fetch, TWO + THREE)
+        fetches.process_batch(fetch, TWO + THREE)
     assert calls == [1, 2, 2, 2] and fetch.retries == 3 and rejected == []
-    fetches._process(fetch, TWO + THREE)
+    fetches.process_batch(fetch, TWO + THREE)
     assert [m.id for m in rejected] == [2] and calls == [1, 2, 2, 2]
     assert (fetch.offset, fetch.msg_id, fetch.retries, fetch.delay_ms) == (
         100 + len(ONE) + len(TWO), 2, 0, 0)  # fmt: skip
-    fetches._process(fetch, THREE)
+    fetches.process_batch(fetch, THREE)
     assert calls[-1] == 3 and fetch.offset == 100 + len(ONE + TWO + THREE)
 
 
@@ -110,20 +110,20 @@ def test_a_failing_reject_handler_is_logged_and_the_partition_still_moves_on():
 
     fetch = request()
     fetch.retries = 3
-    manager(print, reject=reject)._process(fetch, ONE)
+    manager(print, reject=reject).process_batch(fetch, ONE)
     assert fetch.offset == 100 + len(ONE) and fetch.retries == 0
 
 
 def test_empty_or_incomplete_data_does_not_count_as_a_failure():
     fetch, fetches = request(), manager(lambda message: None)
-    fetches._process(fetch, b"")
-    fetches._process(fetch, ONE[:10])
+    fetches.process_batch(fetch, b"")
+    fetches.process_batch(fetch, ONE[:10])
     assert fetch.retries == 0 and fetch.offset == 100
 
 
 def test_set_rollback_only_fails_the_message_without_raising():
     fetch = request()
-    manager(lambda m: m.id == 2 and m.set_rollback_only())._process(fetch, ONE + TWO)
+    manager(lambda m: m.id == 2 and m.set_rollback_only()).process_batch(fetch, ONE + TWO)
     assert (fetch.offset, fetch.retries) == (100 + len(ONE), 1)
 
 
@@ -140,25 +140,25 @@ def manual(decide):
 def test_manual_mode_reads_on_without_moving_the_stored_offset_until_ack():
     fetch = request()
     fetches = manager(manual(lambda m, c: m.id == 3 and c.ack()))
-    fetches._process(fetch, ONE + TWO)
+    fetches.process_batch(fetch, ONE + TWO)
     assert (fetch.offset, fetch.tmp_offset, fetch.modified) == (100, 100 + len(ONE + TWO), False)
     assert fetch.next_offset == 100 + len(ONE + TWO)
-    fetches._process(fetch, THREE)
+    fetches.process_batch(fetch, THREE)
     assert (fetch.offset, fetch.tmp_offset, fetch.msg_id) == (100 + len(ONE + TWO + THREE), -1, 3)
     assert fetch.modified and not fetch.control.acked
 
 
 def test_ack_ends_the_batch_after_the_acked_message():
     seen, fetch = [], request()
-    manager(manual(lambda m, c: (seen.append(m.id), c.ack())))._process(fetch, ONE + TWO)
+    manager(manual(lambda m, c: (seen.append(m.id), c.ack()))).process_batch(fetch, ONE + TWO)
     assert seen == [1] and fetch.offset == 100 + len(ONE)
 
 
 def test_rollback_re_delivers_everything_since_the_last_ack():
     fetch = request()
     fetches = manager(manual(lambda m, c: m.id == 2 and c.rollback()))
-    fetches._process(fetch, ONE)
-    fetches._process(fetch, TWO)
+    fetches.process_batch(fetch, ONE)
+    fetches.process_batch(fetch, TWO)
     assert (fetch.offset, fetch.tmp_offset, fetch.next_offset) == (100, -1, 100)
     assert not fetch.control.rolled_back and fetch.control.auto_ack is False
 
@@ -181,5 +181,5 @@ def test_ack_in_auto_mode_and_ack_after_rollback_raise_client_error():
 
 def test_listeners_get_a_message_with_the_requests_partition_control():
     seen, fetch = [], request()
-    manager(seen.append)._process(fetch, ONE)
+    manager(seen.append).process_batch(fetch, ONE)
     assert seen[0].partition_control is fetch.control and seen[0].data == b"m1"

@@ -164,18 +164,18 @@ def test_earliest_and_latest_ask_the_broker_where_to_go(policy, expected):
     broker = StubBroker({1: (40, records(b"a", b"b"))})
     manager = FetchManager(StubPool({None: broker}), "<t>", settings(policy), {"t": print})
     request = FetchRequest("t", Partition(0, 1), None, 1000)
-    assert manager._moved(request, 82) is True
+    assert manager.handle_moved(request, 82) is True
     assert (request.offset, request.modified) == (expected, True)
     assert isinstance(broker.commands[0], Offset)
     start = FetchRequest("t", Partition(0, 1), None, LONG_MAX)
-    assert manager._moved(start, 82) and start.offset == 82  # from-max start is adopted
+    assert manager.handle_moved(start, 82) and start.offset == 82  # from-max start is adopted
 
 
 def test_a_failed_offset_request_keeps_the_offset_and_backs_off():
     broker = StubBroker({}, fixed=Result(500, b"no", 0))
     manager = FetchManager(StubPool({None: broker}), "<t>", settings("earliest"), {"t": print})
     request = FetchRequest("t", Partition(0, 1), None, 1000)
-    assert manager._moved(request, 82) is True
+    assert manager.handle_moved(request, 82) is True
     assert request.offset == 1000 and request.delay_ms > 0
 
 
