@@ -56,6 +56,8 @@ from meta.slave.fetcher import Layout, ReplicationHalted, SlaveFetchManager
 from meta.slave.lag import LagTracker, parse_offsets, stats_body
 from meta.slave.master_link import MasterLink, MasterLinkError
 from meta.slave.plan import NO_MASTER, MasterView, master_view
+from meta.slave.services import SlaveBroker
+from meta.store.partition import PartitionLog
 
 log = logging.getLogger("meta.slave")
 
@@ -74,7 +76,8 @@ class Replicator:
     """Copies the master of ``broker``'s id into ``broker``'s store.
 
     Args:
-        broker: the started slave ``Broker`` (``slave_id >= 0``, ZooKeeper enabled).
+        broker: the started slave ``Broker`` (``slave_id >= 0``, ZooKeeper enabled); only
+            what ``meta.slave.services.SlaveBroker`` names is used.
         slave: the ``async_slave.properties`` settings.
         reactor: the reactor (the broker's).
         poll_interval_s: how often ZooKeeper is read.
@@ -82,7 +85,7 @@ class Replicator:
 
     def __init__(
         self,
-        broker: Any,
+        broker: SlaveBroker,
         slave: SlaveConfig,
         reactor: Any,
         poll_interval_s: float = POLL_INTERVAL_S,
@@ -463,7 +466,7 @@ class Replicator:
         self._halt(key, f"the append at offset {base} failed: {failure.value!r}")
 
 
-def _layout(partition_log: Any) -> Layout:
+def _layout(partition_log: PartitionLog) -> Layout:
     """``(start of the last segment, roll size)`` of a local partition."""
     return partition_log.segments[-1].start, partition_log.segment_bytes_max
 
