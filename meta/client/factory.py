@@ -1,10 +1,10 @@
 """``MetaClientConfig`` and ``MetaMessageSessionFactory``: the entry point of the client library.
 
 A session factory owns what its producers share (zk spec §2.1, §2.7): one ``KazooClient``
-(through ``meta.client.zk_cluster``, the only module that imports kazoo, imported here only
+(through ``meta.client.zk.cluster_view``, the only module that imports kazoo, imported here only
 when ZooKeeper is configured), one ``ZkClusterView`` and one ``ConnectionPool``
-(``meta.client.pool``, re-exported here) of pipelined broker connections
-(``meta.client.pipeline``). The pool maps broker URIs to connections:
+(``meta.client.net.pool``, re-exported here) of pipelined broker connections
+(``meta.client.net.pipeline``). The pool maps broker URIs to connections:
 each user (a topic of the ZooKeeper view, or direct mode) declares the brokers it needs; a
 connection is opened when first needed and closed when no user references its URI any more.
 With ``server_url`` set (direct mode) no ZooKeeper is used at all: every message goes to
@@ -32,20 +32,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from meta.client.cluster import BrokerAddress, Partition
-from meta.client.consumer import SubscribeRegistry
-from meta.client.pool import RECONNECT_DELAY_S, ConnectionPool
-from meta.client.producer import MessageProducer
-from meta.client.selectors import PartitionSelector, RoundRobinPartitionSelector
+from meta.client.consume.consumer import SubscribeRegistry
+from meta.client.net.pool import RECONNECT_DELAY_S, ConnectionPool
+from meta.client.produce.producer import MessageProducer
+from meta.client.produce.selectors import PartitionSelector, RoundRobinPartitionSelector
 from meta.errors import ClientClosedError, ClientError
 
 if TYPE_CHECKING:
-    from meta.client.async_producer import AsyncMessageProducer
-    from meta.client.consumer import ConsumerConfig, MessageConsumer
-    from meta.client.ordered import OrderedMessageProducer
-    from meta.client.pull import MessageIterator, TopicBrowser
-    from meta.client.xa import XAMessageProducer
-    from meta.client.zk_cluster import TopicSnapshot, ZkClusterView
-    from meta.client.zk_group import ZkConsumerGroup
+    from meta.client.consume.consumer import ConsumerConfig, MessageConsumer
+    from meta.client.consume.pull import MessageIterator, TopicBrowser
+    from meta.client.produce.async_producer import AsyncMessageProducer
+    from meta.client.produce.ordered import OrderedMessageProducer
+    from meta.client.produce.xa import XAMessageProducer
+    from meta.client.zk.cluster_view import TopicSnapshot, ZkClusterView
+    from meta.client.zk.group import ZkConsumerGroup
 
 log = logging.getLogger("meta.client")
 
@@ -151,7 +151,7 @@ class MetaMessageSessionFactory:
 
     def _start_zookeeper(self, config: MetaClientConfig) -> None:
         # Imported here so that direct-mode users never import kazoo.
-        from meta.client import zk_cluster
+        from meta.client.zk import cluster_view as zk_cluster
 
         self._zk_client = zk_cluster.connect_zookeeper(
             config.zk_connect, config.zk_session_timeout_ms, config.zk_connection_timeout_ms
@@ -196,12 +196,12 @@ class MetaMessageSessionFactory:
     def create_xa_producer(
         self, selector: PartitionSelector | None = None, unique_qualifier_prefix: str | None = None
     ) -> XAMessageProducer:
-        """An XA producer (spec §4.8): see ``meta.client.xa``; qualifier ``<prefix>-<host>``.
+        """An XA producer (spec §4.8, ``meta.client.produce.xa``); qualifier ``<prefix>-<host>``.
 
         Raises:
             ClientError: direct mode, a closed factory, or a prefix that is not allowed.
         """
-        from meta.client.xa import XAMessageProducer
+        from meta.client.produce.xa import XAMessageProducer
 
         if self._view is None:
             raise ClientError("create_xa_producer needs ZooKeeper; direct mode is not supported")
@@ -236,8 +236,8 @@ class MetaMessageSessionFactory:
         Raises:
             ClientError: direct mode, a closed factory or a malformed ``partitions_info``.
         """
-        from meta.client import ordered
-        from meta.client.selectors import HashPartitionSelector
+        from meta.client.produce import ordered
+        from meta.client.produce.selectors import HashPartitionSelector
 
         if self._view is None:
             raise ClientError("create_ordered_producer needs ZooKeeper (live partitions)")
@@ -274,7 +274,7 @@ class MetaMessageSessionFactory:
         Raises:
             ClientError: a closed factory or a bad window.
         """
-        from meta.client import async_producer, ordered
+        from meta.client.produce import async_producer, ordered
 
         producer = async_producer.AsyncMessageProducer(
             self.create_producer(partition_selector),
@@ -306,7 +306,7 @@ class MetaMessageSessionFactory:
         """Return a new consumer of ``config.group`` (spec §3); it joins at ``complete_subscribe``.
 
         In direct mode (``server_url``) the consumer reads the partitions named in
-        ``config.partition`` from that broker, without ZooKeeper (``meta.client.direct``).
+        ``config.partition`` from that broker, without ZooKeeper (``meta.client.consume.direct``).
 
         Args:
             config: the consumer settings.
@@ -317,7 +317,7 @@ class MetaMessageSessionFactory:
             ClientClosedError: the factory was shut down.
             ClientError: direct mode without ``config.partition``.
         """
-        from meta.client.consumer import MessageConsumer
+        from meta.client.consume.consumer import MessageConsumer
 
         consumer = MessageConsumer(
             config,
@@ -345,7 +345,7 @@ class MetaMessageSessionFactory:
         self, config: ConsumerConfig, offsets_path: str | None = None
     ) -> MessageConsumer:
         """A consumer that gets every message: a per-host group (§3.3), offsets in a local file."""
-        from meta.client.broadcast import create_broadcast_consumer
+        from meta.client.consume.broadcast import create_broadcast_consumer
 
         return create_broadcast_consumer(self, config, offsets_path)
 
@@ -353,7 +353,7 @@ class MetaMessageSessionFactory:
         self, topic: str, max_size: int = 1 << 20, timeout_s: float = 5.0
     ) -> TopicBrowser:
         """Iterate every message of every partition of ``topic`` from offset 0 (§3.9)."""
-        from meta.client.pull import TopicBrowser
+        from meta.client.consume.pull import TopicBrowser
 
         return TopicBrowser(self, topic, max_size, timeout_s)
 
@@ -361,7 +361,7 @@ class MetaMessageSessionFactory:
         self, topic: str, partition: Partition, offset: int, max_size: int = 1 << 20
     ) -> MessageIterator | None:
         """Pull one batch from ``partition`` at ``offset``; None on 404/403/301 (§3.9)."""
-        from meta.client.pull import get
+        from meta.client.consume.pull import get
 
         return get(self, topic, partition, offset, max_size)
 
@@ -407,7 +407,7 @@ class MetaMessageSessionFactory:
             self._view.close()
         self._pool.close()
         if self._zk_client is not None:
-            from meta.client import zk_cluster
+            from meta.client.zk import cluster_view as zk_cluster
 
             zk_cluster.close_zookeeper(self._zk_client)
 

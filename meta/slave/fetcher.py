@@ -1,6 +1,6 @@
 """The slave's fetch loop: the client's ``FetchManager``, handing raw batches to the reactor.
 
-``SlaveFetchManager`` keeps everything of ``meta.client.fetch.FetchManager`` (threads, the
+``SlaveFetchManager`` keeps everything of ``meta.client.fetch.manager.FetchManager`` (threads, the
 delay queue, ``slaveMaxDelayInMills`` as the back-off maximum, long polling, growing the
 fetch size for a large record, the connection pool) and replaces what is done with a fetched
 batch: instead of decoding messages for a listener, it checks every complete record (length
@@ -78,7 +78,7 @@ from typing import Any
 
 from twisted.internet import defer
 
-from meta.client.fetch import FETCH_BYTES_MAX, FetchManager, FetchRequest, FetchSettings
+from meta.client.fetch.manager import FETCH_BYTES_MAX, FetchManager, FetchRequest, FetchSettings
 from meta.errors import ClientError, InvalidRecordError, MetaError
 from meta.protocol.commands import Get, Offset
 from meta.protocol.message import CHECKSUM_MASK, HEADER_SIZE

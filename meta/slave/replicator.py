@@ -46,7 +46,7 @@ from twisted.internet import defer, task, threads
 
 from meta.client.cluster import Partition
 from meta.client.factory import ConnectionPool
-from meta.client.fetch import LONG_MAX, FetchRequest, FetchSettings
+from meta.client.fetch.manager import LONG_MAX, FetchRequest, FetchSettings
 from meta.config import SlaveConfig
 from meta.errors import ConfigError, MetaError
 from meta.server.reload import ReloadRefused

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from meta.client.connection import BrokerConnection
+from meta.client.net.connection import BrokerConnection
 from meta.errors import ClientError
 from meta.protocol.commands import Data, Get, Result
 from meta.spark.decoding import ColumnBuilder, MessageSet, decode_message_set

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from twisted.internet import defer
 
 from meta.client.cluster import BrokerAddress, Partition
-from meta.client.fetch import FetchRequest, FetchSettings
+from meta.client.fetch.manager import FetchRequest, FetchSettings
 from meta.errors import InvalidRecordError
 from meta.protocol.commands import Get
 from meta.protocol.message import HEADER_SIZE, pack_message
