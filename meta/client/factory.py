@@ -1,11 +1,11 @@
 """``MetaClientConfig`` and ``MetaMessageSessionFactory``: the entry point of the client library.
 
 A session factory owns what its producers share (zk spec §2.1, §2.7): one ``KazooClient``
-(through ``meta.client.zk.cluster_view``, the only module that imports kazoo, imported here only
-when ZooKeeper is configured), one ``ZkClusterView`` and one ``ConnectionPool``
-(``meta.client.net.pool``, re-exported here) of pipelined broker connections
-(``meta.client.net.pipeline``). The pool maps broker URIs to connections:
-each user (a topic of the ZooKeeper view, or direct mode) declares the brokers it needs; a
+(through ``meta.client.zk.cluster_view``; ``meta.client.zk``, the only client package that
+imports kazoo, is imported here only when ZooKeeper is configured), one ``ZkClusterView``
+and one ``ConnectionPool`` (``meta.client.net.pool``, re-exported here) of pipelined broker
+connections (``meta.client.net.pipeline``). The pool maps broker URIs to connections: each
+user (a topic of the ZooKeeper view, or direct mode) declares the brokers it needs; a
 connection is opened when first needed and closed when no user references its URI any more.
 With ``server_url`` set (direct mode) no ZooKeeper is used at all: every message goes to
 that broker with partition -1, and consumers read the partitions their config names.

@@ -1,5 +1,5 @@
 """The producer's view of the cluster in ZooKeeper (zk spec §1.4, §1.6, §2.1). kazoo is
-imported only by the client's ``zk_*`` modules (this one, ``zk_group``, ``zk_spark``).
+imported only by the client's ``meta.client.zk`` package (this module, ``group``, ``spark``).
 
 ``connect_zookeeper`` starts a ``KazooClient`` bounded by the connection timeout.
 ``ZkClusterView`` keeps, for every published topic, a ``TopicSnapshot``: the topic's producer
