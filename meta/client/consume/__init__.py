@@ -3,7 +3,6 @@
 ``consumer`` (``MessageConsumer`` and ``ConsumerConfig``), ``delivery`` (what happens to each
 message around the listener), ``direct`` (direct mode, without ZooKeeper), ``broadcast``
 (a per-host group with local offsets), ``local_offsets`` (that offsets file), ``recover``
-(messages kept locally for another try), ``durable`` (fsync of a directory) and ``pull``
-(``get`` and ``TopicBrowser``). Import the modules themselves; this package re-exports
-nothing.
+(messages kept locally for another try) and ``pull`` (``get`` and ``TopicBrowser``).
+Import the modules themselves; this package re-exports nothing.
 """

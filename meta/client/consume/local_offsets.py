@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from meta.client.cluster import Partition
-from meta.client.consume.durable import fsync_directory
+from meta.client.local.durable import fsync_directory
 from meta.errors import ClientError
 
 DEFAULT_FILE_NAME = ".meta_offsets"

@@ -4,9 +4,9 @@
 partitions (``parse_partitions_info``: Java's ``topic.num.<topic>`` -> ``"B:count;..."``,
 expanded to ``B-0 .. B-(count-1)`` and sorted numerically), so a key keeps its partition even
 while that partition's broker is down. Messages that cannot be sent go to a per-partition
-backlog in ``LocalMessageStorage`` (``<local_path>/<topic>@<B-P>``, the ``RecoverFile`` format
-of ``meta.client.consume.recover``: per-record CRC, fsync per append, torn-tail truncation, atomic
-compaction) and ``SendResult(True, partition, -1, "send to local")`` is returned. A
+backlog in ``LocalMessageStorage`` (``<local_path>/<topic>@<B-P>``, a ``RecoverFile`` of
+``meta.client.local.message_file``: per-record CRC, fsync per append, torn-tail truncation,
+atomic compaction) and ``SendResult(True, partition, -1, "send to local")`` is returned. A
 ``PeriodicWorker`` thread re-sends each backlog in order through the normal synchronous path.
 
 Invariants:
@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from meta.client.cluster import Partition, validate_topic
-from meta.client.consume.recover import RecoverFile
+from meta.client.local.message_file import RecoverFile
 from meta.client.message import Message, SendResult, check_message
 from meta.client.produce.producer import DEFAULT_TIMEOUT_S, MessageProducer
 from meta.client.produce.selectors import PartitionSelector
