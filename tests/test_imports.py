@@ -221,6 +221,28 @@ def test_type_checking_imports_are_not_edges(tmp_path: Path):
     assert find_cycles(graph) == []
 
 
+CLIENT_LAYERS = [
+    "factory", "produce", "consume", "zk", "local", "transact", "fetch", "net", "message",
+    "cluster",
+]  # fmt: skip
+"""``meta.client``'s children from the top down (README, Architecture): each imports only
+children listed after it; the package's ``__init__`` (its public face) may import any."""
+
+
+def test_the_client_layers_import_only_downwards():
+    layers = layer_graph(import_graph(PACKAGE_DIR), "meta.client")
+    rank = {f"meta.client.{name}": index for index, name in enumerate(CLIENT_LAYERS)}
+    assert set(layers) - {"meta.client"} == set(rank), "CLIENT_LAYERS must list every child"
+    upward = [
+        f"{source} -> {target}"
+        for source, targets in layers.items()
+        if source != "meta.client"
+        for target in targets
+        if rank[target] <= rank[source]
+    ]
+    assert not upward, "client layers importing upwards: " + "; ".join(sorted(upward))
+
+
 def test_layers_of_a_package_are_checked():
     graph = {
         "meta.server.handlers": {"meta.slave.plan"},

@@ -13,7 +13,7 @@ from meta.client.consume.consumer import ConsumerConfig, MessageConsumer
 from meta.client.consume.pull import FetchResult, MessageIterator, TopicBrowser
 from meta.client.consume.recover import RecoverStore
 from meta.client.factory import MetaClientConfig, MetaMessageSessionFactory
-from meta.client.fetch.manager import PartitionControl, ReceivedMessage
+from meta.client.fetch.received import PartitionControl, ReceivedMessage
 from meta.client.message import Message, SendResult
 from meta.client.produce.async_producer import AsyncMessageProducer
 from meta.client.produce.log_handler import MetaLogHandler
