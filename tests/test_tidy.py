@@ -53,11 +53,6 @@ GRANDFATHERED: dict[str, tuple[int, str]] = {
         "one concept, the slave's fetch loop: it checks each batch of the master's records "
         "and hands it to the replicator",
     ),
-    "meta/client/fetch.py": (
-        540,
-        "one concept, the consumer's fetch loop: requests, retries and offset repair of the "
-        "partitions a consumer reads",
-    ),
     "meta/tx/transaction_store.py": (
         540,
         "one class, TransactionStore: its commit protocol (journal record, reservations, "

@@ -1,6 +1,6 @@
 """One blocking wire connection from ``meta-admin`` to a broker, and the tool's errors.
 
-``AdminClient`` wraps ``meta.client.connection.BrokerConnection`` (the shared codec) and turns
+``AdminClient`` wraps ``meta.client.net.connection.BrokerConnection`` (the shared codec) and turns
 every way a request can fail into an ``AdminError`` whose text names what is wrong: the
 broker address that could not be reached, or the command the broker refused together with the
 broker's own text (an ``XAException:code=N,msg=...`` body is decoded into a line such as
@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import socket
 
-from meta.client.connection import BrokerConnection
+from meta.client.net.connection import BrokerConnection
 from meta.errors import MetaError
 from meta.protocol import xa
 from meta.protocol.commands import Command, Data, Get, Offset, Result, Stats, Transaction

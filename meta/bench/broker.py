@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from meta.client.connection import BrokerConnection
+from meta.client.net.connection import BrokerConnection
 from meta.errors import MetaError
 from meta.ports import free_port
 from meta.protocol.commands import Version

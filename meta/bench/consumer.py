@@ -1,7 +1,7 @@
 """Consumer scenarios of ``tools/bench``: the client's fetch loop, for throughput and latency.
 
-* ``run_consumer``: one consumer fetch loop (``meta.client.fetch.FetchManager``: get, decode,
-  ``ReceivedMessage``, listener call, offset bookkeeping: everything a group member does per
+* ``run_consumer``: one consumer fetch loop (``meta.client.fetch.manager.FetchManager``: get,
+  decode, ``ReceivedMessage``, listener call, offset bookkeeping: everything a group member does per
   message except ZooKeeper) reads a backlog of ``count`` messages from offset 0 of one
   partition. Target: 150k msg/s.
 * ``run_end_to_end``: a producer puts timestamped messages at a fixed rate on one connection
@@ -22,10 +22,10 @@ import time
 
 from meta.bench.load import BenchError
 from meta.client.cluster import BrokerAddress, Partition
-from meta.client.connection import BrokerConnection
 from meta.client.factory import ConnectionPool
-from meta.client.fetch import LONG_MAX, FetchManager, FetchRequest, FetchSettings
-from meta.protocol.commands import Get, Put, Result
+from meta.client.fetch.manager import FetchManager, FetchRequest, FetchSettings
+from meta.client.net.connection import BrokerConnection
+from meta.protocol.commands import LONG_MAX, Get, Put, Result
 from meta.protocol.message import checksum
 
 CONSUMER_TARGET_MSG_PER_S = 150_000.0

@@ -174,7 +174,7 @@ def _measure_group(
 
 def _wait_registered(zk_connect: str, timeout_s: float) -> None:
     """Wait until the broker's ``topics-sub`` node of ``TOPIC`` exists."""
-    from meta.client.zk_spark import ZkSparkReader
+    from meta.client.zk.spark import ZkSparkReader
 
     with ZkSparkReader(zk_connect, ZK_ROOT) as reader:
         _wait(lambda: TOPIC in reader.topics(), timeout_s, "the topic in ZooKeeper")

@@ -19,7 +19,7 @@ import time
 
 from meta.bench.load import REPLY_TIMEOUT_S, BenchError, PutFrames, connect, receive_into
 from meta.protocol.codec import NEED_DATA, Decoder
-from meta.protocol.commands import Result
+from meta.protocol.commands import LONG_MAX, Result
 from meta.protocol.message import HEADER_SIZE
 
 TOPIC = "bench-slave"
@@ -27,7 +27,6 @@ POLL_S = 0.002
 """How often the slave's end is read (lag and catch-up)."""
 TICK_S = 0.005
 """The paced producer sends what is due every tick."""
-LONG_MAX = 2**63 - 1
 
 
 class EndReader:

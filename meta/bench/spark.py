@@ -255,7 +255,7 @@ def measure_reader(address: tuple[str, int], end: int) -> dict:
 
 def wait_until_registered(zk_connect: str, timeout_s: float = 30.0) -> None:
     """Wait until the broker lists ``TOPIC`` under ``topics-sub`` (it registers it lazily)."""
-    from meta.client.zk_spark import ZkSparkReader
+    from meta.client.zk.spark import ZkSparkReader
 
     deadline = time.monotonic() + timeout_s
     with ZkSparkReader(zk_connect, ZK_ROOT) as reader:

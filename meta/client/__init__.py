@@ -8,25 +8,25 @@ Importing this package has no side effects: no thread, no socket, and no kazoo i
 (kazoo is imported only when a factory uses ZooKeeper).
 """
 
-from meta.client.async_producer import AsyncMessageProducer
 from meta.client.cluster import BrokerAddress, Partition
-from meta.client.consumer import ConsumerConfig, MessageConsumer
+from meta.client.consume.consumer import ConsumerConfig, MessageConsumer
+from meta.client.consume.pull import FetchResult, MessageIterator, TopicBrowser
+from meta.client.consume.recover import RecoverStore
 from meta.client.factory import MetaClientConfig, MetaMessageSessionFactory
-from meta.client.fetch import PartitionControl, ReceivedMessage
-from meta.client.log_handler import MetaLogHandler
+from meta.client.fetch.received import PartitionControl, ReceivedMessage
 from meta.client.message import Message, SendResult
-from meta.client.ordered import OrderedMessageProducer, parse_partitions_info
-from meta.client.producer import MessageProducer
-from meta.client.pull import FetchResult, MessageIterator, TopicBrowser
-from meta.client.recover import RecoverStore
-from meta.client.selectors import (
+from meta.client.produce.async_producer import AsyncMessageProducer
+from meta.client.produce.log_handler import MetaLogHandler
+from meta.client.produce.ordered import OrderedMessageProducer, parse_partitions_info
+from meta.client.produce.producer import MessageProducer
+from meta.client.produce.selectors import (
     HashPartitionSelector,
     PartitionSelector,
     RandomPartitionSelector,
     RoundRobinPartitionSelector,
 )
-from meta.client.transaction import LocalTransaction
-from meta.client.xa import XAMessageProducer, XAResource, Xid
+from meta.client.produce.xa import XAMessageProducer, XAResource, Xid
+from meta.client.transact.transaction import LocalTransaction
 
 __all__ = [
     "AsyncMessageProducer",

@@ -1,11 +1,11 @@
 """``MetaClientConfig`` and ``MetaMessageSessionFactory``: the entry point of the client library.
 
 A session factory owns what its producers share (zk spec §2.1, §2.7): one ``KazooClient``
-(through ``meta.client.zk_cluster``, the only module that imports kazoo, imported here only
-when ZooKeeper is configured), one ``ZkClusterView`` and one ``ConnectionPool``
-(``meta.client.pool``, re-exported here) of pipelined broker connections
-(``meta.client.pipeline``). The pool maps broker URIs to connections:
-each user (a topic of the ZooKeeper view, or direct mode) declares the brokers it needs; a
+(through ``meta.client.zk.cluster_view``; ``meta.client.zk``, the only client package that
+imports kazoo, is imported here only when ZooKeeper is configured), one ``ZkClusterView``
+and one ``ConnectionPool`` (``meta.client.net.pool``, re-exported here) of pipelined broker
+connections (``meta.client.net.pipeline``). The pool maps broker URIs to connections: each
+user (a topic of the ZooKeeper view, or direct mode) declares the brokers it needs; a
 connection is opened when first needed and closed when no user references its URI any more.
 With ``server_url`` set (direct mode) no ZooKeeper is used at all: every message goes to
 that broker with partition -1, and consumers read the partitions their config names.
@@ -32,19 +32,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from meta.client.cluster import BrokerAddress, Partition
-from meta.client.consumer import SubscribeRegistry
-from meta.client.pool import RECONNECT_DELAY_S, ConnectionPool
-from meta.client.producer import MessageProducer
-from meta.client.selectors import PartitionSelector, RoundRobinPartitionSelector
+from meta.client.consume.consumer import SubscribeRegistry
+from meta.client.net.pool import RECONNECT_DELAY_S, ConnectionPool
+from meta.client.produce.producer import MessageProducer
+from meta.client.produce.selectors import PartitionSelector, RoundRobinPartitionSelector
 from meta.errors import ClientClosedError, ClientError
 
 if TYPE_CHECKING:
-    from meta.client.async_producer import AsyncMessageProducer
-    from meta.client.consumer import ConsumerConfig, MessageConsumer
-    from meta.client.ordered import OrderedMessageProducer
-    from meta.client.pull import MessageIterator, TopicBrowser
-    from meta.client.xa import XAMessageProducer
-    from meta.client.zk_cluster import TopicSnapshot, ZkClusterView
+    from meta.client.consume.consumer import ConsumerConfig, MessageConsumer
+    from meta.client.consume.pull import MessageIterator, TopicBrowser
+    from meta.client.produce.async_producer import AsyncMessageProducer
+    from meta.client.produce.ordered import OrderedMessageProducer
+    from meta.client.produce.xa import XAMessageProducer
+    from meta.client.zk.cluster_view import TopicSnapshot, ZkClusterView
+    from meta.client.zk.group import ZkConsumerGroup
 
 log = logging.getLogger("meta.client")
 
@@ -133,9 +134,24 @@ class MetaMessageSessionFactory:
         else:
             self._start_zookeeper(config)
 
+    @property
+    def pool(self) -> ConnectionPool:
+        """The connection pool every producer and consumer of this factory shares."""
+        return self._pool
+
+    @property
+    def cluster_view(self) -> ZkClusterView | None:
+        """The ZooKeeper view of brokers and partitions; None in direct mode."""
+        return self._view
+
+    @property
+    def direct_broker(self) -> BrokerAddress | None:
+        """Direct mode: the ``server_url`` broker; None with ZooKeeper."""
+        return self._direct_broker
+
     def _start_zookeeper(self, config: MetaClientConfig) -> None:
         # Imported here so that direct-mode users never import kazoo.
-        from meta.client import zk_cluster
+        from meta.client.zk import cluster_view as zk_cluster
 
         self._zk_client = zk_cluster.connect_zookeeper(
             config.zk_connect, config.zk_session_timeout_ms, config.zk_connection_timeout_ms
@@ -167,6 +183,10 @@ class MetaMessageSessionFactory:
             direct_broker=self._direct_broker,
             on_shutdown=self._producer_shut_down,
         )
+        return self._track_producer(producer)
+
+    def _track_producer(self, producer: MessageProducer) -> MessageProducer:
+        """Shut ``producer`` down with the factory; refuse it if the factory is shut down."""
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the session factory was shut down")
@@ -176,10 +196,25 @@ class MetaMessageSessionFactory:
     def create_xa_producer(
         self, selector: PartitionSelector | None = None, unique_qualifier_prefix: str | None = None
     ) -> XAMessageProducer:
-        """An XA producer (spec §4.8): see ``meta.client.xa``; qualifier ``<prefix>-<host>``."""
-        from meta.client.xa import create_xa_producer
+        """An XA producer (spec §4.8, ``meta.client.produce.xa``); qualifier ``<prefix>-<host>``.
 
-        return create_xa_producer(self, selector, unique_qualifier_prefix)
+        Raises:
+            ClientError: direct mode, a closed factory, or a prefix that is not allowed.
+        """
+        from meta.client.produce.xa import XAMessageProducer
+
+        if self._view is None:
+            raise ClientError("create_xa_producer needs ZooKeeper; direct mode is not supported")
+        producer = XAMessageProducer(
+            self._pool,
+            selector if selector is not None else RoundRobinPartitionSelector(),
+            self.config.max_message_bytes,
+            self._view,
+            self._producer_shut_down,
+            unique_qualifier_prefix,
+        )
+        self._track_producer(producer)
+        return producer
 
     def create_ordered_producer(
         self,
@@ -201,8 +236,8 @@ class MetaMessageSessionFactory:
         Raises:
             ClientError: direct mode, a closed factory or a malformed ``partitions_info``.
         """
-        from meta.client import ordered
-        from meta.client.selectors import HashPartitionSelector
+        from meta.client.produce import ordered
+        from meta.client.produce.selectors import HashPartitionSelector
 
         if self._view is None:
             raise ClientError("create_ordered_producer needs ZooKeeper (live partitions)")
@@ -239,7 +274,7 @@ class MetaMessageSessionFactory:
         Raises:
             ClientError: a closed factory or a bad window.
         """
-        from meta.client import async_producer, ordered
+        from meta.client.produce import async_producer, ordered
 
         producer = async_producer.AsyncMessageProducer(
             self.create_producer(partition_selector),
@@ -265,17 +300,24 @@ class MetaMessageSessionFactory:
             if producer in self._producers:
                 self._producers.remove(producer)
 
-    def create_consumer(self, config: ConsumerConfig) -> MessageConsumer:
+    def create_consumer(
+        self, config: ConsumerConfig, *, group_class: type[ZkConsumerGroup] | None = None
+    ) -> MessageConsumer:
         """Return a new consumer of ``config.group`` (spec §3); it joins at ``complete_subscribe``.
 
         In direct mode (``server_url``) the consumer reads the partitions named in
-        ``config.partition`` from that broker, without ZooKeeper (``meta.client.direct``).
+        ``config.partition`` from that broker, without ZooKeeper (``meta.client.consume.direct``).
+
+        Args:
+            config: the consumer settings.
+            group_class: the ``ZkConsumerGroup`` (sub)class that keeps the group's offsets;
+                None: offsets in ZooKeeper. The broadcast consumer keeps them in a file.
 
         Raises:
             ClientClosedError: the factory was shut down.
             ClientError: direct mode without ``config.partition``.
         """
-        from meta.client.consumer import MessageConsumer
+        from meta.client.consume.consumer import MessageConsumer
 
         consumer = MessageConsumer(
             config,
@@ -286,6 +328,7 @@ class MetaMessageSessionFactory:
             pull=self.get,
             registry=self._subscriptions,
             direct_broker=self._direct_broker,
+            group_class=group_class,
         )
         with self._lock:
             if self._closed:
@@ -302,7 +345,7 @@ class MetaMessageSessionFactory:
         self, config: ConsumerConfig, offsets_path: str | None = None
     ) -> MessageConsumer:
         """A consumer that gets every message: a per-host group (§3.3), offsets in a local file."""
-        from meta.client.broadcast import create_broadcast_consumer
+        from meta.client.consume.broadcast import create_broadcast_consumer
 
         return create_broadcast_consumer(self, config, offsets_path)
 
@@ -310,7 +353,7 @@ class MetaMessageSessionFactory:
         self, topic: str, max_size: int = 1 << 20, timeout_s: float = 5.0
     ) -> TopicBrowser:
         """Iterate every message of every partition of ``topic`` from offset 0 (§3.9)."""
-        from meta.client.pull import TopicBrowser
+        from meta.client.consume.pull import TopicBrowser
 
         return TopicBrowser(self, topic, max_size, timeout_s)
 
@@ -318,7 +361,7 @@ class MetaMessageSessionFactory:
         self, topic: str, partition: Partition, offset: int, max_size: int = 1 << 20
     ) -> MessageIterator | None:
         """Pull one batch from ``partition`` at ``offset``; None on 404/403/301 (§3.9)."""
-        from meta.client.pull import get
+        from meta.client.consume.pull import get
 
         return get(self, topic, partition, offset, max_size)
 
@@ -364,7 +407,7 @@ class MetaMessageSessionFactory:
             self._view.close()
         self._pool.close()
         if self._zk_client is not None:
-            from meta.client import zk_cluster
+            from meta.client.zk import cluster_view as zk_cluster
 
             zk_cluster.close_zookeeper(self._zk_client)
 

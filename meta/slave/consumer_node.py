@@ -16,7 +16,7 @@ the others. The node is written when the copied topics change, and again after t
 was lost (the ephemeral node went with it); it is deleted and the client closed at
 ``close``. The id is made once per process (``meta.client.cluster.consumer_id_string``).
 
-Its client is started and closed with ``meta.client.zk_cluster`` (``connect_zookeeper``,
+Its client is started and closed with ``meta.client.zk.cluster_view`` (``connect_zookeeper``,
 ``close_zookeeper``); this module imports nothing from kazoo itself (tests/test_tidy.py).
 
 Thread affinity: blocking; run it off the reactor (``threads.deferToThread``), one call at a
@@ -34,7 +34,7 @@ from meta.client.cluster import consumer_id_string
 
 # kazoo's names through the client's ZooKeeper module: tests/test_tidy.py lets only the
 # server's registry and the client's zk_* modules import kazoo themselves.
-from meta.client.zk_cluster import KazooException, close_zookeeper, connect_zookeeper
+from meta.client.zk.cluster_view import KazooException, close_zookeeper, connect_zookeeper
 from meta.config import ZkConfig
 from meta.errors import ClientError, MetaError
 

@@ -1,6 +1,6 @@
 """The slave's fetch loop: the client's ``FetchManager``, handing raw batches to the reactor.
 
-``SlaveFetchManager`` keeps everything of ``meta.client.fetch.FetchManager`` (threads, the
+``SlaveFetchManager`` keeps everything of ``meta.client.fetch.manager.FetchManager`` (threads, the
 delay queue, ``slaveMaxDelayInMills`` as the back-off maximum, long polling, growing the
 fetch size for a large record, the connection pool) and replaces what is done with a fetched
 batch: instead of decoding messages for a listener, it checks every complete record (length
@@ -8,7 +8,7 @@ and CRC, as ``iter_messages`` does), hands the record bytes **verbatim** to the 
 thread (``callFromThread``) as one write (or two around a segment boundary, below), and
 fetches the next batch from the end of this one while the reactor writes it. The check is
 two passes: ``record_ends`` reads the length fields, then the get for the batch's end is
-sent (``_prefetch``; ``_send`` gives its future to the next fetch asking exactly that get),
+sent (``_prefetch``; ``send`` gives its future to the next fetch asking exactly that get),
 then ``check_records`` checks the CRCs while that reply travels; a bad record still stops
 the partition before anything of its batch is handed off (and cancels the get sent ahead).
 At most ``APPENDS_IN_FLIGHT_MAX`` batches of a partition are handed off and not yet written
@@ -54,13 +54,13 @@ partition that has local data (its data no longer starts at our end), or the app
 refused (local end differs from the fetched offset, the local partition failed, the topic
 is not accepted here). Nothing is skipped.
 
-Thread-safety: as ``FetchManager``; ``_process`` and ``_moved`` run on the fetch threads
-(``_layouts`` and ``_prefetched`` entries are only touched by the thread holding the
+Thread-safety: as ``FetchManager``; ``process_batch`` and ``handle_moved`` run on the fetch
+threads (``_layouts`` and ``_prefetched`` entries are only touched by the thread holding the
 partition's request, except that stopping a partition from the reactor pops its
 ``_prefetched`` entry, one atomic ``dict.pop``), ``append``, ``start_at`` and ``halt`` are
-called on the reactor thread only. Overrides ``FetchManager._process``, ``_moved`` and
-``_send`` and uses its ``_grow``/``_backoff``/``_ask_offset``: a public raw-batch hook in the
-client would make this independent of those private methods.
+called on the reactor thread only. Built on ``FetchManager``'s public hooks only: it
+overrides ``process_batch`` (the raw-batch hook), ``handle_moved`` (a 301) and ``send``, and
+uses ``grow``, ``backoff``, ``ask_offset``, ``is_current`` and ``drop``.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ from typing import Any
 
 from twisted.internet import defer
 
-from meta.client.fetch import FETCH_BYTES_MAX, FetchManager, FetchRequest, FetchSettings
+from meta.client.fetch.manager import FETCH_BYTES_MAX, FetchManager, FetchRequest, FetchSettings
 from meta.errors import ClientError, InvalidRecordError, MetaError
 from meta.protocol.commands import Get, Offset
 from meta.protocol.message import CHECKSUM_MASK, HEADER_SIZE
@@ -258,7 +258,7 @@ class SlaveFetchManager(FetchManager):
                     pass
         return requests
 
-    def _process(self, request: FetchRequest, data: bytes) -> None:
+    def process_batch(self, request: FetchRequest, data: bytes) -> None:
         """Append the batch's complete records and move on past them (a fetch thread)."""
         base = request.next_offset
         try:
@@ -267,8 +267,8 @@ class SlaveFetchManager(FetchManager):
             self._stop_partition(request, f"the master sent a bad record: {error}")
             return
         if not ends:
-            self._backoff(request)
-            self._grow(request, data)  # a record larger than the fetch size: ask for it whole
+            self.backoff(request)
+            self.grow(request, data)  # a record larger than the fetch size: ask for it whole
             return
         planned = self._plan(request, data, base, ends)
         if planned is None:
@@ -300,20 +300,20 @@ class SlaveFetchManager(FetchManager):
 
     def _prefetch(self, request: FetchRequest, offset: int, max_size: int) -> None:
         """Send the get that follows this batch now, before its records are checked and handed
-        off, so the reply travels meanwhile; ``_send`` hands its future to that next fetch."""
-        if self._paused or not self._running or self._requests.get(request.key) is not request:
+        off, so the reply travels meanwhile; ``send`` hands its future to that next fetch."""
+        if not self.is_current(request):
             return
-        group, partition = self._settings.group, request.partition.partition
+        group, partition = self.settings.group, request.partition.partition
         command = Get(request.topic, group, partition, offset, max_size, 0,
-                      self._settings.long_poll_ms or None)  # fmt: skip
+                      self.settings.long_poll_ms or None)  # fmt: skip
         try:
-            get = super()._send(request, command)
+            get = super().send(request, command)
             self._prefetched[request.key] = (offset, max_size, get)
-            self._pool.get(request.address).wait_sent(SEND_WAIT_S)  # on the wire before the check
+            self.pool.get(request.address).wait_sent(SEND_WAIT_S)  # on the wire before the check
         except ClientError:
             return  # the next fetch sends it itself, and reports the failure
 
-    def _send(self, request: FetchRequest, command: Get | Offset) -> Future:
+    def send(self, request: FetchRequest, command: Get | Offset) -> Future:
         """The prefetched get's future when ``command`` is exactly that get, else send it."""
         if type(command) is Get:
             prefetched = self._prefetched.pop(request.key, None)
@@ -322,7 +322,7 @@ class SlaveFetchManager(FetchManager):
                 if command.offset == offset and command.max_size == max_size:
                     return get
                 get.cancel()
-        return super()._send(request, command)
+        return super().send(request, command)
 
     def _plan(
         self, request: FetchRequest, data: bytes, base: int, ends: list[int]
@@ -340,7 +340,7 @@ class SlaveFetchManager(FetchManager):
             return [ends[-1]], [count]  # one write that does not fill the segment
         before = ends[reaching - 1] if reaching else 0
         end = base + ends[-1]
-        if self._ask_offset(request, end) == end:  # a master segment starts at ``end``
+        if self.ask_offset(request, end) == end:  # a master segment starts at ``end``
             self._unconfirmed.pop(request.key, None)
             if reaching:
                 return [before, ends[-1] - before], [reaching, count - reaching]
@@ -355,7 +355,7 @@ class SlaveFetchManager(FetchManager):
                 request.max_size = min(2 * request.max_size, FETCH_BYTES_MAX)
                 request.delay_ms = 0
             else:
-                self._backoff(request)
+                self.backoff(request)
             return None
         del self._unconfirmed[request.key]
         log.warning(
@@ -453,7 +453,7 @@ class SlaveFetchManager(FetchManager):
         except Exception as error:  # The store's error: reported as the halt reason.
             done.set_exception(error)
 
-    def _moved(self, request: FetchRequest, offset: int) -> bool:
+    def handle_moved(self, request: FetchRequest, offset: int) -> bool:
         """A 301: start a new local partition there, else stop (copying on would leave a gap)."""
         if self._start_at is not None and offset > request.next_offset:
             done: Future = Future()
@@ -489,9 +489,7 @@ class SlaveFetchManager(FetchManager):
     def _stop_partition(self, request: FetchRequest, reason: str) -> None:
         """Drop ``request`` (it is not fetched again), its prefetched get, and tell the reactor
         why."""
-        with self._cond:
-            if self._requests.get(request.key) is request:
-                del self._requests[request.key]
+        self.drop(request)
         prefetched = self._prefetched.pop(request.key, None)
         if prefetched is not None:
             prefetched[2].cancel()

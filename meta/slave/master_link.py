@@ -15,7 +15,7 @@ call runs.
 from __future__ import annotations
 
 from meta.client.cluster import BrokerAddress
-from meta.client.connection import BrokerConnection
+from meta.client.net.connection import BrokerConnection
 from meta.errors import MetaError
 from meta.protocol.commands import Data, Stats
 

@@ -46,16 +46,19 @@ from twisted.internet import defer, task, threads
 
 from meta.client.cluster import Partition
 from meta.client.factory import ConnectionPool
-from meta.client.fetch import LONG_MAX, FetchRequest, FetchSettings
+from meta.client.fetch.manager import FetchRequest, FetchSettings
 from meta.config import SlaveConfig
 from meta.config.reload import ReloadRefused
 from meta.errors import ConfigError, MetaError
+from meta.protocol.commands import LONG_MAX
 from meta.slave.config_sync import write_merged_config
 from meta.slave.consumer_node import ConsumerNode, ConsumerNodeError
 from meta.slave.fetcher import Layout, ReplicationHalted, SlaveFetchManager
 from meta.slave.lag import LagTracker, parse_offsets, stats_body
 from meta.slave.master_link import MasterLink, MasterLinkError
 from meta.slave.plan import NO_MASTER, MasterView, master_view
+from meta.slave.services import SlaveBroker
+from meta.store.partition import PartitionLog
 
 log = logging.getLogger("meta.slave")
 
@@ -74,7 +77,8 @@ class Replicator:
     """Copies the master of ``broker``'s id into ``broker``'s store.
 
     Args:
-        broker: the started slave ``Broker`` (``slave_id >= 0``, ZooKeeper enabled).
+        broker: the started slave ``Broker`` (``slave_id >= 0``, ZooKeeper enabled); only
+            what ``meta.slave.services.SlaveBroker`` names is used.
         slave: the ``async_slave.properties`` settings.
         reactor: the reactor (the broker's).
         poll_interval_s: how often ZooKeeper is read.
@@ -82,7 +86,7 @@ class Replicator:
 
     def __init__(
         self,
-        broker: Any,
+        broker: SlaveBroker,
         slave: SlaveConfig,
         reactor: Any,
         poll_interval_s: float = POLL_INTERVAL_S,
@@ -463,7 +467,7 @@ class Replicator:
         self._halt(key, f"the append at offset {base} failed: {failure.value!r}")
 
 
-def _layout(partition_log: Any) -> Layout:
+def _layout(partition_log: PartitionLog) -> Layout:
     """``(start of the last segment, roll size)`` of a local partition."""
     return partition_log.segments[-1].start, partition_log.segment_bytes_max
 

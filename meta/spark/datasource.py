@@ -32,7 +32,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from meta.spark.options import ReadOptions, WriteOptions, parse_read_options, parse_write_options
-from meta.spark.planning import RangePartition, plan_ranges
+from meta.spark.planning import plan_ranges
 from meta.spark.schema import SPARK_SCHEMA
 
 SOURCE_NAME = "metaq"
@@ -83,22 +83,9 @@ class MetaQBatchReader(DataSourceReader):
         return list(plan_ranges(self.options))
 
     def read(self, partition: InputPartition) -> Iterator:
+        from meta.spark.reading import read_partition  # pyarrow is loaded on executors only
+
         return read_partition(self.options, partition)
-
-
-def read_partition(options: ReadOptions, partition: InputPartition) -> Iterator:
-    """Read one planned piece on an executor (batch and streaming share it)."""
-    if not isinstance(partition, RangePartition):
-        return iter(())  # Spark's single empty partition when the plan is empty.
-    from meta.spark.reading import read_range
-
-    return read_range(
-        partition,
-        options.request_group,
-        options.fetch_bytes,
-        options.broker_timeout_s,
-        options.fail_on_data_loss,
-    )
 
 
 class MetaQBatchWriter(DataSourceWriter):

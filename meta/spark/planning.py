@@ -1,7 +1,7 @@
 """Driver-side planning of a ``metaq`` read: ZooKeeper and broker offsets -> byte ranges.
 
 ``plan_ranges`` resolves the topics and their partitions from ``R/brokers/topics-sub``
-(``meta.client.zk_spark``), asks every broker for each partition's first and end offsets
+(``meta.client.zk.spark``), asks every broker for each partition's first and end offsets
 (the ``offset`` command at 0 and at Long.MAX_VALUE, wire spec §2.3), applies the starting and
 ending offsets (and a group's committed offsets), and returns one ``RangePartition`` per
 (broker, topic, partition, offset range). ``split_range`` cuts a range larger than
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import InputPartition
 
 from meta.client.cluster import BrokerAddress, Partition
-from meta.client.connection import BrokerConnection
-from meta.client.zk_spark import ServedPartition, ZkSparkReader
+from meta.client.net.connection import BrokerConnection
+from meta.client.zk.spark import ServedPartition, ZkSparkReader
 from meta.errors import ClientError
 from meta.protocol.commands import LONG_MAX, Offset, Result
 from meta.spark.options import (

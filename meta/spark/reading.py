@@ -1,4 +1,4 @@
-"""Executor-side read of one ``RangePartition`` into Arrow record batches.
+"""Executor-side read of one planned piece (``RangePartition``) into Arrow record batches.
 
 ``read_range`` connects to the partition's broker with the blocking client (no reactor, no
 ZooKeeper), sends ``get`` from the range's ``anchor`` and decodes each reply in bulk
@@ -25,21 +25,38 @@ not thread-safe.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
-from meta.client.connection import BrokerConnection
+from meta.client.net.connection import BrokerConnection
 from meta.errors import ClientError
 from meta.protocol.commands import Data, Get, Result
 from meta.spark.decoding import ColumnBuilder, MessageSet, decode_message_set
-from meta.spark.options import FETCH_BYTES_MAX
+from meta.spark.options import FETCH_BYTES_MAX, ReadOptions
 from meta.spark.planning import RangePartition
+
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import InputPartition
 
 # Measured (meta.bench.spark, 1 KB messages, CPU per message of the Spark JVM and Python
 # workers): 8192 rows beat 2048 and 32768 for both count() and a Parquet write.
 BATCH_ROWS_MAX = 8192
 BATCH_VALUE_BYTES_MAX = 8 << 20
+
+
+def read_partition(options: ReadOptions, partition: InputPartition) -> Iterator:
+    """Read one planned piece on an executor (batch and streaming share it)."""
+    if not isinstance(partition, RangePartition):
+        return iter(())  # Spark's single empty partition when the plan is empty.
+    return read_range(
+        partition,
+        options.request_group,
+        options.fetch_bytes,
+        options.broker_timeout_s,
+        options.fail_on_data_loss,
+    )
 
 
 def read_range(

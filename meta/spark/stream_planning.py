@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from meta.client.cluster import BrokerAddress
-from meta.client.connection import BrokerConnection
-from meta.client.zk_spark import ServedPartition, ZkSparkReader
+from meta.client.net.connection import BrokerConnection
+from meta.client.zk.spark import ServedPartition, ZkSparkReader
 from meta.errors import ClientError
 from meta.protocol.commands import Data, Get, Result
 from meta.protocol.message import iter_messages

@@ -122,7 +122,7 @@ class MetaQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     def read(self, partition: InputPartition) -> Iterator:
-        from meta.spark.datasource import read_partition
+        from meta.spark.reading import read_partition
 
         return read_partition(self.options, partition)
 

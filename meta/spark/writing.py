@@ -27,7 +27,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from meta.client.cluster import Partition
 from meta.client.factory import MetaClientConfig, MetaMessageSessionFactory
 from meta.client.message import Message, SendResult
-from meta.client.selectors import HashPartitionSelector, RoundRobinPartitionSelector
+from meta.client.produce.selectors import HashPartitionSelector, RoundRobinPartitionSelector
 from meta.errors import ClientError
 from meta.spark.options import OptionError, WriteOptions
 

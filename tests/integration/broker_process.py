@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from meta.client.connection import BrokerConnection
+from meta.client.net.connection import BrokerConnection
 from meta.ports import free_port
 
 __all__ = ["REPO", "BrokerProcess", "free_port", "run_python", "server_ini"]

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from meta.client.connection import BrokerConnection, ConnectionClosedError
+from meta.client.net.connection import BrokerConnection, ConnectionClosedError
 from meta.protocol.commands import LONG_MAX, Data, Get, Offset, Put, Result, Stats, Version
 from meta.protocol.message import checksum, iter_messages, pack_message
 from tests.integration.broker_process import BrokerProcess

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from meta.client import ConsumerConfig, Message, MetaMessageSessionFactory
-from meta.client.balance import assign
 from meta.client.cluster import java_string_key, parse_offset
+from meta.client.zk.balance import assign
 from meta.errors import InvalidGroupError
 from tests.integration.client_helpers import (
     Collector,

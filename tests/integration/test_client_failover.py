@@ -26,8 +26,8 @@ from meta.client import (
     MetaClientConfig,
     MetaMessageSessionFactory,
 )
-from meta.client.balance import assign
 from meta.client.cluster import java_string_key
+from meta.client.zk.balance import assign
 from meta.errors import ClientError, InvalidGroupError, MessageTooLargeError
 from tests.integration.broker_process import REPO, BrokerProcess, free_port
 from tests.integration.client_helpers import (

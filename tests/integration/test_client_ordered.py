@@ -8,8 +8,8 @@ wait polls a condition with a deadline; brokers and factories are always stopped
 from __future__ import annotations
 
 from meta.client import HashPartitionSelector, Message, MetaMessageSessionFactory
-from meta.client.connection import BrokerConnection
-from meta.client.ordered import SENT_TO_LOCAL
+from meta.client.net.connection import BrokerConnection
+from meta.client.produce.ordered import SENT_TO_LOCAL
 from meta.protocol.commands import Data, Get
 from meta.protocol.message import iter_messages
 from tests.integration.client_helpers import make_root, wait_for, zk_config

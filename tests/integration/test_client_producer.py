@@ -23,7 +23,7 @@ from meta.client import (
     MetaMessageSessionFactory,
     Partition,
 )
-from meta.client.connection import BrokerConnection
+from meta.client.net.connection import BrokerConnection
 from meta.errors import ClientError, MessageTooLargeError, NoPartitionError
 from meta.protocol.commands import Data, Get
 from meta.protocol.message import pack_message

@@ -15,10 +15,10 @@ import time
 import pytest
 
 from meta.client import Message, MetaMessageSessionFactory
-from meta.client.broadcast import create_broadcast_consumer
 from meta.client.cluster import Partition, broadcast_group
-from meta.client.consumer import ConsumerConfig
-from meta.client.pull import LONG_MAX, TopicBrowser, fetch, get, offset_of
+from meta.client.consume.broadcast import create_broadcast_consumer
+from meta.client.consume.consumer import ConsumerConfig
+from meta.client.consume.pull import LONG_MAX, TopicBrowser, fetch, get, offset_of
 from tests.integration.client_helpers import (
     Collector,
     broker_cluster,

@@ -16,7 +16,7 @@ import uuid
 import pytest
 
 from meta.client import Message, MetaMessageSessionFactory, Xid
-from meta.client.xa import XAMessageProducer, XAResource
+from meta.client.produce.xa import XAMessageProducer, XAResource
 from meta.protocol import xa as jta
 from tests.integration.client_helpers import broker_cluster, wait_for, zk_config
 

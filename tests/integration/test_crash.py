@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from meta.client.connection import BrokerConnection
+from meta.client.net.connection import BrokerConnection
 from meta.errors import MetaError
 from meta.protocol.commands import Data, Get, Put
 from meta.protocol.message import checksum, iter_messages, pack_message

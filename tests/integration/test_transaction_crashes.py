@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from meta.client.connection import ConnectionClosedError
+from meta.client.net.connection import ConnectionClosedError
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.client_helpers import wait_for
 from tests.integration.test_transactions import TOPIC, Wire

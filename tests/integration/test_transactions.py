@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from meta.client.connection import BrokerConnection, ConnectionClosedError
+from meta.client.net.connection import BrokerConnection, ConnectionClosedError
 from meta.protocol.commands import Get, Put, Result, Transaction, Version
 from meta.protocol.message import checksum, iter_messages
 from tests.integration.broker_process import BrokerProcess

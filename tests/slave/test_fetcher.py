@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from twisted.internet import defer
 
 from meta.client.cluster import BrokerAddress, Partition
-from meta.client.fetch import FetchRequest, FetchSettings
+from meta.client.fetch.manager import FetchRequest, FetchSettings
 from meta.errors import InvalidRecordError
 from meta.protocol.commands import Get
 from meta.protocol.message import HEADER_SIZE, pack_message
@@ -54,7 +54,7 @@ class Slave:
             pool, settings, ImmediateReactor(), self.append, self.halt, start_at, layouts
         )
         self.manager._requests = {self.request.key: self.request}
-        self.manager._ask_offset = self.ask_offset
+        self.manager.ask_offset = self.ask_offset
 
     def ask_offset(self, request, offset):
         """The master's ``offset`` answer: ``offset`` itself when a segment starts there."""
@@ -110,21 +110,21 @@ def test_the_next_get_is_sent_before_the_batch_is_checked_and_the_next_fetch_tak
     next fetch waits for that reply instead of sending the same get again."""
     slave, connection = running_slave()
     data = b"".join(RECORDS) + RECORDS[1][:25]
-    slave.manager._process(slave.request, data)
+    slave.manager.process_batch(slave.request, data)
     [(get, future)] = connection.sent
     assert (get.offset, get.max_size) == (100 + len(b"".join(RECORDS)), 4096)
     assert (get.offset, get.max_size) == (slave.request.next_offset, slave.request.max_size)
     assert connection.waits == 1  # the writer thread sends it before the CRCs are checked
-    assert slave.manager._send(slave.request, slave.manager._get_command(slave.request)) is future
+    assert slave.manager.send(slave.request, slave.manager._get_command(slave.request)) is future
     assert len(connection.sent) == 1 and not future.cancelled()
 
 
 def test_a_prefetched_get_that_no_longer_matches_is_cancelled_and_sent_anew():
     slave, connection = running_slave()
-    slave.manager._process(slave.request, b"".join(RECORDS))
+    slave.manager.process_batch(slave.request, b"".join(RECORDS))
     [(_get, stale)] = connection.sent
     slave.request.max_size *= 2  # e.g. grown meanwhile
-    fresh = slave.manager._send(slave.request, slave.manager._get_command(slave.request))
+    fresh = slave.manager.send(slave.request, slave.manager._get_command(slave.request))
     assert stale.cancelled() and fresh is connection.sent[1][1]
 
 
@@ -134,7 +134,7 @@ def test_a_bad_crc_in_a_fetched_chunk_stops_the_partition_and_drops_the_prefetch
     slave, connection = running_slave()
     broken = bytearray(b"".join(RECORDS))
     broken[len(RECORDS[0]) + HEADER_SIZE] ^= 1
-    slave.manager._process(slave.request, broken)
+    slave.manager.process_batch(slave.request, broken)
     assert slave.appends == []
     assert "checksum mismatch" in slave.halts[0][1]
     [(_get, future)] = connection.sent
@@ -145,7 +145,7 @@ def test_a_bad_crc_in_a_fetched_chunk_stops_the_partition_and_drops_the_prefetch
 
 def test_stop_cancels_a_get_sent_ahead():
     slave, connection = running_slave()
-    slave.manager._process(slave.request, b"".join(RECORDS))
+    slave.manager.process_batch(slave.request, b"".join(RECORDS))
     slave.manager.stop()
     assert connection.sent[0][1].cancelled()
 
@@ -153,7 +153,7 @@ def test_stop_cancels_a_get_sent_ahead():
 def test_an_in_place_reply_is_handed_over_as_a_view_of_that_bytearray():
     slave = Slave()
     data = bytearray(b"".join(RECORDS) + RECORDS[1][:25])
-    slave.manager._process(slave.request, data)
+    slave.manager.process_batch(slave.request, data)
     records = slave.appends[0][3]
     assert isinstance(records, memoryview) and records.obj is data
     assert records == b"".join(RECORDS)
@@ -185,7 +185,7 @@ def test_check_records_refuses_a_bad_crc_naming_its_offset():
 def test_a_batch_is_appended_verbatim_at_the_fetched_offset_and_the_offset_moves_on():
     slave = Slave()
     data = b"".join(RECORDS)
-    slave.manager._process(slave.request, data + RECORDS[1][:25])
+    slave.manager.process_batch(slave.request, data + RECORDS[1][:25])
     assert slave.appends == [("t", 2, 100, data, [len(record) for record in RECORDS])]
     assert slave.request.offset == 100 + len(data)
     assert slave.request.msg_id == 9
@@ -195,14 +195,14 @@ def test_a_batch_is_appended_verbatim_at_the_fetched_offset_and_the_offset_moves
 
 def test_a_refused_append_stops_the_partition_with_the_reason():
     slave = Slave(defer.fail(ReplicationHalted("the local end 5 differs")))
-    slave.manager._process(slave.request, b"".join(RECORDS))
+    slave.manager.process_batch(slave.request, b"".join(RECORDS))
     assert slave.halts == [(("t", "0-2"), "the local end 5 differs")]
     assert slave.request.key not in slave.manager._requests  # not fetched again
 
 
 def test_a_failed_append_stops_the_partition_naming_the_error():
     slave = Slave(defer.fail(OSError("disk full")))
-    slave.manager._process(slave.request, RECORDS[0])
+    slave.manager.process_batch(slave.request, RECORDS[0])
     [(_key, reason)] = slave.halts
     assert "failed: OSError('disk full')" in reason
 
@@ -214,10 +214,10 @@ def test_at_most_two_batches_wait_for_the_reactor_then_the_fetch_thread_waits(mo
     monkeypatch.setattr("meta.slave.fetcher.APPEND_WAIT_S", 0.05)
     slave = Slave(defer.Deferred())  # never written
     for _ in range(2):
-        slave.manager._process(slave.request, RECORDS[0])
+        slave.manager.process_batch(slave.request, RECORDS[0])
     assert len(slave.appends) == 2 and slave.halts == []
     assert slave.request.offset == 100 + 2 * len(RECORDS[0])
-    slave.manager._process(slave.request, RECORDS[0])
+    slave.manager.process_batch(slave.request, RECORDS[0])
     assert len(slave.appends) == 2
     assert "not written within" in slave.halts[0][1]
 
@@ -225,7 +225,7 @@ def test_at_most_two_batches_wait_for_the_reactor_then_the_fetch_thread_waits(mo
 def test_stop_waits_until_the_handed_off_batches_are_written():
     pending = defer.Deferred()
     slave = Slave(pending)
-    slave.manager._process(slave.request, RECORDS[0])
+    slave.manager.process_batch(slave.request, RECORDS[0])
     pending.callback((0, 1 << 30))
     slave.manager.stop()
     assert slave.manager._in_flight == {}
@@ -235,7 +235,7 @@ def test_a_bad_record_from_the_master_stops_the_partition_and_appends_nothing():
     slave = Slave()
     broken = bytearray(RECORDS[0])
     broken[-1] ^= 1
-    slave.manager._process(slave.request, bytes(broken))
+    slave.manager.process_batch(slave.request, bytes(broken))
     assert slave.appends == []
     assert "bad record" in slave.halts[0][1]
 
@@ -243,7 +243,7 @@ def test_a_bad_record_from_the_master_stops_the_partition_and_appends_nothing():
 def test_a_record_larger_than_the_fetch_size_grows_the_next_fetch():
     slave = Slave()
     big = pack_message(1, 0, b"x" * 10_000)
-    slave.manager._process(slave.request, big[:4096])
+    slave.manager.process_batch(slave.request, big[:4096])
     assert slave.appends == []
     assert slave.request.max_size >= len(big)
     assert slave.request.delay_ms == 0
@@ -251,7 +251,7 @@ def test_a_record_larger_than_the_fetch_size_grows_the_next_fetch():
 
 def test_a_301_for_a_partition_with_local_data_stops_it_instead_of_jumping():
     slave = Slave(start_at=lambda topic, partition, offset: None)
-    assert slave.manager._moved(slave.request, 5000) is False
+    assert slave.manager.handle_moved(slave.request, 5000) is False
     assert slave.request.offset == 100
     assert "answered 301 with 5000" in slave.halts[0][1]
 
@@ -267,7 +267,7 @@ def test_a_301_for_a_partition_without_local_data_starts_it_at_the_masters_offse
 
     slave = Slave(start_at=start_at)
     slave.request.offset = 0
-    assert slave.manager._moved(slave.request, 5000) is True
+    assert slave.manager.handle_moved(slave.request, 5000) is True
     assert started == [("t", 2, 5000)]
     assert slave.request.offset == 5000
     assert slave.manager._layouts[slave.request.key] == (5000, 1000)
@@ -279,7 +279,7 @@ def test_a_301_that_cannot_create_the_partition_stops_it_naming_why():
         raise ReplicationHalted("not accepted here")
 
     slave = Slave(start_at=start_at)
-    assert slave.manager._moved(slave.request, 5000) is False
+    assert slave.manager.handle_moved(slave.request, 5000) is False
     assert "not accepted here" in slave.halts[0][1]
 
 
@@ -320,7 +320,7 @@ def test_a_batch_below_the_segment_size_is_one_write_without_asking():
     """One stage (one write, one ack) per fetch: no record fills the segment, so the store
     does not roll inside it, as the master did not."""
     slave = Slave(layout=(0, 100 + sum(SIZES) + 1))
-    slave.manager._process(slave.request, b"".join(RECORDS))
+    slave.manager.process_batch(slave.request, b"".join(RECORDS))
     assert slave.appends[0][4] == [sum(SIZES)]
     assert slave.counts == [[len(SIZES)]]
     assert slave.asked == []
@@ -333,7 +333,7 @@ def test_a_batch_that_ends_where_the_master_rolled_keeps_the_rest_in_one_write()
     end = 100 + sum(SIZES)
     slave = Slave(layout=(0, 100 + SIZES[0] + 1))
     slave.master_segment_starts = {end}
-    slave.manager._process(slave.request, b"".join(RECORDS))
+    slave.manager.process_batch(slave.request, b"".join(RECORDS))
     assert slave.asked == [end]
     assert slave.appends[0][4] == [SIZES[0], SIZES[1] + SIZES[2]]
     assert slave.counts == [[1, 2]]
@@ -345,7 +345,7 @@ def test_records_past_the_size_wait_while_the_masters_segment_goes_on():
     """No master segment starts at the batch's end: only the records before the one that
     fills the local segment are appended; the rest is fetched again."""
     slave = Slave(layout=(0, 100 + SIZES[0] + 1))
-    slave.manager._process(slave.request, b"".join(RECORDS))
+    slave.manager.process_batch(slave.request, b"".join(RECORDS))
     assert slave.appends[0][4] == [SIZES[0]]
     assert slave.counts == [[1]]
     assert slave.request.offset == 100 + SIZES[0]
@@ -355,11 +355,11 @@ def test_records_past_the_size_wait_while_the_masters_segment_goes_on():
 def test_a_cut_reply_past_the_size_grows_the_fetch_then_gives_up_with_a_warning(caplog):
     slave = Slave(layout=(0, 101))
     data = b"".join(RECORDS) + RECORDS[0][:5]  # cut: a partial record follows
-    slave.manager._process(slave.request, data)
+    slave.manager.process_batch(slave.request, data)
     assert slave.appends == []
     assert slave.request.max_size == 8192
     for _ in range(UNCONFIRMED_TRIES_MAX):
-        slave.manager._process(slave.request, data)
+        slave.manager.process_batch(slave.request, data)
     assert slave.appends[0][4] == [sum(SIZES)]
     assert "appending" in caplog.text
 
@@ -377,12 +377,12 @@ def test_full_replies_grow_the_fetch_to_the_replay_bound_and_short_ones_shrink_i
     slave = Slave()
     sizes = []
     for _ in range(12):
-        slave.manager._process(slave.request, full_reply(slave.request.max_size))
+        slave.manager.process_batch(slave.request, full_reply(slave.request.max_size))
         sizes.append(slave.request.max_size)
     assert sizes[:3] == [8192, 16384, 32768]
     assert max(sizes) == sizes[-1] == REPLAY_FETCH_BYTES_MAX
     for _ in range(12):
-        slave.manager._process(slave.request, b"".join(RECORDS))
+        slave.manager.process_batch(slave.request, b"".join(RECORDS))
     assert slave.request.max_size == slave.request.initial_max_size == 4096
     assert slave.halts == []
     appended = b"".join(bytes(append[3]) for append in slave.appends)
@@ -394,7 +394,7 @@ def test_a_cut_reply_is_handed_over_as_a_view_of_its_complete_records():
     complete record."""
     slave = Slave()
     data = b"".join(RECORDS) + RECORDS[1][:25]
-    slave.manager._process(slave.request, data)
+    slave.manager.process_batch(slave.request, data)
     records = slave.appends[0][3]
     assert isinstance(records, memoryview)
     assert records.obj is data

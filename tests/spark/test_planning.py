@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from meta.client.cluster import BrokerAddress, Partition
-from meta.client.zk_spark import ServedPartition
+from meta.client.zk.spark import ServedPartition
 from meta.protocol.commands import Offset, Result
 from meta.spark.options import parse_read_options
 from meta.spark.planning import split_range

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from meta.client.cluster import BrokerAddress, Partition
-from meta.client.zk_spark import ServedPartition
+from meta.client.zk.spark import ServedPartition
 from meta.errors import ClientError
 from meta.protocol.commands import Data, Get, Offset, Result
 from meta.protocol.message import pack_message

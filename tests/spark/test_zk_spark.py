@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from meta.client.cluster import Partition
-from meta.client.zk_spark import ZkSparkReader
+from meta.client.zk.spark import ZkSparkReader
 
 pytestmark = pytest.mark.integration
 
