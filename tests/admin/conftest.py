@@ -29,6 +29,7 @@ TOPICS = {
     "live": {"numPartitions": 1},
     "bytime": {"numPartitions": 2},
     "quiet": {"numPartitions": 1},
+    "rolled": {"numPartitions": 1},
 }
 
 
