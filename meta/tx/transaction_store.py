@@ -378,11 +378,11 @@ class TransactionStore:
                 f"Commit of '{transaction.key}' could not be stored: {failures[0]}; "
                 "a broker restart completes it."
             )
+            done(None, _failure(transaction, XAER_RMFAIL, text))
             # The COMMIT record holds the batches from now on; the memory goes.
             self.byte_count -= transaction.byte_count
             transaction.batches = {}
             transaction.byte_count = 0
-            done(None, _failure(transaction, XAER_RMFAIL, text))
             return
         transaction.state = states.FINISHED
         self._finish(transaction, outcome)

@@ -22,6 +22,7 @@ SEGMENT_BYTES_MAX = 1024
 TOPICS = {
     "orders": {"numPartitions": 2},
     "segments": {"numPartitions": 1},
+    "rolled": {"numPartitions": 1},
     "browse": {"numPartitions": 1},
     "find": {"numPartitions": 2},
     "lag": {"numPartitions": 2},
@@ -29,7 +30,6 @@ TOPICS = {
     "live": {"numPartitions": 1},
     "bytime": {"numPartitions": 2},
     "quiet": {"numPartitions": 1},
-    "rolled": {"numPartitions": 1},
 }
 
 
