@@ -8,8 +8,16 @@
 #    `apt-get update` runs only when a package has no install candidate yet.
 #    Not root and something missing: prints the exact command and exits 1.
 # 2. <checkout>/.venv: created when absent, reused when present.
-# 3. pip install -e '.[test]' into it, skipped while setup.cfg, pyproject.toml and the
-#    checkout path are unchanged since the last successful install (--force reinstalls).
+# 3. pip install -e '.[test]' --config-settings editable_mode=compat into it, skipped while
+#    the install command, setup.cfg, pyproject.toml and the checkout path are unchanged since
+#    the last successful install and the install is still path-based (--force reinstalls).
+#    Why compat: setuptools' default editable mode serves a flat layout through an import
+#    finder, and PySpark finds Python data sources with pkgutil.iter_modules(), which lists
+#    only sys.path directories. compat puts the checkout on sys.path with a plain .pth line,
+#    so PySpark lists pyspark_metaq and spark.read.format("metaq") works without
+#    meta.spark.register(spark), on the driver and in every worker started from this venv.
+#    setuptools calls compat transitional; a release without it fails the install, and a
+#    mode that is not path-based fails the pkgutil check after it: either way, loudly.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,6 +26,8 @@ STAMP="$VENV/.metaq-install-stamp"
 PYTHON="${PYTHON:-python3}"
 ZOOKEEPER_JAR=/usr/share/java/zookeeper.jar
 FORCE=0
+# Every argument of the install; the stamp covers them, so changing them reinstalls.
+INSTALL_ARGS=(-e '.[test]' --config-settings editable_mode=compat)
 
 usage() {
     cat <<EOF
@@ -27,7 +37,9 @@ Installs what metaq-py needs to run and test, and is safe to run again:
   - as root, with apt-get, only what is missing: python3 python3-venv, default-jre-headless
     (Java for ZooKeeper and pyspark), zookeeper (Debian's ZooKeeper server package);
   - a virtualenv at $VENV (reused when present);
-  - pip install -e '.[test]' (package, test tools and the spark extra) into it.
+  - pip install -e '.[test]' --config-settings editable_mode=compat (package, test tools
+    and the spark extra) into it; the compat mode adds the checkout to sys.path with a .pth
+    file, so PySpark's lookup of pyspark_* modules finds the metaq data source.
 
   --force   reinstall the Python packages even if nothing changed
   --help    show this help
@@ -107,20 +119,29 @@ fi
 # --- 3. Python packages -----------------------------------------------------------------
 
 stamp_value() {
-    # Anything that changes what `pip install -e` would produce.
-    { printf '%s\n' "$ROOT"; cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml"; } | sha256sum |
-        cut -d' ' -f1
+    # Anything that changes what the install would produce.
+    { printf '%s\n' "$ROOT" "${INSTALL_ARGS[@]}"; cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml"; } |
+        sha256sum | cut -d' ' -f1
+}
+
+spark_lookup_ok() {
+    # What PySpark's lookup of data sources does. -I: not the current directory, which would
+    # list pyspark_metaq when run from the checkout whatever the install.
+    "$VENV/bin/python" -I -c 'import pkgutil, sys
+sys.exit(not any(m.name == "pyspark_metaq" for m in pkgutil.iter_modules()))' 2>/dev/null
 }
 
 wanted="$(stamp_value)"
 if [ "$FORCE" -eq 0 ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$wanted" ] &&
-    "$VENV/bin/python" -c 'import meta, pytest, kazoo, twisted' 2>/dev/null; then
+    "$VENV/bin/python" -c 'import meta, pytest, kazoo, twisted' 2>/dev/null && spark_lookup_ok; then
     say "python packages up to date"
 else
-    say "pip install -e '.[test]' (this can take a few minutes the first time)"
+    say "pip install ${INSTALL_ARGS[*]} (this can take a few minutes the first time)"
     rm -f "$STAMP"
     (cd "$ROOT" && "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-        -e '.[test]') || die "pip install -e '.[test]' failed (see the errors above)"
+        "${INSTALL_ARGS[@]}") || die "pip install ${INSTALL_ARGS[*]} failed (see the errors above)"
+    spark_lookup_ok || die "pkgutil.iter_modules() in $VENV does not list pyspark_metaq, so
+    Spark would not find format(\"metaq\") by itself; the install was not path-based"
     printf '%s\n' "$wanted" >"$STAMP"
 fi
 say "ready: $VENV/bin/python, java $(java -version 2>&1 | head -n1 | cut -d'"' -f2)"

@@ -13,7 +13,9 @@
   the record just before the new offset when the search read it (TIME), else -1, as Java's
   ``ZkOffsetStorage`` writes -1 for "unknown". OFFSET must be inside the partition and on a
   record boundary. The group must be stopped: live members (children of ``ids``) make the
-  tool refuse, naming them, because their next commit would overwrite the reset.
+  tool refuse, naming them, because their next commit would overwrite the reset. A group
+  without ``R/consumers/G`` is refused unless ``--allow-new-group`` is given: then its offsets
+  are written (with their parents) before it first runs, as Kafka's tool allows.
 
 Single-threaded.
 """
@@ -116,7 +118,8 @@ def _add_reset_parser(commands: argparse._SubParsersAction, options) -> None:
         help="move a stopped consumer group's offsets",
         description="Write the offsets nodes of a stopped group for one topic: to the "
         "first offset (earliest), the end (latest), a byte OFFSET, or the first message "
-        "whose id time is at or after TIME. Refused while the group has live members.",
+        "whose id time is at or after TIME. Refused while the group has live members, and "
+        "for a group that does not exist yet unless --allow-new-group is given.",
         epilog="TIME is ISO-8601 (2024-05-01T12:00:00+00:00; local time without a zone) or "
         "epoch milliseconds written @1714564800000 or 1714564800000ms (a bare number is a "
         "byte offset).",
@@ -136,6 +139,13 @@ def _add_reset_parser(commands: argparse._SubParsersAction, options) -> None:
         type=partition_argument,
         metavar="B-P",
         help="only this partition (repeatable; default: every partition of the topic)",
+    )
+    reset.add_argument(
+        "--allow-new-group",
+        action="store_true",
+        help="also write the offsets of a group that does not exist yet (no consumers/GROUP "
+        "node: it has never run), so that it starts there; without it such a group is refused "
+        "as a likely misspelling",
     )
     reset.add_argument("--dry-run", action="store_true", help="show what would be written")
     reset.set_defaults(run=run_reset, open_session=ClusterSession.from_arguments)
@@ -333,7 +343,12 @@ def _or_dash(value: int | None) -> str:
 
 def run_reset(arguments: argparse.Namespace, session: ClusterSession) -> int:
     zk, group, topic = session.zk, arguments.group, arguments.topic
-    zk.check_group(group)
+    try:
+        zk.check_group(group)
+    except NotFoundError as error:
+        if not arguments.allow_new_group:
+            hint = "--allow-new-group writes the offsets of a group that has not run yet"
+            raise NotFoundError(f"{error}; {hint}") from None
     zk.check_topic(topic)
     _refuse_live_members(session, group)
     names = _partitions_of(session, group, topic)

@@ -1,9 +1,12 @@
 """Open transactions of a broker: begin, put, prepare, commit, rollback, forget, timeouts.
 
-What lives here: ``Transaction`` and ``TransactionStore`` (Java's ``TransactionalCommand-
-Processor`` with its ``JournalTransactionStore``; zk spec §4, wire spec §2.7). Local
-transactions live in their connection's session, XA branches in one broker-wide table, and
-operator-finished (heuristic) branches in a third table until FORGET.
+What lives here: ``TransactionStore``, the table of ``meta.tx.transaction.Transaction``
+records (Java's ``TransactionalCommandProcessor`` with its ``JournalTransactionStore``; zk
+spec §4, wire spec §2.7). Local transactions live in their connection's session, XA
+branches in one broker-wide table, and operator-finished (heuristic) branches in a third
+table until FORGET. A local commit still storing, or that failed to store, when its
+connection closes leaves the session for a fourth (``_orphaned_commits``): it stays live, so
+its COMMIT record stays pinned, but it no longer holds the connection.
 
 Messages are kept in memory until PREPARE, which journals them (one APPEND record per
 partition) ahead of the PREPARE record, or until a COMMIT without PREPARE, which journals
@@ -28,7 +31,8 @@ Invariants:
     * Messages of a transaction are in memory only while it is open: at most
       ``TRANSACTIONS_MAX`` open transactions and ``TRANSACTION_BYTES_MAX`` bytes in all.
     * A transaction is removed from its table only when FINISHED (or moved to the heuristic
-      table); every state change goes through ``meta.tx.states.transition``.
+      table, or, committing when its connection closes, to ``_orphaned_commits``); every
+      state change goes through ``meta.tx.states.transition``.
 
 Thread affinity: reactor thread only.
 """
@@ -55,6 +59,7 @@ from meta.tx.records import (
     encode,
     encode_commit,
 )
+from meta.tx.transaction import Transaction
 
 logger = logging.getLogger("meta.tx")
 
@@ -68,39 +73,6 @@ _HEURISTIC_STATES = {
     HEURISTIC_COMMIT: states.HEURISTIC_COMMIT,
     HEURISTIC_ROLLBACK: states.HEURISTIC_ROLLBACK,
 }
-
-
-class Transaction:
-    """One open transaction (local or an XA branch) and the messages put into it."""
-
-    __slots__ = (
-        "batches",
-        "byte_count",
-        "is_xa",
-        "key",
-        "location",
-        "message_count",
-        "session",
-        "state",
-        "timer",
-    )
-
-    def __init__(self, key: str, session: object | None, state: str = states.START) -> None:
-        self.key = key
-        self.is_xa = key.startswith("XID:")
-        self.session = session
-        self.state = state
-        # (topic, partition) -> stored message records in put order; once journaled, one
-        # blob of all of them.
-        self.batches: dict[tuple[str, int], list[bytes]] = {}
-        self.message_count = 0
-        self.byte_count = 0
-        self.location: JournalLocation | None = None
-        self.timer: Any = None
-
-    @property
-    def unique_qualifier(self) -> str:
-        return self.key.rsplit(":", 1)[1] if self.is_xa else ""
 
 
 def not_started(key: str) -> MetaError:
@@ -130,6 +102,7 @@ class TransactionStore:
         self._sessions: dict[object, dict[str, Transaction]] = {}
         self._xa: dict[str, Transaction] = {}
         self._heuristic: dict[str, Transaction] = {}
+        self._orphaned_commits: set[Transaction] = set()
         self._timer_count = 0
         self._open_count = 0
         self.byte_count = 0
@@ -148,6 +121,7 @@ class TransactionStore:
     def live_transactions(self) -> list[Transaction]:
         """Every transaction that pins journal records (open, committing or heuristic)."""
         found = [t for session in self._sessions.values() for t in session.values()]
+        found += self._orphaned_commits
         return found + list(self._xa.values()) + list(self._heuristic.values())
 
     def oldest_location(self) -> JournalLocation | None:
@@ -318,7 +292,8 @@ class TransactionStore:
         return [(t.key, t.state, t.message_count, t.byte_count) for t in self.live_transactions()]
 
     def session_closed(self, session: object) -> int:
-        """Roll back the open local transactions of a closed connection (DECISIONS 7)."""
+        """Roll back the open local transactions of a closed connection (DECISIONS 7); its
+        committing ones go on without it. Returns how many were rolled back."""
         rolled_back = 0
         for transaction in list(self._sessions.get(session, {}).values()):
             if transaction.state in (states.START, states.IN_USE):
@@ -328,7 +303,19 @@ class TransactionStore:
                     logger.error("could not roll back %s: %s", transaction.key, error)
                     continue
                 rolled_back += 1
+            elif transaction.state == states.COMMITTING:
+                self._orphan(transaction)
         return rolled_back
+
+    def _orphan(self, transaction: Transaction) -> None:
+        """Move a committing local transaction out of its closed connection's session: it
+        stays live (``_finish`` or a restart completes it) without holding the connection."""
+        table = self._sessions[transaction.session]
+        del table[transaction.key]
+        if not table:
+            del self._sessions[transaction.session]
+        transaction.session = None
+        self._orphaned_commits.add(transaction)
 
     # -- commit ------------------------------------------------------------------------------
 
@@ -392,6 +379,10 @@ class TransactionStore:
                 "a broker restart completes it."
             )
             done(None, _failure(transaction, XAER_RMFAIL, text))
+            # The COMMIT record holds the batches from now on; the memory goes.
+            self.byte_count -= transaction.byte_count
+            transaction.batches = {}
+            transaction.byte_count = 0
             return
         transaction.state = states.FINISHED
         self._finish(transaction, outcome)
@@ -429,6 +420,7 @@ class TransactionStore:
         if transaction.is_xa:
             self._xa.pop(key, None)
         else:
+            self._orphaned_commits.discard(transaction)
             table = self._sessions.get(transaction.session)
             if table is not None:
                 table.pop(key, None)

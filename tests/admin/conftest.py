@@ -22,6 +22,7 @@ SEGMENT_BYTES_MAX = 1024
 TOPICS = {
     "orders": {"numPartitions": 2},
     "segments": {"numPartitions": 1},
+    "rolled": {"numPartitions": 1},
     "browse": {"numPartitions": 1},
     "find": {"numPartitions": 2},
     "lag": {"numPartitions": 2},

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from meta.client import Message
 from meta.message_id import id_time_ms, id_worker
+from meta.protocol.commands import Offset
 from meta.protocol.message import HEADER_SIZE
 from tests.admin.conftest import SEGMENT_BYTES_MAX, TOPICS
 
@@ -90,6 +91,30 @@ def test_partitions_match_the_segment_files_on_disk(cli, factory, admin_cluster)
         assert row["max_offset"] == sum(path.stat().st_size for path in files)
         assert row["size_bytes"] == row["max_offset"] - row["min_offset"]
         assert row["size_bytes"] > 2 * SEGMENT_BYTES_MAX
+
+
+def test_partitions_count_segments_holding_data_when_a_roll_left_an_empty_one(
+    cli, factory, admin_cluster
+):
+    """Goal: pin what SEGMENTS counts when the newest segment file is empty (the broker rolls
+    as soon as a segment is full, so an empty one waits for the next append): the segments
+    holding data, one fewer than the files. The empty one cannot be seen over the wire: the
+    ``offset`` command answers the end for it, as it does when there is none (Java alike).
+
+    Method: one message larger than a segment, so the broker rolls right after it.
+    """
+    (result,) = put(factory, "rolled", [b"r" * (SEGMENT_BYTES_MAX + 1)])
+    status, out, _ = cli("partitions", "rolled", "--json")
+    row = next(
+        row for row in json.loads(out)["partitions"] if row["max_offset"] and row["max_offset"] > 0
+    )
+    files = segment_files(admin_cluster.broker(row["broker_id"]).data_path, "rolled", 0)
+    assert status == 0 and result.partition.broker_id == row["broker_id"]
+    assert [path.stat().st_size > 0 for path in files] == [True, False]
+    assert row["segments"] == 1
+    with admin_cluster.broker(row["broker_id"]).connect() as connection:
+        reply = connection.request(Offset("rolled", "g", 0, row["max_offset"], 1))
+    assert int(reply.body) == row["max_offset"] == int(files[-1].stem)
 
 
 def test_partitions_without_data_show_no_offsets_and_no_segments(cli):

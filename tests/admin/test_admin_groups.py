@@ -277,3 +277,32 @@ def test_reset_of_an_unknown_topic_or_group_exits_1_naming_it(cli, zk, admin_clu
     zk.ensure_path(f"{admin_cluster.root}/consumers/g-known/ids")
     status, _, err = cli("reset-offsets", "g-known", "--topic", "nope", "--to", "latest")
     assert status == 1 and "unknown topic nope" in err
+
+
+def test_reset_pre_positions_a_group_that_has_not_run_with_allow_new_group(
+    cli, factory, consumers, zk, admin_cluster
+):
+    """Goal: an operator places a new group (no ``R/consumers/G`` yet) before its first start,
+    as Kafka's tool allows, but only when asked to; the group's first consumer starts there.
+
+    Method: put messages; reset the new group to latest without the flag (refused, naming
+    it), then with it; start the group's first consumer and put more: it gets only those.
+    """
+    before = put(factory, "reset", [b"before-1", b"before-2"])
+    argv = ["reset-offsets", "g-new", "--topic", "reset", "--to", "latest"]
+    status, _, err = cli(*argv)
+    assert status == 1 and "unknown consumer group g-new" in err and "--allow-new-group" in err
+    assert not zk.exists(f"{admin_cluster.root}/consumers/g-new")
+    status, _, err = cli(*argv, "--allow-new-group")
+    assert status == 0, err
+    assert sorted(offsets_of(zk, admin_cluster.root, "g-new", "reset")) == [
+        "1-0",
+        "1-1",
+        "2-0",
+        "2-1",
+    ]
+    collector = Collector()
+    consumers("reset", "g-new", collector)
+    after = {r.msg_id for r in put(factory, "reset", [f"after-{n}".encode() for n in range(6)])}
+    wait_for(lambda: collector.ids() >= after, what="g-new to consume what came after the reset")
+    assert not collector.ids() & {r.msg_id for r in before}

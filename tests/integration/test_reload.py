@@ -135,10 +135,46 @@ def test_a_removed_topic_without_data_is_unregistered_and_one_with_data_still_se
     line = reload_by_signal(broker)
 
     assert "removed: idle, test" in line
+    assert_removed_topics_settle(broker, kazoo_client)
+
+
+def test_removed_topics_settle_the_same_after_the_broker_session_expired(broker, kazoo_client):
+    """Goal: what a reload decided about removed topics holds after a ZooKeeper session
+    expiry (a starved broker, as under load): ``test`` comes back with the [system]
+    defaults, ``idle`` does not come back, and ``test`` still serves its data.
+
+    Method: reload, then stop the broker process (SIGSTOP) until ZooKeeper has deleted its
+    ephemeral nodes, continue it, and wait for the registration to settle.
+    """
+    broker.start()
+    assert put(broker, "test", 1, b"kept") == 200
+    rewrite(broker, {"fresh": {}})
+    reload_by_signal(broker)
+    wait_for(lambda: has_nodes(kazoo_client, topic_nodes("test", 1)), what="test registered")
+    broker.process.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(
+            lambda: node(kazoo_client, "/brokers/topics/test/0-m") is None,
+            timeout_s=60,
+            what="ZooKeeper to expire the stopped broker's session",
+        )
+    finally:
+        broker.process.send_signal(signal.SIGCONT)
+    assert_removed_topics_settle(broker, kazoo_client)
+
+
+def assert_removed_topics_settle(broker: BrokerProcess, kazoo_client) -> None:
+    """``idle`` (no data) unregistered, ``test`` (data) registered with the [system]
+    numPartitions, both waited for (each is written by its own ZooKeeper operation, and a
+    session expiry deletes and re-creates them), and ``test``'s data still served."""
     wait_for(
         lambda: node(kazoo_client, "/brokers/topics/idle/0-m") is None, what="idle unregistered"
     )
-    assert has_nodes(kazoo_client, topic_nodes("test", 1))  # [system] numPartitions
+    wait_for(
+        lambda: has_nodes(kazoo_client, topic_nodes("test", 1)),
+        what="test registered with the [system] numPartitions",
+    )
+    assert node(kazoo_client, "/brokers/topics/idle/0-m") is None
     with broker.connect() as connection:
         reply = connection.request(Get("test", "group", 1, 0, 1024, 8))
     assert isinstance(reply, Data) and b"kept" in reply.data

@@ -4,7 +4,9 @@ section 2.7, docs/formats.md section 6)."""
 
 from __future__ import annotations
 
+import gc
 import os
+import weakref
 import zlib
 
 import pytest
@@ -491,6 +493,70 @@ def test_closing_a_session_does_not_touch_a_commit_in_progress(manual):
     assert manual.transactions.session_closed("c1") == 0
     manual.run()
     assert done.ok and manual.log(0).max_offset > 0
+
+
+class Session:
+    """A connection stand-in that a weak reference can watch."""
+
+
+class SessionDone(Done):
+    """A ``done`` that holds its connection, as the server's reply callback does."""
+
+    def __init__(self, session: object) -> None:
+        super().__init__()
+        self.session = session
+
+
+def failed_commit(broker, files, session: object) -> list[bytes]:
+    """A local commit whose batch fsync fails: answered with an error, left COMMITTING (its
+    COMMIT record stands, a restart completes it). Returns the stored records."""
+    begun(broker, LOCAL, session)
+    records = broker.put(LOCAL, [b"a", b"b"], session=session)
+    broker.log(0)
+    files.fsync_error, files.fsync_error_only = EIO, "test-0"
+    done = SessionDone(session)
+    broker.transactions.commit(LOCAL, session, True, done)
+    broker.end_of_batch()
+    assert "a broker restart completes it" in str(done.error)
+    return records
+
+
+def test_a_commit_that_failed_to_store_no_longer_counts_its_messages_in_memory(broker, files):
+    """The COMMIT record holds the batches now; the open-transaction byte bound is freed."""
+    failed_commit(broker, files, "c1")
+    assert broker.transactions.byte_count == 0
+
+
+def test_closing_a_session_lets_go_of_it_when_its_commit_failed_to_store(broker, files):
+    """Goal: a connection whose local commit failed to store is not kept until a restart.
+
+    Method: fail the commit, close the session, drop the test's reference, and watch the
+    session object with a weak reference.
+    """
+    session = Session()
+    failed_commit(broker, files, session)
+    broker.transactions.session_closed(session)
+    watcher = weakref.ref(session)
+    del session
+    gc.collect()
+    assert watcher() is None
+
+
+def test_a_failed_commit_of_a_closed_session_still_pins_its_commit_record(broker, files):
+    """Goal: after its session closed, the failed commit is still listed and a checkpoint
+    still cannot pass its COMMIT record, so the restart completes it.
+
+    Method: fail the commit, close the session, write a checkpoint, lose the unsynced batch
+    (truncate the segment), restart.
+    """
+    records = failed_commit(broker, files, "c1")
+    broker.transactions.session_closed("c1")
+    assert [(key, state) for key, state, *_ in broker.transactions.describe()] == [
+        (LOCAL, "COMMITTING")
+    ]
+    broker.tx.checkpoint()
+    os.truncate(broker.segment_path(0), 0)
+    assert broker.restart().segment_bytes(0) == b"".join(records)
 
 
 # -- RECOVER, heuristic outcomes, FORGET -------------------------------------------------
