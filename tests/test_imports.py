@@ -28,6 +28,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = REPO_ROOT / "meta"
 
+
 def module_name(path: Path, root: Path = REPO_ROOT) -> str:
     """The dotted name of the module at ``path`` under ``root`` (``__init__`` is the package)."""
     parts = list(path.relative_to(root).with_suffix("").parts)

@@ -27,7 +27,7 @@ import argparse
 import sys
 
 from meta import __version__
-from meta.admin import cluster, groups, messages, slaves, tx
+from meta.admin import cluster, groups, messages, migrate, slaves, tx
 from meta.admin.client import EXIT_USAGE, AdminClient, AdminError
 from meta.admin.options import (
     broker_argument,
@@ -36,7 +36,7 @@ from meta.admin.options import (
     zookeeper_options,
 )
 
-COMMAND_GROUPS = (tx, cluster, groups, messages, slaves)
+COMMAND_GROUPS = (tx, cluster, groups, messages, slaves, migrate)
 """Modules registering commands; add new groups here."""
 
 EPILOG = (

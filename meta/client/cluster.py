@@ -11,7 +11,8 @@ What lives here (zk spec §0, §1.2, §1.4, §1.5, §3.1, §3.3):
 Invariants: nothing here talks to ZooKeeper; callers pass the children (name -> node data) they
 read. Sorting and parsing follow the Java client exactly, because Java and Python consumers in
 one group must compute the same assignment, or they fight over owner nodes (spec §7.1).
-``local_host`` reads this machine's addresses through ``socket.getaddrinfo`` and sends nothing.
+``local_host`` reads this machine's interface addresses (``meta.local_address``) and sends
+nothing.
 Thread-safe: pure functions and immutable values.
 """
 
@@ -21,11 +22,11 @@ import json
 import logging
 import os
 import re
-import socket
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from meta import local_address
 from meta.config import validate_topic_name
 from meta.errors import ClientError, InvalidGroupError
 from meta.protocol.commands import LONG_MAX
@@ -279,30 +280,12 @@ def parse_offset(text: str) -> tuple[int, int]:
     return numbers[0], numbers[1]
 
 
-def _is_usable_address(address: str) -> bool:
-    return not (address.startswith("127.") or address in ("::1", "0.0.0.0", "::"))
-
-
 def local_host() -> str:
     """Return this machine's address for generated names (spec §0 ``getLocalHost``).
 
-    The first non-loopback IPv4 address that ``getaddrinfo(gethostname())`` reports; otherwise
-    the first non-loopback, non-link-local IPv6 address, in brackets; otherwise ``127.0.0.1``.
-    No packet is sent (a resolver may be asked about our own host name).
+    Java's rule, in one place for the client and the broker: ``meta.local_address``.
     """
-    try:
-        infos = socket.getaddrinfo(socket.gethostname(), None)
-    except OSError:
-        infos = []
-    ipv4 = [info[4][0] for info in infos if info[0] == socket.AF_INET]
-    ipv6 = [info[4][0] for info in infos if info[0] == socket.AF_INET6]
-    for address in ipv4:
-        if _is_usable_address(address):
-            return address
-    for address in ipv6:
-        if _is_usable_address(address) and not address.lower().startswith("fe80"):
-            return f"[{address.split('%')[0]}]"
-    return "127.0.0.1"
+    return local_address.local_host()
 
 
 def consumer_id_string(group: str, consumer_id: str | None) -> str:

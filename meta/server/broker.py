@@ -38,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import socket
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -47,6 +46,7 @@ from twisted.internet import defer, task
 
 from meta import __version__
 from meta.config import BrokerConfig
+from meta.local_address import is_loopback, local_host
 from meta.message_id import IdWorker
 from meta.server.protocol import BrokerFactory
 from meta.server.reload import (  # re-exported: callers import them from here
@@ -90,18 +90,9 @@ DATA_WAITERS_MAX = 100_000
 
 
 def advertised_host(config: BrokerConfig) -> str:
-    """``hostName`` when set, else the first non-loopback IPv4 address (DECISIONS 19)."""
-    if config.host_name:
-        return config.host_name
-    try:
-        infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
-    except OSError:
-        infos = []
-    for info in infos:
-        address = info[4][0]
-        if not address.startswith("127."):
-            return address
-    return "127.0.0.1"
+    """``hostName`` when set, else this machine's address as Java finds it (DECISIONS 19,
+    ``meta.local_address``)."""
+    return config.host_name or local_host()
 
 
 def broker_uri(host: str, port: int) -> str:
@@ -189,6 +180,14 @@ class Broker:
             )
             port = self._port.getHost().port
             self.uri = broker_uri(self.host, port)
+            if not interface and is_loopback(self.host):
+                log.warning(
+                    "broker %d registers %s, a loopback address, but listens on every "
+                    "interface: clients on other hosts cannot reach it; set hostName in "
+                    "[system] to an address they can reach",
+                    self.config.broker_id,
+                    self.uri,
+                )
         if self.registry is None and self.config.zookeeper.enabled:
             from meta.server.registry import BrokerRegistry
 

@@ -173,8 +173,9 @@ class Journal:
             else:
                 self._files.close(fd)
                 raise StoreError(
-                    f"{path} is not a metaq-py transaction journal (a Java journal, or one of "
-                    "a newer version?); move it away to start"
+                    f"{path} is not a metaq-py transaction journal (a Java broker's: check "
+                    "and move it aside with `meta-admin migrate-java-data DIR`; or one of a "
+                    "newer version)"
                 )
         return RedoFile(number, path, fd, size)
 

@@ -31,7 +31,7 @@ def run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
 
 def test_every_command_group_is_registered():
     names = {module.__name__.rsplit(".", 1)[1] for module in COMMAND_GROUPS}
-    assert names == {"tx", "cluster", "groups", "messages", "slaves"}
+    assert names == {"tx", "cluster", "groups", "messages", "slaves", "migrate"}
 
 
 def test_main_help_lists_every_command_and_the_zookeeper_options(capsys):

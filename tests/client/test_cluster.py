@@ -6,6 +6,7 @@ import socket
 
 import pytest
 
+from meta import local_address
 from meta.client import cluster
 from meta.client.cluster import (
     BrokerAddress,
@@ -243,22 +244,17 @@ def test_consumer_id_string_generates_host_pid_and_uuid(monkeypatch):
     assert consumer_id_string("group", None) != first
 
 
-def test_local_host_prefers_a_non_loopback_ipv4(monkeypatch):
-    infos = [
-        (socket.AF_INET6, 0, 0, "", ("2001:db8::5", 0, 0, 0)),
-        (socket.AF_INET, 0, 0, "", ("127.0.1.1", 0)),
-        (socket.AF_INET, 0, 0, "", ("10.9.8.7", 0)),
-    ]
-    monkeypatch.setattr(cluster.socket, "getaddrinfo", lambda *args: infos)
-    assert cluster.local_host() == "10.9.8.7"
-
-
-def test_local_host_falls_back_to_bracketed_ipv6_then_loopback(monkeypatch):
-    infos = [(socket.AF_INET6, 0, 0, "", ("2001:db8::5", 0, 0, 0))]
-    monkeypatch.setattr(cluster.socket, "getaddrinfo", lambda *args: infos)
-    assert cluster.local_host() == "[2001:db8::5]"
-    monkeypatch.setattr(cluster.socket, "getaddrinfo", lambda *args: [])
-    assert cluster.local_host() == "127.0.0.1"
+def test_broadcast_group_on_a_host_whose_name_resolves_to_loopback_follows_java(monkeypatch):
+    """Java names the group after the first non-loopback interface address, whatever
+    /etc/hosts says about the host name (Debian maps it to 127.0.1.1)."""
+    monkeypatch.setattr(
+        local_address,
+        "interface_addresses",
+        lambda: {"lo": [(socket.AF_INET, "127.0.0.1")], "eth0": [(socket.AF_INET, "192.0.2.2")]},
+    )
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: [(2, 1, 6, "", ("127.0.1.1", 0))])
+    assert broadcast_group("g-bc") == "g-bc-192-0-2-2"
+    assert consumer_id_string("g", None).startswith("g_192.0.2.2-")
 
 
 def test_validate_topic_uses_the_broker_rule():

@@ -3,7 +3,7 @@
 ``create_broadcast_consumer`` is Java's ``MetaBroadcastMessageSessionFactory
 .createBroadcastConsumer``: the group becomes ``cluster.broadcast_group(group)``
 (``<group>-<host>``), so every host is a group of its own and receives every message, and the
-offsets go to a ``LocalOffsetStorage`` JSON file (default ``~/.meta_offsets``) instead of
+offsets go to a ``LocalOffsetStorage`` JSON file (default ``~/.metaq-py_offsets``) instead of
 ZooKeeper. Membership and ownership still use ZooKeeper (the normal rebalance runs within the
 one-host group).
 
@@ -20,7 +20,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from meta.client.cluster import Partition, broadcast_group
-from meta.client.consume.local_offsets import LocalOffsetStorage, default_path
+from meta.client.consume.local_offsets import LocalOffsetStorage, default_path, java_path
 from meta.errors import ClientError
 
 if TYPE_CHECKING:
@@ -64,7 +64,8 @@ def create_broadcast_consumer(
     Args:
         factory: the session factory (ZooKeeper mode).
         config: the settings; ``config.group`` is the group asked for.
-        offsets_path: the offsets file; None: ``~/.meta_offsets``.
+        offsets_path: the offsets file; None: ``~/.metaq-py_offsets``, with the Java
+            client's ``~/.meta_offsets`` read for partitions it holds no entry of.
         host: the host in the group name; None: ``cluster.local_host()``.
 
     Raises:
@@ -75,5 +76,8 @@ def create_broadcast_consumer(
         raise ClientError("a broadcast consumer needs ZooKeeper; direct mode is not supported")
     group = broadcast_group(config.group, host)
     config = dataclasses.replace(config, group=group)
-    storage = LocalOffsetStorage(offsets_path if offsets_path is not None else default_path())
+    if offsets_path is None:
+        storage = LocalOffsetStorage(default_path(), fallback_path=java_path())
+    else:
+        storage = LocalOffsetStorage(offsets_path)
     return factory.create_consumer(config, group_class=local_group_class(storage, group))

@@ -2,12 +2,15 @@
 
 import json
 import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
 from meta.client.cluster import Partition
-from meta.client.consume.local_offsets import LocalOffsetStorage
+from meta.client.consume.local_offsets import LocalOffsetStorage, default_path, java_path
 from meta.errors import ClientError
 
 
@@ -74,7 +77,7 @@ def test_commit_of_nothing_does_not_create_the_file(path):
 
 def test_commit_leaves_no_temporary_file(path, tmp_path):
     LocalOffsetStorage(path).commit("g", [("t", Partition(0, 0), 1, 1)])
-    assert os.listdir(tmp_path) == [".meta_offsets"]
+    assert sorted(os.listdir(tmp_path)) == [".meta_offsets", ".meta_offsets.lock"]
 
 
 def test_commit_replaces_the_file_atomically_by_rename(path, monkeypatch):
@@ -168,3 +171,78 @@ def test_concurrent_commits_of_two_storages_keep_both_groups(path):
         thread.join()
     assert first.load("t", "a", Partition(0, 0)) == (49, 49)
     assert first.load("t", "b", Partition(0, 0)) == (49, 49)
+
+
+# --- sharing files with the Java client and with other processes ------------------------------
+
+REPO = Path(__file__).resolve().parents[3]
+WRITER = """
+import json, os, sys
+from meta.client.cluster import Partition
+from meta.client.consume.local_offsets import LocalOffsetStorage, default_path, java_path
+kind, group, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if kind == "java":
+    # Java's LocalOffsetStorage: the whole file rewritten from memory, no merge, no lock.
+    memory = {group: []}
+    for offset in range(count):
+        memory[group] = [{"topic": "t", "partition": {"brokerId": 0, "partition": 0},
+                          "offset": offset, "messageId": -1, "modified": False}]
+        with open(java_path() + ".tmp", "w") as file:
+            json.dump(memory, file)
+        os.replace(java_path() + ".tmp", java_path())
+else:
+    storage = LocalOffsetStorage(default_path(), fallback_path=java_path())
+    for offset in range(count):
+        storage.commit(group, [("t", Partition(0, offset % 4), offset, offset)])
+"""
+
+
+def run_writers(tmp_path, *writers: tuple[str, str, int]) -> None:
+    """Start every writer process at once (HOME is ``tmp_path``) and wait for all of them."""
+    env = dict(os.environ, HOME=str(tmp_path), PYTHONPATH=str(REPO))
+    processes = [
+        subprocess.Popen([sys.executable, "-c", WRITER, kind, group, str(count)], env=env)
+        for kind, group, count in writers
+    ]
+    assert [process.wait(timeout=120) for process in processes] == [0] * len(processes)
+
+
+def test_the_default_file_is_our_own_and_javas_file_is_only_read(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    java = tmp_path / ".meta_offsets"
+    java.write_text(
+        '{"g":[{"topic":"t","partition":{"brokerId":0,"partition":0},"offset":42,'
+        '"messageId":-1,"modified":false}]}'
+    )
+    before = java.read_bytes()
+    storage = LocalOffsetStorage(default_path(), fallback_path=java_path())
+    assert storage.path == str(tmp_path / ".metaq-py_offsets")
+    assert storage.load("t", "g", Partition(0, 0)) == (-1, 42)
+    storage.commit("g", [("t", Partition(0, 0), 99, 7)])
+    assert storage.load("t", "g", Partition(0, 0)) == (7, 99)
+    assert java.read_bytes() == before
+
+
+def test_a_java_writer_rewriting_its_file_never_erases_python_entries(tmp_path):
+    """Goal: a Java broadcast consumer and a Python one on the same host, committing at the
+    same time, each keep every entry. Method: a process rewriting ``~/.meta_offsets`` from
+    memory as Java does, beside a Python process committing 200 times."""
+    run_writers(tmp_path, ("java", "g-java", 300), ("python", "g-py", 200))
+    ours = LocalOffsetStorage(str(tmp_path / ".metaq-py_offsets"))
+    assert [ours.load("t", "g-py", Partition(0, n)) for n in range(4)] == [
+        (196, 196),
+        (197, 197),
+        (198, 198),
+        (199, 199),
+    ]
+    java = LocalOffsetStorage(str(tmp_path / ".meta_offsets"))
+    assert java.load("t", "g-java", Partition(0, 0)) == (-1, 299)
+    assert java.load("t", "g-py", Partition(0, 0)) is None
+
+
+def test_two_python_processes_on_one_file_keep_each_others_entries(tmp_path):
+    """Without the file lock, one process's rename overwrites a merge the other just made."""
+    run_writers(tmp_path, ("python", "a", 150), ("python", "b", 150))
+    storage = LocalOffsetStorage(str(tmp_path / ".metaq-py_offsets"))
+    for group in ("a", "b"):
+        assert storage.load("t", group, Partition(0, 1)) == (149, 149)
