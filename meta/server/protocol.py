@@ -37,9 +37,10 @@ from twisted.python.failure import Failure
 from meta.errors import LocalProtocolError, StoreError
 from meta.protocol.codec import HEADER_BYTES_MAX, NEED_DATA, Decoder
 from meta.protocol.commands import Quit
-from meta.server.handlers import HANDLERS
+from meta.server.handlers import HANDLERS, dispatch_key
 from meta.server.put_run import handle_put_run
 from meta.server.replies import PENDING, FileReply
+from meta.server.services import BrokerServices
 from meta.server.tx_handlers import handle_tx_put_run
 
 log = logging.getLogger("meta.server")
@@ -62,7 +63,7 @@ class BrokerProtocol(protocol.Protocol):
 
     put_runs = True
 
-    def __init__(self, broker) -> None:
+    def __init__(self, broker: BrokerServices) -> None:
         self._broker = broker
         self._decoder = Decoder(HEADER_BYTES_MAX, broker.config.message_bytes_max)
         self._queue: deque[bytes | FileReply] = deque()
@@ -71,7 +72,7 @@ class BrokerProtocol(protocol.Protocol):
         self._queued_bytes = 0
         self._stream: list | None = None  # [segment, position, remaining] of the running reply
         self._inflight = 0
-        self._put_targets: dict = {}  # the put runs' partition lookups (``targets.Targets``)
+        self._put_targets: dict = {}  # the put runs' partition lookups (``puts.Targets``)
         self._transport_paused = False
         self._reading_paused = False
         self._closed = False
@@ -123,7 +124,7 @@ class BrokerProtocol(protocol.Protocol):
             if command.__class__ is Quit:
                 self._close()
                 break
-            reply = HANDLERS[command.__class__](broker, command, self)
+            reply = HANDLERS[dispatch_key(command)](broker, command, self)
             if reply is PENDING:
                 self._inflight += 1
             elif reply is not None:
@@ -309,7 +310,7 @@ def _address(peer) -> str:
 class BrokerFactory(protocol.Factory):
     """Builds a ``BrokerProtocol`` per accepted connection."""
 
-    def __init__(self, broker) -> None:
+    def __init__(self, broker: BrokerServices) -> None:
         self._broker = broker
 
     def buildProtocol(self, addr) -> BrokerProtocol:
