@@ -11,7 +11,10 @@ Output and backpressure (STYLE 3, 13):
 
 * Replies that become ready while handling one read (or one fsync batch) are gathered and
   written together by ``flush_output``. When the transport has nothing buffered they go
-  straight to the socket, saving Twisted's extra reactor turn per request.
+  straight to the socket, saving Twisted's extra reactor turn per request. Whether it has
+  is read from ``FileDescriptor``'s private buffers, only when an import-time probe
+  (``fd_buffer_layout_known``) finds them where this Twisted keeps them; otherwise every
+  reply goes through ``transport.write``.
 * The protocol is the transport's streaming producer. A ``FileReply`` is sent with
   ``os.sendfile`` while the socket takes it, else read in chunks of ``CHUNK_BYTES`` while
   the transport is not paused, so a get never builds its whole body in memory.
@@ -31,7 +34,7 @@ import logging
 import os
 from collections import deque
 
-from twisted.internet import protocol
+from twisted.internet import abstract, protocol
 from twisted.python.failure import Failure
 
 from meta.errors import LocalProtocolError, StoreError
@@ -268,12 +271,64 @@ class BrokerProtocol(protocol.Protocol):
         return self._inflight
 
 
-def _buffer_empty(transport) -> bool:
-    """Whether a Twisted TCP transport has nothing buffered (False for other transports)."""
+def _fd_buffer_empty(transport) -> bool:
+    """Whether a Twisted TCP transport has nothing buffered (False for other transports).
+
+    Reads ``FileDescriptor``'s private write buffers (``_tempDataBuffer``, ``dataBuffer``,
+    ``offset``); used only when ``fd_buffer_layout_known`` found them as expected.
+    """
     try:
         return not transport._tempDataBuffer and transport.offset >= len(transport.dataBuffer)
     except AttributeError:
         return False
+
+
+def _buffer_never_empty(transport) -> bool:
+    """The fallback: every reply goes through ``transport.write`` (one more reactor turn)."""
+    return False
+
+
+class _ProbeReactor:
+    """Just enough of a reactor for a ``FileDescriptor`` that is never connected to one."""
+
+    def addWriter(self, writer: object) -> None:
+        pass
+
+    def removeWriter(self, writer: object) -> None:
+        pass
+
+
+def fd_buffer_layout_known(descriptor_class: type = abstract.FileDescriptor) -> bool:
+    """Whether ``descriptor_class`` buffers writes the way ``_fd_buffer_empty`` reads them.
+
+    A feature check rather than a version check: a probe descriptor (no socket, no reactor)
+    must look empty when new, not empty after ``write``, and empty again once ``doWrite``
+    has sent everything. Any other outcome, or a missing attribute, means this Twisted keeps
+    its buffers elsewhere, and the protocol falls back to plain ``transport.write``.
+    """
+
+    class Probe(descriptor_class):  # type: ignore[misc, valid-type]
+        connected = 1
+
+        def writeSomeData(self, data: bytes) -> int:
+            return len(data)
+
+    try:
+        probe = Probe(reactor=_ProbeReactor())
+        if not _fd_buffer_empty(probe):
+            return False
+        probe.write(b"probe")
+        if _fd_buffer_empty(probe):
+            return False
+        probe.doWrite()
+        return _fd_buffer_empty(probe)
+    except Exception:  # noqa: BLE001 - any failure means the layout is not the known one
+        return False
+
+
+FD_BUFFER_LAYOUT_KNOWN = fd_buffer_layout_known()
+_buffer_empty = _fd_buffer_empty if FD_BUFFER_LAYOUT_KNOWN else _buffer_never_empty
+"""Whether the transport has nothing buffered, so a reply may go straight to the socket."""
 
 
 def _send_now(transport, data: bytes) -> int:
