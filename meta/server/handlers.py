@@ -21,7 +21,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from meta.errors import MetaError
 from meta.protocol.codec import encode_result, encode_value_header
 from meta.protocol.commands import (
     LONG_MAX,
@@ -38,13 +37,11 @@ from meta.protocol.commands import (
 )
 from meta.protocol.put_reply import encode_put_reply
 from meta.server.puts import (
-    CHECKSUM_FAILURE,
-    accepted_crc,
+    PutRefused,
     append_failed,
-    choose_partition,
-    pack_record,
     put_failed,
     refused_by_slave,
+    take_put,
     too_large,
 )
 from meta.server.replies import PENDING, FileReply, Reply
@@ -74,14 +71,11 @@ def handle_put(broker: BrokerServices, command: Put, connection) -> Reply:
         return refused_by_slave(broker, topic, partition, opaque)
     data = command.data
     try:
-        partition = choose_partition(broker, topic, partition)
-        partition_log = broker.partition_for_put(topic, partition)
-        crc = accepted_crc(data, command.checksum)
-        if crc is None:
-            raise MetaError(CHECKSUM_FAILURE)
-        msg_id = broker.ids.next_id()
-    except MetaError as error:
-        return put_failed(broker, topic, partition, opaque, str(error))
+        taken = take_put(broker, topic, partition, data, command.flag, command.checksum)
+    except PutRefused as refused:
+        return put_failed(broker, topic, refused.partition, opaque, refused.detail)
+    partition = taken.partition
+    msg_id = taken.msg_id
     broker.record_put(topic, partition, len(data))
 
     def acknowledged(offset: int | None, error: BaseException | None) -> None:
@@ -90,7 +84,7 @@ def handle_put(broker: BrokerServices, command: Put, connection) -> Reply:
         else:
             connection.respond(append_failed(error, broker, topic, partition, opaque))
 
-    partition_log.stage(pack_record(data, crc, msg_id, command.flag), acknowledged)
+    taken.partition_log.stage(taken.record, acknowledged)
     return PENDING
 
 

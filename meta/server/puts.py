@@ -2,7 +2,8 @@
 
 Every path that writes a client's message (the general ``handlers.handle_put``, the batch
 fast path of ``put_run``, the puts of a transaction in ``tx_handlers``, and any later
-transport) takes its rules from here:
+transport) takes its rules from here. ``take_put`` applies all of them to one plain put
+and returns the record to stage; a new write path starts there. The rules:
 
 * **Partition**: ``choose_partition`` (partition ``-1`` means a random one of the topic) and
   ``Broker.partition_for_put`` (the running configuration decides; a new partition is
@@ -32,12 +33,16 @@ import logging
 import random
 import zlib
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from meta.errors import MetaError, PartitionFailedError, XAError
 from meta.protocol.codec import PutFields, encode_result
 from meta.protocol.commands import BodyTooLarge
 from meta.protocol.message import CHECKSUM_MASK, HEADER, HEADER_SIZE
 from meta.server.services import BrokerServices
+
+if TYPE_CHECKING:
+    from meta.store.partition import PartitionLog
 
 log = logging.getLogger("meta.server")
 
@@ -119,6 +124,64 @@ def accepted_crc(data: bytes, checksum: int | None) -> int | None:
 def pack_record(data: bytes, crc: int, msg_id: int, flag: int) -> bytes:
     """The stored record of a taken put (``message.pack_message`` with its checksum known)."""
     return pack_header(len(data), crc, msg_id, flag) + data
+
+
+class PutRefused(MetaError):
+    """``take_put`` refused a put.
+
+    Attributes:
+        partition: the partition the put went to (the chosen one for ``-1``, when chosen).
+        detail: what was wrong, the ``detail`` of ``put_failed``'s text.
+    """
+
+    def __init__(self, partition: int, detail: str) -> None:
+        super().__init__(detail)
+        self.partition = partition
+        self.detail = detail
+
+
+class TakenPut(NamedTuple):
+    """A plain put that passed every rule: stage ``record`` on ``partition_log``."""
+
+    partition_log: PartitionLog
+    partition: int
+    msg_id: int
+    record: bytes
+
+
+def take_put(
+    broker: BrokerServices, topic: str, partition: int, data: bytes, flag: int, checksum: int | None
+) -> TakenPut:
+    """Apply every rule of one plain put (outside a transaction) and build its record.
+
+    Nothing is staged or counted: the caller stages the record, calls ``record_put``, and
+    answers ``encode_put_reply`` on the store's ack or ``append_failed`` on its error.
+
+    Args:
+        broker: the broker taking the put (a master: ``refused_by_slave`` answers a slave's).
+        topic: the topic as the client named it.
+        partition: the partition, or -1 for a random one (``choose_partition``).
+        data: the put body exactly as sent (stored verbatim).
+        flag: the put's flag, stored verbatim.
+        checksum: the put's checksum field (None when absent).
+
+    Returns:
+        The partition log, the partition, the new message id and the record.
+
+    Raises:
+        PutRefused: the topic or partition is refused, or the checksum is wrong; answer
+            ``put_failed(broker, topic, refused.partition, opaque, refused.detail)``.
+    """
+    try:
+        partition = choose_partition(broker, topic, partition)
+        partition_log = broker.partition_for_put(topic, partition)
+        crc = accepted_crc(data, checksum)
+        if crc is None:
+            raise MetaError(CHECKSUM_FAILURE)
+        msg_id = broker.ids.next_id()
+    except MetaError as error:
+        raise PutRefused(partition, str(error)) from error
+    return TakenPut(partition_log, partition, msg_id, pack_record(data, crc, msg_id, flag))
 
 
 def failure_text(broker: BrokerServices, topic: str, partition: int, detail: str | None) -> bytes:
