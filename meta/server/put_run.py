@@ -100,10 +100,12 @@ class _Batch:
             replies = []
             append = replies.append
             if error is None:
+                body_format, reply_format = _PUT_REPLY_BODY, _PUT_REPLY
+                header_bytes = _RECORD_HEADER_BYTES
                 for msg_id, opaque, body in zip(ids, opaques, bodies, strict=True):
-                    text = _PUT_REPLY_BODY % (msg_id, partition_bytes, offset)
-                    append(_PUT_REPLY % (len(text), opaque, text))
-                    offset += _RECORD_HEADER_BYTES + len(body)
+                    text = body_format % (msg_id, partition_bytes, offset)
+                    append(reply_format % (len(text), opaque, text))
+                    offset += header_bytes + len(body)
             else:
                 for opaque in opaques:
                     append(append_failed(error, broker, topic, partition, int(opaque)))
@@ -179,8 +181,8 @@ class _Run:
         stop = index
         total = len(puts)
         while stop < total:
-            fields = puts[stop]
-            key = (fields[0], fields[1])
+            topic_bytes, partition_bytes, _flag, _checksum, _opaque, _body = puts[stop]
+            key = (topic_bytes, partition_bytes)
             batch = batches.get(key)
             if batch is None:
                 batch = _open_batch(broker, self.targets, key)
@@ -198,6 +200,7 @@ class _Run:
         broker.counters.cmd_put += len(plan)
         ids = broker.ids.next_ids(len(plan))
         order = self.order
+        header_bytes = _RECORD_HEADER_BYTES
         for batch, crc, msg_id, fields in zip(plan, crcs, ids, puts[index:stop], strict=True):
             body = fields[5]
             size = len(body)
@@ -208,7 +211,7 @@ class _Run:
             batch.opaques.append(fields[4])
             if batch.stat:
                 broker.record_put(batch.topic, batch.partition, size)
-            batch.size += _RECORD_HEADER_BYTES + size
+            batch.size += header_bytes + size
             if batch.size >= batch.room:  # this record fills the segment: stage, roll
                 batch.stage(broker, self.connection)
                 del order[batch]

@@ -100,12 +100,11 @@ def accepted_crcs(puts: Sequence[PutFields], start: int, stop: int) -> list[int]
     This is the checksum rule of every put path: a put's checksum field is absent, ``-1``
     (not checked), or the CRC-32 of its body with the top bit cleared.
     """
-    crcs = []
+    crcs: list[int] = []
     append = crcs.append
-    for index in range(start, stop):
-        fields = puts[index]
-        checksum = fields[3]
-        crc = _crc32(fields[5]) & CHECKSUM_MASK
+    crc32, mask = _crc32, CHECKSUM_MASK  # locals: this loop runs once per put of a run
+    for _topic, _partition, _flag, checksum, _opaque, body in puts[start:stop]:
+        crc = crc32(body) & mask
         if checksum is not None and checksum != crc and checksum != -1:
             break
         append(crc)
