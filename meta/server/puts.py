@@ -23,8 +23,10 @@ and returns the record to stage; a new write path starts there. The rules:
   transaction, ``transactional_put_failed`` (500 with the error's own text). Each counts the
   failure as Java does (wire spec §2.1, §6.2).
 
-Pure rules and reply values; nothing here stages, journals or writes. Reactor thread only
-(the broker's counters and statistics are not locked).
+Nothing here stages, journals or writes a record: callers do, with what this module
+returns. ``take_put`` has the effects of accepting a put (the first put to a partition
+creates it, and a message id is taken); the failure replies count the failure. Reactor
+thread only (the broker's counters and statistics are not locked).
 """
 
 from __future__ import annotations
