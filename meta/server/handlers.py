@@ -1,5 +1,9 @@
 """One function per command: ``handle_<command>(broker, command, connection) -> Reply``.
 
+``broker`` is what ``meta.server.services.BrokerServices`` names. ``HANDLERS`` maps a
+command's dispatch key (``dispatch_key``: its class, or ``TransactionalPut`` for a put that
+names a transaction) to its handler; the rules of a put live in ``meta.server.puts``.
+
 A reply is encoded bytes, a ``FileReply`` (a value frame whose body is streamed from a segment
 file by the protocol), None (no reply: ``transaction END`` and dropped frames), or
 ``PENDING``: the handler will call ``connection.respond(reply)`` exactly once later (a put
@@ -14,10 +18,9 @@ Reactor thread only.
 from __future__ import annotations
 
 import logging
-import random
-import zlib
+from collections.abc import Callable
+from typing import Any
 
-from meta.errors import MetaError, PartitionFailedError
 from meta.protocol.codec import encode_result, encode_value_header
 from meta.protocol.commands import (
     LONG_MAX,
@@ -32,8 +35,17 @@ from meta.protocol.commands import (
     Transaction,
     Version,
 )
-from meta.protocol.message import CHECKSUM_MASK, HEADER
-from meta.server.replies import CHECKSUM_FAILURE, PENDING, FileReply, Reply
+from meta.protocol.put_reply import encode_put_reply
+from meta.server.puts import (
+    PutRefused,
+    append_failed,
+    put_failed,
+    refused_by_slave,
+    take_put,
+    too_large,
+)
+from meta.server.replies import PENDING, FileReply, Reply
+from meta.server.services import BrokerServices
 from meta.server.tx_handlers import handle_transaction, handle_transactional_put
 
 log = logging.getLogger("meta.server")
@@ -41,97 +53,51 @@ log = logging.getLogger("meta.server")
 NO_PROCESSOR = "未注册请求处理器，请求处理器类为com.taobao.metamorphosis.network."
 
 
-def put_failure_text(broker, topic: str, partition: int, detail: str | None) -> bytes:
-    """Java's put failure body (no space before ``Detail:``, wire spec §2.1)."""
-    text = f"Put message to [broker '{broker.uri}'] [partition '{topic}-{partition}'] failed."
-    if detail is not None:
-        text += f"Detail:{detail}"
-    return text.encode()
-
-
 def not_exists_text(topic: str, partition: int) -> bytes:
     return f"The topic `{topic}` in partition `{partition}` is not exists".encode()
 
 
-def handle_put(broker, command: Put, connection) -> Reply:
-    """Stage one message; the reply is sent when the store acknowledges it (DECISIONS 1-4)."""
+def handle_put(broker: BrokerServices, command: Put, connection) -> Reply:
+    """Stage one plain put; the reply is sent when the store acknowledges it (DECISIONS 1-4).
+
+    What a put accepts and what it is answered are ``meta.server.puts``'s rules; a put that
+    names a transaction is dispatched to ``tx_handlers.handle_transactional_put`` instead.
+    """
     broker.counters.cmd_put += 1
     topic = command.topic
-    if broker.slave_id >= 0:
-        return _put_to_slave(broker, command)
-    if command.tx_key is not None:
-        return handle_transactional_put(broker, command, connection)
     partition = command.partition
+    opaque = command.opaque
+    if broker.slave_id >= 0:
+        return refused_by_slave(broker, topic, partition, opaque)
     data = command.data
     try:
-        if partition == -1:
-            partition = random.randrange(broker.config.topic_config(topic).num_partitions)
-        partition_log = broker.partition_for_put(topic, partition)
-        crc = zlib.crc32(data) & CHECKSUM_MASK
-        if command.checksum is not None and command.checksum != -1 and command.checksum != crc:
-            raise MetaError(CHECKSUM_FAILURE)
-        msg_id = broker.ids.next_id()
-    except MetaError as error:
-        return _put_failed(broker, topic, partition, command.opaque, str(error))
+        taken = take_put(broker, topic, partition, data, command.flag, command.checksum)
+    except PutRefused as refused:
+        return put_failed(broker, topic, refused.partition, opaque, refused.detail)
+    partition = taken.partition
+    msg_id = taken.msg_id
     broker.record_put(topic, partition, len(data))
-    opaque = command.opaque
 
     def acknowledged(offset: int | None, error: BaseException | None) -> None:
         if error is None:
-            body = b"%d %d %d" % (msg_id, partition, offset)
-            connection.respond(b"result 200 %d %d\r\n%s" % (len(body), opaque, body))
+            connection.respond(encode_put_reply(msg_id, partition, offset, opaque))
         else:
-            connection.respond(put_append_failed(error, broker, topic, partition, opaque))
+            connection.respond(append_failed(error, broker, topic, partition, opaque))
 
-    partition_log.stage(HEADER.pack(len(data), crc, msg_id, command.flag) + data, acknowledged)
+    taken.partition_log.stage(taken.record, acknowledged)
     return PENDING
 
 
-def put_append_failed(
-    error: BaseException, broker, topic: str, partition: int, opaque: int
-) -> bytes:
-    """The 500 of a put whose append failed (also used by the put runs of ``put_run``)."""
-    if not isinstance(error, MetaError):
-        log.error("append to %s-%d failed: %r", topic, partition, error)
-    detail = str(error) if isinstance(error, PartitionFailedError) else None
-    return _put_failed(broker, topic, partition, opaque, detail)
-
-
-def _put_failed(broker, topic: str, partition: int, opaque: int, detail: str | None) -> bytes:
-    broker.counters.put_failed += 1
-    broker.record_put_failed(topic, partition)
-    body = put_failure_text(broker, topic, partition, detail)
-    return encode_result(500, body, opaque)
-
-
-def _put_to_slave(broker, command: Put) -> bytes:
-    """DECISIONS 13: an async slave takes no writes (Java's slave accepts them)."""
-    broker.counters.put_failed += 1
-    detail = (
-        f"this broker is async slave {broker.slave_id} of broker {broker.config.broker_id}; "
-        "only the master takes puts"
-    )
-    body = put_failure_text(broker, command.topic, command.partition, detail)
-    return encode_result(403, body, command.opaque)
-
-
-def handle_body_too_large(broker, event: BodyTooLarge, connection) -> Reply:
+def handle_body_too_large(broker: BrokerServices, event: BodyTooLarge, connection) -> Reply:
     """A put over ``maxMessageSize`` gets 500 (DECISIONS 8); other frames are dropped."""
     if event.command == "put":
-        broker.counters.cmd_put += 1
-        broker.counters.put_failed += 1
-        detail = (
-            f"message body of {event.length} bytes is larger than "
-            f"maxMessageSize {broker.config.message_bytes_max}"
-        )
-        body = put_failure_text(broker, event.topic, event.partition, detail)
-        return encode_result(500, body, event.opaque)
+        return too_large(broker, event)
     if event.command == "sync":
         return _no_processor("SyncCommand", event.opaque)
     return None
 
 
-def handle_get(broker, command: Get, connection) -> Reply:
+def handle_get(broker: BrokerServices, command: Get, connection) -> Reply:
     """Serve a slice of one segment, or the 301/400/404 answers of wire spec §2.2."""
     broker.counters.cmd_get += 1
     partition_log = broker.store.get(command.topic, command.partition)
@@ -157,7 +123,7 @@ def handle_get(broker, command: Get, connection) -> Reply:
     return _get_out_of_range(broker, command, found.kind, found.offset)
 
 
-def _get_after_wait(broker, command: Get, partition_log, limit: int) -> Reply:
+def _get_after_wait(broker: BrokerServices, command: Get, partition_log, limit: int) -> Reply:
     found = partition_log.slice(command.offset, limit)
     if found.kind == "data":
         header = encode_value_header(found.length, command.opaque)
@@ -165,7 +131,7 @@ def _get_after_wait(broker, command: Get, partition_log, limit: int) -> Reply:
     return _get_out_of_range(broker, command, found.kind, found.offset)
 
 
-def _get_out_of_range(broker, command: Get, kind: str, answer: int) -> bytes:
+def _get_out_of_range(broker: BrokerServices, command: Get, kind: str, answer: int) -> bytes:
     counters = broker.counters
     counters.get_miss += 1
     counters.get_failed += 1
@@ -181,7 +147,7 @@ def _get_out_of_range(broker, command: Get, kind: str, answer: int) -> bytes:
     return encode_result(404, text, command.opaque)
 
 
-def handle_offset(broker, command: Offset, connection) -> Reply:
+def handle_offset(broker: BrokerServices, command: Offset, connection) -> Reply:
     """The start of the segment holding ``offset``, clamped to the partition (§2.3)."""
     broker.counters.cmd_offset += 1
     partition_log = broker.store.get(command.topic, command.partition)
@@ -191,11 +157,11 @@ def handle_offset(broker, command: Offset, connection) -> Reply:
     return encode_result(200, b"%d" % partition_log.nearest_offset(command.offset), command.opaque)
 
 
-def handle_version(broker, command: Version, connection) -> Reply:
+def handle_version(broker: BrokerServices, command: Version, connection) -> Reply:
     return encode_result(200, broker.version.encode(), command.opaque)
 
 
-def handle_stats(broker, command: Stats, connection) -> Reply:
+def handle_stats(broker: BrokerServices, command: Stats, connection) -> Reply:
     code, body = broker.render_stats(command.item)
     return encode_result(code, body, command.opaque)
 
@@ -204,18 +170,33 @@ def _no_processor(class_name: str, opaque: int) -> bytes:
     return encode_result(503, (NO_PROCESSOR + class_name).encode(), opaque)
 
 
-def handle_sync(broker, command: Sync, connection) -> Reply:
+def handle_sync(broker: BrokerServices, command: Sync, connection) -> Reply:
     """A plain broker has no sync processor (wire spec §2.8)."""
     return _no_processor("SyncCommand", command.opaque)
 
 
-def handle_reply_frame(broker, command: Result | Data, connection) -> Reply:
+def handle_reply_frame(broker: BrokerServices, command: Result | Data, connection) -> Reply:
     """Replies sent to the broker match no request of ours; they are dropped (§2.9)."""
     return None
 
 
-HANDLERS = {
+class TransactionalPut:
+    """The dispatch key of a ``Put`` that names a transaction (``Put.tx_key`` set)."""
+
+
+def dispatch_key(command: object) -> type:
+    """The ``HANDLERS`` key of a decoded command (callers on hot paths inline it)."""
+    kind = command.__class__
+    if kind is Put and command.tx_key is not None:  # type: ignore[attr-defined]
+        return TransactionalPut
+    return kind
+
+
+Handler = Callable[[BrokerServices, Any, Any], Reply]
+
+HANDLERS: dict[type, Handler] = {
     Put: handle_put,
+    TransactionalPut: handle_transactional_put,
     Get: handle_get,
     Offset: handle_offset,
     Version: handle_version,

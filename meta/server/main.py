@@ -28,10 +28,13 @@ import logging
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meta import __version__
 from meta.errors import ConfigError
+
+if TYPE_CHECKING:
+    from meta.server.broker import Broker
 
 log = logging.getLogger("meta.server")
 
@@ -167,7 +170,7 @@ class ConfigReloader:
             ``ConfigError``.
     """
 
-    def __init__(self, broker: Any, load: Callable[[Any], Any]) -> None:
+    def __init__(self, broker: Broker, load: Callable[[Any], Any]) -> None:
         self._broker = broker
         self._load = load
         self._running = False
@@ -237,7 +240,7 @@ def _load_slave(config: Any, path: str | None) -> Any:
     return slave
 
 
-def _stop_then_exit(broker, reactor, replicator=None) -> None:
+def _stop_then_exit(broker: Broker, reactor: Any, replicator: Any = None) -> None:
     def done(result) -> None:
         if reactor.running:
             reactor.stop()

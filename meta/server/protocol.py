@@ -11,7 +11,10 @@ Output and backpressure (STYLE 3, 13):
 
 * Replies that become ready while handling one read (or one fsync batch) are gathered and
   written together by ``flush_output``. When the transport has nothing buffered they go
-  straight to the socket, saving Twisted's extra reactor turn per request.
+  straight to the socket, saving Twisted's extra reactor turn per request. Whether it has
+  is read from ``FileDescriptor``'s private buffers, only when an import-time probe
+  (``fd_buffer_layout_known``) finds them where this Twisted keeps them; otherwise every
+  reply goes through ``transport.write``.
 * The protocol is the transport's streaming producer. A ``FileReply`` is sent with
   ``os.sendfile`` while the socket takes it, else read in chunks of ``CHUNK_BYTES`` while
   the transport is not paused, so a get never builds its whole body in memory.
@@ -31,15 +34,16 @@ import logging
 import os
 from collections import deque
 
-from twisted.internet import protocol
+from twisted.internet import abstract, protocol
 from twisted.python.failure import Failure
 
 from meta.errors import LocalProtocolError, StoreError
 from meta.protocol.codec import HEADER_BYTES_MAX, NEED_DATA, Decoder
 from meta.protocol.commands import Quit
-from meta.server.handlers import HANDLERS
+from meta.server.handlers import HANDLERS, dispatch_key
 from meta.server.put_run import handle_put_run
 from meta.server.replies import PENDING, FileReply
+from meta.server.services import BrokerServices
 from meta.server.tx_handlers import handle_tx_put_run
 
 log = logging.getLogger("meta.server")
@@ -62,7 +66,7 @@ class BrokerProtocol(protocol.Protocol):
 
     put_runs = True
 
-    def __init__(self, broker) -> None:
+    def __init__(self, broker: BrokerServices) -> None:
         self._broker = broker
         self._decoder = Decoder(HEADER_BYTES_MAX, broker.config.message_bytes_max)
         self._queue: deque[bytes | FileReply] = deque()
@@ -71,7 +75,7 @@ class BrokerProtocol(protocol.Protocol):
         self._queued_bytes = 0
         self._stream: list | None = None  # [segment, position, remaining] of the running reply
         self._inflight = 0
-        self._put_targets: dict = {}  # the put runs' partition lookups (``targets.Targets``)
+        self._put_targets: dict = {}  # the put runs' partition lookups (``puts.Targets``)
         self._transport_paused = False
         self._reading_paused = False
         self._closed = False
@@ -123,7 +127,7 @@ class BrokerProtocol(protocol.Protocol):
             if command.__class__ is Quit:
                 self._close()
                 break
-            reply = HANDLERS[command.__class__](broker, command, self)
+            reply = HANDLERS[dispatch_key(command)](broker, command, self)
             if reply is PENDING:
                 self._inflight += 1
             elif reply is not None:
@@ -267,12 +271,64 @@ class BrokerProtocol(protocol.Protocol):
         return self._inflight
 
 
-def _buffer_empty(transport) -> bool:
-    """Whether a Twisted TCP transport has nothing buffered (False for other transports)."""
+def _fd_buffer_empty(transport) -> bool:
+    """Whether a Twisted TCP transport has nothing buffered (False for other transports).
+
+    Reads ``FileDescriptor``'s private write buffers (``_tempDataBuffer``, ``dataBuffer``,
+    ``offset``); used only when ``fd_buffer_layout_known`` found them as expected.
+    """
     try:
         return not transport._tempDataBuffer and transport.offset >= len(transport.dataBuffer)
     except AttributeError:
         return False
+
+
+def _buffer_never_empty(transport) -> bool:
+    """The fallback: every reply goes through ``transport.write`` (one more reactor turn)."""
+    return False
+
+
+class _ProbeReactor:
+    """Just enough of a reactor for a ``FileDescriptor`` that is never connected to one."""
+
+    def addWriter(self, writer: object) -> None:
+        pass
+
+    def removeWriter(self, writer: object) -> None:
+        pass
+
+
+def fd_buffer_layout_known(descriptor_class: type = abstract.FileDescriptor) -> bool:
+    """Whether ``descriptor_class`` buffers writes the way ``_fd_buffer_empty`` reads them.
+
+    A feature check rather than a version check: a probe descriptor (no socket, no reactor)
+    must look empty when new, not empty after ``write``, and empty again once ``doWrite``
+    has sent everything. Any other outcome, or a missing attribute, means this Twisted keeps
+    its buffers elsewhere, and the protocol falls back to plain ``transport.write``.
+    """
+
+    class Probe(descriptor_class):  # type: ignore[misc, valid-type]
+        connected = 1
+
+        def writeSomeData(self, data: bytes) -> int:
+            return len(data)
+
+    try:
+        probe = Probe(reactor=_ProbeReactor())
+        if not _fd_buffer_empty(probe):
+            return False
+        probe.write(b"probe")
+        if _fd_buffer_empty(probe):
+            return False
+        probe.doWrite()
+        return _fd_buffer_empty(probe)
+    except Exception:  # noqa: BLE001 - any failure means the layout is not the known one
+        return False
+
+
+FD_BUFFER_LAYOUT_KNOWN = fd_buffer_layout_known()
+_buffer_empty = _fd_buffer_empty if FD_BUFFER_LAYOUT_KNOWN else _buffer_never_empty
+"""Whether the transport has nothing buffered, so a reply may go straight to the socket."""
 
 
 def _send_now(transport, data: bytes) -> int:
@@ -309,7 +365,7 @@ def _address(peer) -> str:
 class BrokerFactory(protocol.Factory):
     """Builds a ``BrokerProtocol`` per accepted connection."""
 
-    def __init__(self, broker) -> None:
+    def __init__(self, broker: BrokerServices) -> None:
         self._broker = broker
 
     def buildProtocol(self, addr) -> BrokerProtocol:

@@ -5,6 +5,9 @@ of one read, as field tuples) and ``_Batch``, the records of one run for one par
 does per put only what a put must: a CRC-32 of the body, a record header, and on its ack a
 reply. Ids come in one block, each partition gets one staged entry (``PartitionLog.stage``
 with a count) and each batch one ack, which formats its replies and hands them over at once.
+The rules are those of ``meta.server.puts`` and the replies those of
+``meta.protocol.put_reply``, bound to module names; checksums are checked per stretch of
+puts by ``puts.accepted_crcs``, so the rule costs no call per put.
 A read holding one put (a synchronous producer's) takes ``_handle_single``: the same rules
 for a stretch of one, without a batch.
 
@@ -12,8 +15,8 @@ Invariants (tests/server/test_put_run.py checks them against ``handle_put``):
     * The fast path only takes puts whose outcome is plain: the partition exists and takes
       appends, and the checksum is absent, -1 or right. Every other put (a new partition, an
       illegal topic, a wrong checksum, a failed partition, a slave broker) goes to
-      ``handlers.handle_put``, which holds every validation rule; batches built so far are
-      staged first, so the store sees the same records in the same order.
+      ``handlers.handle_put``, which applies every rule of ``meta.server.puts``; batches
+      built so far are staged first, so the store sees the same records in the same order.
     * Ids, offsets, records, segment rolls, counters and the reply bytes are exactly those of
       ``handle_put`` called once per put: ids are taken per stretch of fast puts before any
       later put's, a batch ends with the record that fills its segment, and partitions are
@@ -24,17 +27,27 @@ Reactor thread only.
 
 from __future__ import annotations
 
-import zlib
-
 from meta.protocol.codec import PutFields
 from meta.protocol.commands import Put
-from meta.protocol.message import CHECKSUM_MASK, HEADER
-from meta.server.handlers import handle_put, put_append_failed
+from meta.protocol.put_reply import PUT_REPLY, PUT_REPLY_BODY
+from meta.server.handlers import handle_put
+from meta.server.puts import (
+    RECORD_HEADER_BYTES,
+    Targets,
+    accepted_crcs,
+    append_failed,
+    cached_target,
+    pack_header,
+)
 from meta.server.replies import PENDING
-from meta.server.targets import Targets, cached_target
+from meta.server.services import BrokerServices
 
-_pack_header = HEADER.pack
-_crc32 = zlib.crc32
+# The put rules of ``meta.server.puts`` and ``meta.protocol.put_reply``, bound for the loops.
+_pack_header = pack_header
+_PUT_REPLY = PUT_REPLY
+_PUT_REPLY_BODY = PUT_REPLY_BODY
+_RECORD_HEADER_BYTES = RECORD_HEADER_BYTES
+_accepted_crcs = accepted_crcs
 
 
 class _Batch:
@@ -54,7 +67,12 @@ class _Batch:
     )
 
     def __init__(
-        self, broker, partition_log, topic: str, partition: int, partition_bytes: bytes
+        self,
+        broker: BrokerServices,
+        partition_log,
+        topic: str,
+        partition: int,
+        partition_bytes: bytes,
     ) -> None:
         self.log = partition_log
         self.topic = topic
@@ -67,7 +85,7 @@ class _Batch:
         self.size = 0
         self.room = partition_log.room_bytes
 
-    def stage(self, broker, connection) -> None:
+    def stage(self, broker: BrokerServices, connection) -> None:
         """Stage the records gathered so far as one entry; its ack answers every put."""
         parts, ids, opaques = self.parts, self.ids, self.opaques
         if not opaques:
@@ -76,26 +94,30 @@ class _Batch:
         self.size = 0
         topic, partition, partition_bytes = self.topic, self.partition, self.partition_bytes
         count = len(opaques)
-        bodies = parts[1::2]  # a record is 20 bytes of header and its body
+        bodies = parts[1::2]  # a record is its header and its body
 
         def acknowledged(offset: int | None, error: BaseException | None) -> None:
             replies = []
             append = replies.append
             if error is None:
+                body_format, reply_format = _PUT_REPLY_BODY, _PUT_REPLY
+                header_bytes = _RECORD_HEADER_BYTES
                 for msg_id, opaque, body in zip(ids, opaques, bodies, strict=True):
-                    text = b"%d %s %d" % (msg_id, partition_bytes, offset)
-                    append(b"result 200 %d %s\r\n%s" % (len(text), opaque, text))
-                    offset += 20 + len(body)
+                    text = body_format % (msg_id, partition_bytes, offset)
+                    append(reply_format % (len(text), opaque, text))
+                    offset += header_bytes + len(body)
             else:
                 for opaque in opaques:
-                    append(put_append_failed(error, broker, topic, partition, int(opaque)))
+                    append(append_failed(error, broker, topic, partition, int(opaque)))
             connection.respond_many(count, b"".join(replies))
 
         self.log.stage(b"".join(parts), acknowledged, count)
         self.room = self.log.room_bytes
 
 
-def _open_batch(broker, targets: Targets, key: tuple[bytes, bytes]) -> _Batch | None:
+def _open_batch(
+    broker: BrokerServices, targets: Targets, key: tuple[bytes, bytes]
+) -> _Batch | None:
     """A batch for ``cached_target(key)``; None: ``handle_put`` decides."""
     target = cached_target(broker, targets, key)
     if target is None:
@@ -104,7 +126,9 @@ def _open_batch(broker, targets: Targets, key: tuple[bytes, bytes]) -> _Batch | 
     return _Batch(broker, partition_log, topic, partition, key[1])
 
 
-def handle_put_run(broker, puts: list[PutFields], connection, targets: Targets) -> int:
+def handle_put_run(
+    broker: BrokerServices, puts: list[PutFields], connection, targets: Targets
+) -> int:
     """Handle consecutive plain puts of one read; return how many replies are still to come.
 
     Replies of puts handed to ``handle_put`` that are ready at once are sent through
@@ -114,7 +138,7 @@ def handle_put_run(broker, puts: list[PutFields], connection, targets: Targets) 
     """
     assert broker.slave_id < 0  # a slave answers every put 403: the caller never comes here
     if len(puts) == 1:  # nothing to batch (a synchronous producer): no batch either
-        return _handle_single(broker, puts[0], connection, targets)
+        return _handle_single(broker, puts, connection, targets)
     run = _Run(broker, connection, targets)
     total = len(puts)
     index = 0
@@ -135,7 +159,7 @@ class _Run:
 
     __slots__ = ("batches", "broker", "connection", "order", "pending", "targets")
 
-    def __init__(self, broker, connection, targets: Targets) -> None:
+    def __init__(self, broker: BrokerServices, connection, targets: Targets) -> None:
         self.broker = broker
         self.connection = connection
         self.targets = targets
@@ -148,15 +172,16 @@ class _Run:
     def take_stretch(self, puts: list[PutFields], index: int) -> int:
         """Add the longest stretch of fast puts from ``index``; return where it stops.
 
-        First each put's batch and CRC (stopping at the first put the fast path does not
-        take), then the ids for the whole stretch, then the records.
+        First each put's batch (stopping at the first put whose partition the fast path does
+        not take), then the CRCs (stopping at the first checksum ``accepted_crcs`` refuses),
+        then the ids for the whole stretch, then the records.
         """
         batches, broker = self.batches, self.broker
         plan = []
         stop = index
         total = len(puts)
         while stop < total:
-            topic_bytes, partition_bytes, _flag, checksum, _opaque, body = puts[stop]
+            topic_bytes, partition_bytes, _flag, _checksum, _opaque, _body = puts[stop]
             key = (topic_bytes, partition_bytes)
             batch = batches.get(key)
             if batch is None:
@@ -164,17 +189,19 @@ class _Run:
                 if batch is None:
                     break
                 batches[key] = batch
-            crc = _crc32(body) & CHECKSUM_MASK
-            if checksum is not None and checksum != crc and checksum != -1:
-                break
-            plan.append((batch, crc))
+            plan.append(batch)
             stop += 1
+        crcs = _accepted_crcs(puts, index, stop)
+        if len(crcs) < len(plan):
+            del plan[len(crcs) :]
+            stop = index + len(crcs)
         if not plan:
             return stop
         broker.counters.cmd_put += len(plan)
         ids = broker.ids.next_ids(len(plan))
         order = self.order
-        for (batch, crc), msg_id, fields in zip(plan, ids, puts[index:stop], strict=True):
+        header_bytes = _RECORD_HEADER_BYTES
+        for batch, crc, msg_id, fields in zip(plan, crcs, ids, puts[index:stop], strict=True):
             body = fields[5]
             size = len(body)
             if not batch.opaques:
@@ -184,7 +211,7 @@ class _Run:
             batch.opaques.append(fields[4])
             if batch.stat:
                 broker.record_put(batch.topic, batch.partition, size)
-            batch.size += 20 + size
+            batch.size += header_bytes + size
             if batch.size >= batch.room:  # this record fills the segment: stage, roll
                 batch.stage(broker, self.connection)
                 del order[batch]
@@ -203,7 +230,7 @@ class _Run:
         self.batches.clear()
 
 
-def _handle_one(broker, fields: PutFields, connection) -> int:
+def _handle_one(broker: BrokerServices, fields: PutFields, connection) -> int:
     """``handle_put`` for one put of a run; returns 1 when its reply comes later, else 0."""
     topic_bytes, partition_bytes, flag, checksum, opaque, body = fields
     command = Put(
@@ -217,16 +244,20 @@ def _handle_one(broker, fields: PutFields, connection) -> int:
     return 0
 
 
-def _handle_single(broker, fields: PutFields, connection, targets: Targets) -> int:
-    """One plain put on its own (a synchronous producer's): the fast path's rules for a
+def _handle_single(
+    broker: BrokerServices, puts: list[PutFields], connection, targets: Targets
+) -> int:
+    """The one plain put of ``puts`` (a synchronous producer's): the fast path's rules for a
     stretch of one, without the batch; anything else goes to ``handle_put``."""
-    topic_bytes, partition_bytes, flag, checksum, opaque, body = fields
+    fields = puts[0]
+    topic_bytes, partition_bytes, flag, _checksum, opaque, body = fields
     target = cached_target(broker, targets, (topic_bytes, partition_bytes))
     if target is None:
         return _handle_one(broker, fields, connection)
-    crc = _crc32(body) & CHECKSUM_MASK
-    if checksum is not None and checksum != crc and checksum != -1:
+    crcs = _accepted_crcs(puts, 0, 1)
+    if not crcs:
         return _handle_one(broker, fields, connection)
+    crc = crcs[0]
     partition_log, topic, partition = target
     broker.counters.cmd_put += 1
     msg_id = broker.ids.next_id()
@@ -235,10 +266,10 @@ def _handle_single(broker, fields: PutFields, connection, targets: Targets) -> i
 
     def acknowledged(offset: int | None, error: BaseException | None) -> None:
         if error is None:
-            text = b"%d %s %d" % (msg_id, partition_bytes, offset)
-            connection.respond(b"result 200 %d %s\r\n%s" % (len(text), opaque, text))
+            text = _PUT_REPLY_BODY % (msg_id, partition_bytes, offset)
+            connection.respond(_PUT_REPLY % (len(text), opaque, text))
         else:
-            connection.respond(put_append_failed(error, broker, topic, partition, int(opaque)))
+            connection.respond(append_failed(error, broker, topic, partition, int(opaque)))
 
     partition_log.stage(_pack_header(size, crc, msg_id, flag) + body, acknowledged)
     return 1

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CHECKSUM_FAILURE = "Checksum failure,message may be corrupted when transfering on networking."
-
 
 @dataclass(frozen=True, slots=True)
 class FileReply:

@@ -20,23 +20,44 @@ from __future__ import annotations
 import functools
 import ipaddress
 import logging
-import zlib
 from collections.abc import Callable
 
 from meta.errors import MetaError, TransactionError, XAError
 from meta.protocol.codec import PutFields, encode_result
 from meta.protocol.commands import Put, Transaction
-from meta.protocol.message import CHECKSUM_MASK, HEADER
+from meta.protocol.put_reply import (
+    PUT_REPLY,
+    PUT_REPLY_BODY,
+    PUT_REPLY_JOINED,
+    TRANSACTIONAL_OFFSET,
+    encode_put_reply,
+)
 from meta.protocol.transaction_key import CANONICAL_LOCAL_KEY, parse_transaction_key
 from meta.protocol.xa import XAER_NOTA, format_xa_error
-from meta.server.replies import CHECKSUM_FAILURE, PENDING, Reply
-from meta.server.targets import Targets, cached_target
+from meta.server.puts import (
+    CHECKSUM_FAILURE,
+    RECORD_HEADER_BYTES,
+    TRANSACTION_NEEDS_PARTITION,
+    Targets,
+    accepted_crc,
+    accepted_crcs,
+    cached_target,
+    pack_header,
+    pack_record,
+    refused_by_slave,
+    transactional_put_failed,
+)
+from meta.server.replies import PENDING, Reply
+from meta.server.services import BrokerServices
 from meta.tx.transaction_store import TRANSACTION_BYTES_MAX
 
 log = logging.getLogger("meta.server")
 
-_crc32 = zlib.crc32
-_pack_header = HEADER.pack
+# The put rules of ``meta.server.puts`` and ``meta.protocol.put_reply``, bound for the runs.
+_pack_header = pack_header
+_PUT_REPLY = PUT_REPLY
+_PUT_REPLY_BODY = PUT_REPLY_BODY
+_PUT_REPLY_JOINED = PUT_REPLY_JOINED
 
 OK = b""
 
@@ -54,25 +75,28 @@ def canonical_key(text: str) -> str:
     return "null" if parsed is None else parsed.key()
 
 
-def handle_transactional_put(broker, command: Put, connection) -> Reply:
+def handle_transactional_put(broker: BrokerServices, command: Put, connection) -> Reply:
     """Journal one message of a transaction; 200 ``<msgId> <partition> -1`` (§2.7.5)."""
+    broker.counters.cmd_put += 1
     partition = command.partition
+    opaque = command.opaque
+    if broker.slave_id >= 0:
+        return refused_by_slave(broker, command.topic, partition, opaque)
     try:
         transaction = broker.transactions.check_put(canonical_key(command.tx_key), connection)
         if partition == -1:
-            raise TransactionError("Invalid partition for transaction command:-1")
+            raise TransactionError(TRANSACTION_NEEDS_PARTITION)
         msg_id = _put_into(
             broker, transaction, command.topic, partition, command.data, command.flag,
             command.checksum,
         )  # fmt: skip
     except MetaError as error:
-        return _put_failed(broker, error, command.opaque)
-    body = b"%d %d -1" % (msg_id, partition)
-    return b"result 200 %d %d\r\n%s" % (len(body), command.opaque, body)
+        return transactional_put_failed(broker, error, opaque)
+    return encode_put_reply(msg_id, partition, TRANSACTIONAL_OFFSET, opaque)
 
 
 def handle_tx_put_run(
-    broker, key: str, puts: list[PutFields], connection, lookups: Targets
+    broker: BrokerServices, key: str, puts: list[PutFields], connection, lookups: Targets
 ) -> bytes:
     """The replies of ``handle_transactional_put`` for consecutive puts of one transaction
     (``Decoder.next_put_run``), joined. The transaction is looked up once: nothing between
@@ -80,14 +104,14 @@ def handle_tx_put_run(
     When every put will be taken (existing partitions accepted, checksums right, within the
     byte bound), ids come in one block and each partition's records join the transaction at
     once; otherwise each put goes through ``_put_into`` in order, as one at a time.
-    ``lookups`` is the connection's partition cache (``meta.server.targets``)."""
+    ``lookups`` is the connection's partition cache (``meta.server.puts.Targets``)."""
     broker.counters.cmd_put += len(puts)
     transactions = broker.transactions
     try:
         transaction = transactions.check_put(canonical_key(key), connection)
     except MetaError as error:
-        return b"".join(_put_failed(broker, error, int(fields[4])) for fields in puts)
-    crcs = [_crc32(fields[5]) & CHECKSUM_MASK for fields in puts]
+        return b"".join(transactional_put_failed(broker, error, int(fields[4])) for fields in puts)
+    crcs = accepted_crcs(puts, 0, len(puts))
     targets = _checked_run(broker, puts, crcs, lookups)
     if targets is None:
         return _one_by_one(broker, transaction, puts)
@@ -98,13 +122,14 @@ def handle_tx_put_run(
     if len(first) == len(last) and len(targets) == 1:  # every reply body has one length
         ((name, _target),) = targets.items()
         parts = records[name]
-        text_length = len(first) + len(name[1]) + 4
+        text_length = len(first) + len(name[1]) + len(b"%d" % TRANSACTIONAL_OFFSET) + 2
         for (_t, partition_bytes, flag, _c, opaque, body), crc, msg_id in zip(
             puts, crcs, ids, strict=True
         ):
             parts += (_pack_header(len(body), crc, msg_id, flag), body)
             replies.append(
-                b"result 200 %d %s\r\n%d %s -1" % (text_length, opaque, msg_id, partition_bytes)
+                _PUT_REPLY_JOINED
+                % (text_length, opaque, msg_id, partition_bytes, TRANSACTIONAL_OFFSET)
             )
     else:
         for (topic_bytes, partition_bytes, flag, _c, opaque, body), crc, msg_id in zip(
@@ -114,8 +139,8 @@ def handle_tx_put_run(
                 _pack_header(len(body), crc, msg_id, flag),
                 body,
             )
-            text = b"%d %s -1" % (msg_id, partition_bytes)
-            replies.append(b"result 200 %d %s\r\n%s" % (len(text), opaque, text))
+            text = _PUT_REPLY_BODY % (msg_id, partition_bytes, TRANSACTIONAL_OFFSET)
+            replies.append(_PUT_REPLY % (len(text), opaque, text))
     for name, (topic, partition, stat) in targets.items():
         parts = records[name]
         transactions.put(transaction, topic, partition, b"".join(parts), len(parts) // 2)
@@ -125,15 +150,18 @@ def handle_tx_put_run(
     return b"".join(replies)
 
 
-def _checked_run(broker, puts: list[PutFields], crcs: list[int], lookups: Targets) -> dict | None:
+def _checked_run(
+    broker: BrokerServices, puts: list[PutFields], crcs: list[int], lookups: Targets
+) -> dict | None:
     """The run's targets, ``{(topic, partition) bytes: (topic, partition, stat)}``, when
     every put of the run will be taken, else None: ``_one_by_one`` then decides each put
-    (and creates a new partition, as ``_put_into`` does)."""
-    size = HEADER.size * len(puts)
+    (and creates a new partition, as ``_put_into`` does). ``crcs`` are
+    ``puts.accepted_crcs``'s: shorter than ``puts`` when a checksum refuses a put."""
+    if len(crcs) < len(puts):
+        return None
+    size = RECORD_HEADER_BYTES * len(puts)
     targets: dict[tuple[bytes, bytes], tuple[str, int, bool]] = {}
-    for (topic_bytes, partition_bytes, _f, checksum, _o, body), crc in zip(puts, crcs, strict=True):
-        if checksum is not None and checksum != -1 and checksum != crc:
-            return None
+    for topic_bytes, partition_bytes, _f, _c, _o, body in puts:
         size += len(body)
         name = (topic_bytes, partition_bytes)
         if name not in targets:
@@ -147,7 +175,7 @@ def _checked_run(broker, puts: list[PutFields], crcs: list[int], lookups: Target
     return targets
 
 
-def _one_by_one(broker, transaction, puts: list[PutFields]) -> bytes:
+def _one_by_one(broker: BrokerServices, transaction, puts: list[PutFields]) -> bytes:
     replies = []
     for topic, partition, flag, checksum, opaque, body in puts:
         try:
@@ -155,34 +183,29 @@ def _one_by_one(broker, transaction, puts: list[PutFields]) -> bytes:
                 broker, transaction, topic.decode("ascii"), int(partition), body, flag, checksum
             )
         except MetaError as error:
-            replies.append(_put_failed(broker, error, int(opaque)))
+            replies.append(transactional_put_failed(broker, error, int(opaque)))
             continue
-        text = b"%d %s -1" % (msg_id, partition)
-        replies.append(b"result 200 %d %s\r\n%s" % (len(text), opaque, text))
+        text = _PUT_REPLY_BODY % (msg_id, partition, TRANSACTIONAL_OFFSET)
+        replies.append(_PUT_REPLY % (len(text), opaque, text))
     return b"".join(replies)
 
 
-def _put_into(broker, transaction, topic: str, partition: int, data, flag, checksum) -> int:
+def _put_into(
+    broker: BrokerServices, transaction, topic: str, partition: int, data, flag, checksum
+) -> int:
     """Add one message to ``transaction``; its message id. Raises ``MetaError``."""
     if (topic, partition) not in transaction.batches:  # checked once per transaction
         broker.partition_for_put(topic, partition)
-    crc = zlib.crc32(data) & CHECKSUM_MASK
-    if checksum is not None and checksum != -1 and checksum != crc:
+    crc = accepted_crc(data, checksum)
+    if crc is None:
         raise TransactionError(CHECKSUM_FAILURE)
     msg_id = broker.ids.next_id()
-    record = HEADER.pack(len(data), crc, msg_id, flag) + data
-    broker.transactions.put(transaction, topic, partition, record)
+    broker.transactions.put(transaction, topic, partition, pack_record(data, crc, msg_id, flag))
     broker.record_put(topic, partition, len(data))
     return msg_id
 
 
-def _put_failed(broker, error: MetaError, opaque: int) -> bytes:
-    broker.counters.put_failed += 1
-    text = error.message if isinstance(error, XAError) else str(error)
-    return encode_result(500, (text or "").encode(), opaque)
-
-
-def handle_transaction(broker, command: Transaction, connection) -> Reply:
+def handle_transaction(broker: BrokerServices, command: Transaction, connection) -> Reply:
     """BEGIN, PREPARE, COMMIT_*, ROLLBACK, RECOVER, FORGET and END (§2.7.2)."""
     type_ = command.type
     if type_ == "END":
@@ -225,7 +248,7 @@ def handle_transaction(broker, command: Transaction, connection) -> Reply:
         return _error_reply(error, opaque)
 
 
-def _heuristic(broker, command: Transaction, connection) -> Reply:
+def _heuristic(broker: BrokerServices, command: Transaction, connection) -> Reply:
     peer = connection.transport.getPeer()
     if not _same_host(peer, connection.transport.getHost()):
         log.warning("refused %s of %s from %s", command.type, command.tx_key, peer)

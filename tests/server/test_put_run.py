@@ -215,7 +215,9 @@ def test_the_puts_of_a_transaction_take_the_run_path(tmp_path, monkeypatch):
     def not_expected(*_arguments):
         raise AssertionError("a transactional put took the one-put path")
 
-    monkeypatch.setattr(meta.server.handlers, "handle_transactional_put", not_expected)
+    monkeypatch.setitem(
+        meta.server.handlers.HANDLERS, meta.server.handlers.TransactionalPut, not_expected
+    )
     fast, _slow = pair(tmp_path, 1000)
     key = "TX:s1:7"
     stream = tx(key, "BEGIN", 0) + b"".join(

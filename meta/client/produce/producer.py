@@ -64,6 +64,7 @@ from meta.errors import (
 )
 from meta.protocol.commands import Data, Put, Result
 from meta.protocol.message import checksum
+from meta.protocol.put_reply import decode_put_reply
 
 if TYPE_CHECKING:
     from meta.client.factory import ConnectionPool
@@ -465,8 +466,7 @@ class _SendResultConverter(ResultConverter):
                 return SendResult.failure("403")
             return SendResult.failure(body.decode("utf-8", "replace"))
         try:
-            text_id, text_partition, text_offset = body.split()
-            msg_id, partition_number, offset = int(text_id), int(text_partition), int(text_offset)
+            msg_id, partition_number, offset = decode_put_reply(body)
         except ValueError:
             raise ClientError(f"malformed put reply {body!r} for {self.message.topic}") from None
         key = (self.broker_id, partition_number)

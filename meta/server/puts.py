@@ -1,0 +1,242 @@
+"""What a put accepts and what it is answered: the one home of the put's rules.
+
+Every path that writes a client's message (the general ``handlers.handle_put``, the batch
+fast path of ``put_run``, the puts of a transaction in ``tx_handlers``, and any later
+transport) takes its rules from here. ``take_put`` applies all of them to one plain put
+and returns the record to stage; a new write path starts there. The rules:
+
+* **Partition**: ``choose_partition`` (partition ``-1`` means a random one of the topic) and
+  ``Broker.partition_for_put`` (the running configuration decides; a new partition is
+  created); ``cached_target`` is the same lookup for runs of puts, cached per connection in a
+  ``Targets`` dict (partition logs are never replaced in a running store; each connection
+  clears its cache on every reload).
+* **Checksum**: a put's checksum is absent, ``-1`` (not checked) or the record checksum of
+  its body (``meta.protocol.message.checksum``); ``accepted_crcs`` is the rule, for a run of
+  puts, and ``accepted_crc`` for one. Anything else is refused with ``CHECKSUM_FAILURE``.
+* **Record**: the stored record is ``meta.protocol.message``'s header and the body as sent
+  (``pack_record``); ``pack_header`` and ``RECORD_HEADER_BYTES`` are the same layout for
+  paths that join many records.
+* **Replies**: a taken put is answered by ``meta.protocol.put_reply`` (200 with
+  ``<msg_id> <partition> <offset>``). A refused or failed one by ``put_failed`` (500, Java's
+  ``Put message to ... failed.`` text), ``append_failed`` (its append or fsync failed),
+  ``refused_by_slave`` (403, DECISIONS 13), ``too_large`` (500, DECISIONS 8) and, inside a
+  transaction, ``transactional_put_failed`` (500 with the error's own text). Each counts the
+  failure as Java does (wire spec §2.1, §6.2).
+
+Nothing here stages, journals or writes a record: callers do, with what this module
+returns. ``take_put`` has the effects of accepting a put (the first put to a partition
+creates it, and a message id is taken); the failure replies count the failure. Reactor
+thread only (the broker's counters and statistics are not locked).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import zlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+from meta.errors import MetaError, PartitionFailedError, XAError
+from meta.protocol.codec import PutFields, encode_result
+from meta.protocol.commands import BodyTooLarge
+from meta.protocol.message import CHECKSUM_MASK, HEADER, HEADER_SIZE
+from meta.server.services import BrokerServices
+
+if TYPE_CHECKING:
+    from meta.store.partition import PartitionLog
+
+log = logging.getLogger("meta.server")
+
+CHECKSUM_FAILURE = "Checksum failure,message may be corrupted when transfering on networking."
+TRANSACTION_NEEDS_PARTITION = "Invalid partition for transaction command:-1"
+
+RECORD_HEADER_BYTES = HEADER_SIZE
+pack_header = HEADER.pack
+"""``pack_header(body_length, crc, msg_id, flag)``: the header of a stored record."""
+
+_crc32 = zlib.crc32
+
+TARGETS_MAX = 1024
+Targets = dict[tuple[bytes, bytes], tuple]
+"""(topic, partition) header bytes -> (partition log, topic, partition): lookups kept per
+connection, at most ``TARGETS_MAX`` (then cleared)."""
+
+
+def choose_partition(broker: BrokerServices, topic: str, partition: int) -> int:
+    """The partition a put goes to: ``partition``, or for ``-1`` a random one of the topic.
+
+    Raises:
+        MetaError: the topic is not accepted by the running configuration.
+    """
+    if partition == -1:
+        return random.randrange(broker.config.topic_config(topic).num_partitions)
+    return partition
+
+
+def cached_target(
+    broker: BrokerServices, targets: Targets, key: tuple[bytes, bytes]
+) -> tuple | None:
+    """(partition log, topic, partition) of an existing partition that the running config
+    accepts and that takes appends; None: the caller's one-by-one path decides (a new
+    partition, a refused topic or partition, a failed partition ...). ``key`` is the put
+    header's (topic, partition) bytes, which the decoder took only when legal."""
+    target = targets.get(key)
+    if target is None:
+        topic_bytes, partition_bytes = key
+        topic = topic_bytes.decode("ascii")  # the decoder took only legal (ASCII) names
+        partition = int(partition_bytes)
+        partition_log = broker.store.accepting(topic, partition)
+        if partition_log is None:
+            return None
+        if len(targets) >= TARGETS_MAX:
+            targets.clear()
+        target = targets[key] = (partition_log, topic, partition)
+    return target if target[0].accepts_appends else None
+
+
+def accepted_crcs(puts: Sequence[PutFields], start: int, stop: int) -> list[int]:
+    """The record checksums of ``puts[start:stop]``, up to the first put refused for its
+    checksum: the list is shorter than ``stop - start`` exactly when one was refused.
+
+    This is the checksum rule of every put path: a put's checksum field is absent, ``-1``
+    (not checked), or the CRC-32 of its body with the top bit cleared.
+    """
+    crcs: list[int] = []
+    append = crcs.append
+    crc32, mask = _crc32, CHECKSUM_MASK  # locals: this loop runs once per put of a run
+    for _topic, _partition, _flag, checksum, _opaque, body in puts[start:stop]:
+        crc = crc32(body) & mask
+        if checksum is not None and checksum != crc and checksum != -1:
+            break
+        append(crc)
+    return crcs
+
+
+def accepted_crc(data: bytes, checksum: int | None) -> int | None:
+    """The record checksum of one put's body, or None when its checksum refuses it.
+
+    The rule is ``accepted_crcs``'s, for a run of one put.
+    """
+    crcs = accepted_crcs(((b"", b"", 0, checksum, b"", data),), 0, 1)  # type: ignore[arg-type]
+    return crcs[0] if crcs else None
+
+
+def pack_record(data: bytes, crc: int, msg_id: int, flag: int) -> bytes:
+    """The stored record of a taken put (``message.pack_message`` with its checksum known)."""
+    return pack_header(len(data), crc, msg_id, flag) + data
+
+
+class PutRefused(MetaError):
+    """``take_put`` refused a put.
+
+    Attributes:
+        partition: the partition the put went to (the chosen one for ``-1``, when chosen).
+        detail: what was wrong, the ``detail`` of ``put_failed``'s text.
+    """
+
+    def __init__(self, partition: int, detail: str) -> None:
+        super().__init__(detail)
+        self.partition = partition
+        self.detail = detail
+
+
+class TakenPut(NamedTuple):
+    """A plain put that passed every rule: stage ``record`` on ``partition_log``."""
+
+    partition_log: PartitionLog
+    partition: int
+    msg_id: int
+    record: bytes
+
+
+def take_put(
+    broker: BrokerServices, topic: str, partition: int, data: bytes, flag: int, checksum: int | None
+) -> TakenPut:
+    """Apply every rule of one plain put (outside a transaction) and build its record.
+
+    Nothing is staged or counted: the caller stages the record, calls ``record_put``, and
+    answers ``encode_put_reply`` on the store's ack or ``append_failed`` on its error.
+
+    Args:
+        broker: the broker taking the put (a master: ``refused_by_slave`` answers a slave's).
+        topic: the topic as the client named it.
+        partition: the partition, or -1 for a random one (``choose_partition``).
+        data: the put body exactly as sent (stored verbatim).
+        flag: the put's flag, stored verbatim.
+        checksum: the put's checksum field (None when absent).
+
+    Returns:
+        The partition log, the partition, the new message id and the record.
+
+    Raises:
+        PutRefused: the topic or partition is refused, or the checksum is wrong; answer
+            ``put_failed(broker, topic, refused.partition, opaque, refused.detail)``.
+    """
+    try:
+        partition = choose_partition(broker, topic, partition)
+        partition_log = broker.partition_for_put(topic, partition)
+        crc = accepted_crc(data, checksum)
+        if crc is None:
+            raise MetaError(CHECKSUM_FAILURE)
+        msg_id = broker.ids.next_id()
+    except MetaError as error:
+        raise PutRefused(partition, str(error)) from error
+    return TakenPut(partition_log, partition, msg_id, pack_record(data, crc, msg_id, flag))
+
+
+def failure_text(broker: BrokerServices, topic: str, partition: int, detail: str | None) -> bytes:
+    """Java's put failure body (no space before ``Detail:``, wire spec §2.1)."""
+    text = f"Put message to [broker '{broker.uri}'] [partition '{topic}-{partition}'] failed."
+    if detail is not None:
+        text += f"Detail:{detail}"
+    return text.encode()
+
+
+def put_failed(
+    broker: BrokerServices, topic: str, partition: int, opaque: int, detail: str | None
+) -> bytes:
+    """The 500 of a plain put that was refused or whose append failed; counts the failure."""
+    broker.counters.put_failed += 1
+    broker.record_put_failed(topic, partition)
+    return encode_result(500, failure_text(broker, topic, partition, detail), opaque)
+
+
+def append_failed(
+    error: BaseException, broker: BrokerServices, topic: str, partition: int, opaque: int
+) -> bytes:
+    """The 500 of a put whose append or fsync failed with ``error`` (DECISIONS 3)."""
+    if not isinstance(error, MetaError):
+        log.error("append to %s-%d failed: %r", topic, partition, error)
+    detail = str(error) if isinstance(error, PartitionFailedError) else None
+    return put_failed(broker, topic, partition, opaque, detail)
+
+
+def refused_by_slave(broker: BrokerServices, topic: str, partition: int, opaque: int) -> bytes:
+    """DECISIONS 13: the 403 of a put sent to an async slave (Java's slave accepts them)."""
+    broker.counters.put_failed += 1
+    detail = (
+        f"this broker is async slave {broker.slave_id} of broker {broker.config.broker_id}; "
+        "only the master takes puts"
+    )
+    return encode_result(403, failure_text(broker, topic, partition, detail), opaque)
+
+
+def too_large(broker: BrokerServices, event: BodyTooLarge) -> bytes:
+    """DECISIONS 8: the 500 of a put whose body is over ``maxMessageSize``; counts the put."""
+    broker.counters.cmd_put += 1
+    broker.counters.put_failed += 1
+    detail = (
+        f"message body of {event.length} bytes is larger than "
+        f"maxMessageSize {broker.config.message_bytes_max}"
+    )
+    return encode_result(
+        500, failure_text(broker, event.topic, event.partition, detail), event.opaque
+    )
+
+
+def transactional_put_failed(broker: BrokerServices, error: MetaError, opaque: int) -> bytes:
+    """The 500 of a put inside a transaction: the error's own text, as Java sends it."""
+    broker.counters.put_failed += 1
+    text = error.message if isinstance(error, XAError) else str(error)
+    return encode_result(500, (text or "").encode(), opaque)
