@@ -53,11 +53,6 @@ GRANDFATHERED: dict[str, tuple[int, str]] = {
         "one concept, the slave's fetch loop: it checks each batch of the master's records "
         "and hands it to the replicator",
     ),
-    "meta/tx/transaction_store.py": (
-        540,
-        "one class, TransactionStore: its commit protocol (journal record, reservations, "
-        "fills) is the crash-safety argument and reads as one piece with the state table",
-    ),
 }
 SIZE_NAME_SUFFIXES = ("_parts", "_values", "_extra", "_more", "_rest", "_misc", "_probes")
 
