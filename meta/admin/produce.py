@@ -281,7 +281,8 @@ def send_all(
     messages: Iterable[bytes],
     pacer: Pacer,
 ) -> dict[str, int]:
-    """Send each message and await its answer; return how many went to each partition.
+    """Send each message and await its answer; return how many went to each partition
+    (``B-P`` names in partition order).
 
     Raises:
         SendFailedError: a message was refused or failed; the text names its number, the
@@ -299,7 +300,7 @@ def send_all(
             raise SendFailedError(_failure(number, sent, reason))
         name = str(result.partition)
         sent[name] = sent.get(name, 0) + 1
-    return sent
+    return {name: sent[name] for name in sorted(sent, key=Partition.parse)}
 
 
 def _failure(number: int, sent: dict[str, int], reason: str) -> str:

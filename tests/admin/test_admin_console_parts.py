@@ -138,13 +138,14 @@ def ok(partition: str = "1-0") -> SendResult:
 
 
 def test_send_all_counts_messages_per_partition_with_the_attribute():
-    producer = FakeProducer([ok("1-0"), ok("2-0"), ok("1-0")])
-    sent = send_all(producer, "t", "eu", [b"a", b"b", b"c"], Pacer(None))
-    assert sent == {"1-0": 2, "2-0": 1}
+    producer = FakeProducer([ok("2-0"), ok("1-0"), ok("10-0"), ok("1-0")])
+    sent = send_all(producer, "t", "eu", [b"a", b"b", b"c", b"d"], Pacer(None))
+    assert list(sent.items()) == [("1-0", 2), ("2-0", 1), ("10-0", 1)]
     assert [(m.topic, m.data, m.attribute) for m in producer.sent] == [
         ("t", b"a", "eu"),
         ("t", b"b", "eu"),
         ("t", b"c", "eu"),
+        ("t", b"d", "eu"),
     ]
 
 
