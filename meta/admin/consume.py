@@ -352,9 +352,16 @@ def _caught_up(consumer: MessageConsumer, ends: dict[str, int]) -> bool:
     its end, for ``--from-end``)."""
     offsets = consumer.offsets()
     for key in consumer.owned_partitions():
-        offset = offsets.get(key)
-        # LONG_MAX: a --from-end start the broker has not placed yet; once placed, the
-        # offset is committed, so the group's next run starts there.
-        if offset is None or offset >= LONG_MAX or offset < ends.get(key[1], 0):
+        offset, end = offsets.get(key), ends.get(key[1], 0)
+        if offset is None:
+            return False
+        if offset >= LONG_MAX:
+            # A --from-end start the broker has not placed yet; once placed, the offset is
+            # committed, so the group's next run starts there. A partition without data
+            # (no store yet: the broker answers 404, not 301) stays unplaced, and its end,
+            # 0, is where the group's next run starts anyway.
+            if end > 0:
+                return False
+        elif offset < end:
             return False
     return True

@@ -33,6 +33,7 @@ TOPICS = {
     "console-group": {"numPartitions": 2},
     "console-follow": {"numPartitions": 1},
     "console-stop": {"numPartitions": 1},
+    "console-empty": {"numPartitions": 1},
 }
 
 
