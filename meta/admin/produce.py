@@ -12,7 +12,8 @@ Every message goes through the client library (``MessageProducer.send_message``)
 answer is awaited before the next one is read, so nothing is silently dropped: a refused or
 failed send stops the run with an error naming the message's number (1-based) and the reason
 (exit 1). The messages before it are stored; none after it is sent. How many were sent goes
-to stderr (a JSON document on stdout with ``--json``).
+to stderr (a JSON document on stdout with ``--json``), also when an error or Ctrl-C stops
+the run.
 
 Bounds: a line or file larger than the producer's ``max_message_bytes`` is refused before it
 is read whole. Single-threaded (the client's reader thread completes each send).
@@ -245,15 +246,24 @@ def run_produce(arguments: argparse.Namespace, session: ClusterSession) -> int:
             messages = line_messages(sys.stdin.buffer, size_max)
         if arguments.count is not None:
             messages = itertools.islice(messages, arguments.count)
-        sent = send_all(producer, topic, arguments.attribute, messages, Pacer(arguments.rate))
-    total = sum(sent.values())
-    if arguments.json:
-        print(to_json({"topic": topic, "sent": total, "partitions": sent}))
-    else:
-        where = ", ".join(f"{name}: {count}" for name, count in sent.items())
-        print(f"sent {total} message(s) to {topic}" + (f" ({where})" if where else ""),
-              file=sys.stderr)  # fmt: skip
+        sent: dict[str, int] = {}
+        try:
+            send_all(producer, topic, arguments.attribute, messages, Pacer(arguments.rate), sent)
+        finally:  # Also after an error or Ctrl-C: say what is stored.
+            _report(arguments, topic, sent)
     return EXIT_OK
+
+
+def _report(arguments: argparse.Namespace, topic: str, sent: dict[str, int]) -> None:
+    """How many messages went to each partition: stderr, or JSON on stdout."""
+    counts = {name: sent[name] for name in sorted(sent, key=Partition.parse)}
+    total = sum(counts.values())
+    if arguments.json:
+        print(to_json({"topic": topic, "sent": total, "partitions": counts}))
+        return
+    where = ", ".join(f"{name}: {count}" for name, count in counts.items())
+    print(f"sent {total} message(s) to {topic}" + (f" ({where})" if where else ""),
+          file=sys.stderr)  # fmt: skip
 
 
 def open_factory(session: ClusterSession) -> MetaMessageSessionFactory:
@@ -280,15 +290,16 @@ def send_all(
     attribute: str | None,
     messages: Iterable[bytes],
     pacer: Pacer,
-) -> dict[str, int]:
-    """Send each message and await its answer; return how many went to each partition
-    (``B-P`` names in partition order).
+    sent: dict[str, int],
+) -> None:
+    """Send each message and await its answer, counting each stored one in ``sent``
+    (``B-P`` -> messages), so the caller knows what is stored whatever stops the run.
 
     Raises:
         SendFailedError: a message was refused or failed; the text names its number, the
             reason and how many were sent before it.
+        UsageError: ``messages`` refused a line or file (too large, unreadable).
     """
-    sent: dict[str, int] = {}
     for number, data in enumerate(messages, 1):
         pacer.wait()
         try:
@@ -300,7 +311,6 @@ def send_all(
             raise SendFailedError(_failure(number, sent, reason))
         name = str(result.partition)
         sent[name] = sent.get(name, 0) + 1
-    return {name: sent[name] for name in sorted(sent, key=Partition.parse)}
 
 
 def _failure(number: int, sent: dict[str, int], reason: str) -> str:

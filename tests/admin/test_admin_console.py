@@ -23,7 +23,6 @@ import pytest
 from kazoo.client import KazooClient
 
 from meta.admin.main import main
-from meta.client.cluster import parse_offset
 from tests.integration.client_helpers import WAIT_S
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,9 +64,10 @@ def zk(zookeeper, admin_cluster):
 
 
 def committed(zk, root: str, group: str, topic: str) -> dict[str, int]:
+    """The group's committed offsets by ``B-P`` (a node holds ``<msgId>-<offset>``)."""
     path = f"{root}/consumers/{group}/offsets/{topic}"
     return {
-        name: parse_offset(zk.get(f"{path}/{name}")[0].decode())[1]
+        name: int(zk.get(f"{path}/{name}")[0].decode().rsplit("-", 1)[1])
         for name in zk.get_children(path)
     }
 
@@ -143,6 +143,15 @@ def test_produce_at_a_rate_and_a_count_stops_after_count_lines(admin):
     status, _, err = admin(*argv, stdin=b"a\nb\nc\nd\n")
     assert status == 0
     assert err.startswith("sent 3 message(s) to console")
+
+
+def test_a_line_too_large_stops_the_run_after_saying_what_was_sent(admin):
+    stdin = b"small\n" + b"x" * (1024 * 1024) + b"\nnever\n"
+    status, _, err = admin("produce", "console", "--partition", "2-1", stdin=stdin)
+    assert status == 2
+    summary, error = err.splitlines()
+    assert summary == "sent 1 message(s) to console (2-1: 1)"
+    assert error.startswith("meta-admin: line 2 of stdin is longer than the largest message")
 
 
 def test_produce_to_an_unknown_topic_exits_1_and_names_it(admin):

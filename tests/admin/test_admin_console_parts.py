@@ -137,10 +137,11 @@ def ok(partition: str = "1-0") -> SendResult:
     return SendResult(True, Partition.parse(partition), 0, None, 1)
 
 
-def test_send_all_counts_messages_per_partition_with_the_attribute():
+def test_send_all_counts_stored_messages_per_partition_with_the_attribute():
     producer = FakeProducer([ok("2-0"), ok("1-0"), ok("10-0"), ok("1-0")])
-    sent = send_all(producer, "t", "eu", [b"a", b"b", b"c", b"d"], Pacer(None))
-    assert list(sent.items()) == [("1-0", 2), ("2-0", 1), ("10-0", 1)]
+    sent: dict[str, int] = {}
+    send_all(producer, "t", "eu", [b"a", b"b", b"c", b"d"], Pacer(None), sent)
+    assert sent == {"1-0": 2, "2-0": 1, "10-0": 1}
     assert [(m.topic, m.data, m.attribute) for m in producer.sent] == [
         ("t", b"a", "eu"),
         ("t", b"b", "eu"),
@@ -151,8 +152,10 @@ def test_send_all_counts_messages_per_partition_with_the_attribute():
 
 def test_a_refused_send_stops_the_run_naming_the_message_and_the_reason():
     producer = FakeProducer([ok(), ok(), SendResult.failure("403"), ok()])
+    sent: dict[str, int] = {}
     with pytest.raises(SendFailedError) as raised:
-        send_all(producer, "t", None, [b"a", b"b", b"c", b"d"], Pacer(None))
+        send_all(producer, "t", None, [b"a", b"b", b"c", b"d"], Pacer(None), sent)
+    assert sent == {"1-0": 2}
     text = str(raised.value)
     assert text.startswith("message 3 not sent: the broker refused it: 403")
     assert "2 message(s) sent before it" in text
@@ -163,7 +166,7 @@ def test_a_refused_send_stops_the_run_naming_the_message_and_the_reason():
 def test_a_failed_send_stops_the_run_with_the_client_error():
     producer = FakeProducer([OperationTimeoutError("no reply to the put within 3.0 s")])
     with pytest.raises(SendFailedError, match="message 1 not sent: no reply to the put"):
-        send_all(producer, "t", None, iter([b"a", b"b"]), Pacer(None))
+        send_all(producer, "t", None, iter([b"a", b"b"]), Pacer(None), {})
 
 
 # --- output ----------------------------------------------------------------------------------
