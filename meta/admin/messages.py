@@ -165,7 +165,7 @@ def record_row(document: dict) -> list[object]:
 
 def run_browse(arguments: argparse.Namespace, session: ClusterSession) -> int:
     topic = arguments.topic
-    partition = _resolve_partition(session, topic, arguments.partition_name, arguments.broker_id)
+    partition = resolve_partition(session, topic, arguments.partition_name, arguments.broker_id)
     label = f"{topic} {partition}"
     reader = PartitionReader(
         session.broker_client(partition.broker_id), topic, partition.partition, label
@@ -215,10 +215,16 @@ def _write_raw(documents: list[dict]) -> None:
         out.flush()
 
 
-def _resolve_partition(
+def resolve_partition(
     session: ClusterSession, topic: str, name: str, broker_id: int | None
 ) -> Partition:
-    """``B-P``, or ``P`` on ``--broker`` (or on the topic's only broker); checked to exist."""
+    """The partition ``name`` of ``topic``: ``B-P``, or ``P`` on ``broker_id`` (or on the
+    topic's only broker), checked to exist (``browse``, ``produce``, ``consume``).
+
+    Raises:
+        UsageError: ``name`` is malformed, or ``P`` alone for a topic on several brokers.
+        NotFoundError: the topic, or that partition of it, does not exist.
+    """
     zk = session.zk
     zk.check_topic(topic)
     registrations = zk.registrations(topic)

@@ -13,6 +13,10 @@ Subcommands, each one connection to a live broker:
   or ``XA_HEURRB`` 6) until ``forget``.
 * ``forget KEY``: ``FORGET``, which drops a heuristic outcome.
 
+Every subcommand takes ``--json``: ``list`` prints ``{"broker", "transactions": [{"key",
+"state", "messages", "bytes"}]}`` (the last three null without ``stats transactions``), the
+others ``{"key", "action", "outcome", "broker"}``.
+
 Keys are checked with ``meta.protocol.transaction_key.parse_transaction_key`` before any
 connection is made and sent in the spelling brokers name them by (``TransactionId.key()``:
 lower-case hex), so ``XID:1:0A:0B:q`` and ``XID:1:0a:0b:q`` are one branch, as for Java.
@@ -26,6 +30,7 @@ import sys
 from dataclasses import dataclass
 
 from meta.admin.client import EXIT_OK, AdminClient, BrokerRefusedError, reply_text
+from meta.admin.output import to_json
 from meta.errors import LocalProtocolError
 from meta.protocol.commands import Result
 from meta.protocol.transaction_key import XATransactionId, parse_transaction_key
@@ -52,6 +57,7 @@ FINISH_ACTIONS = {
 }
 
 KEY_HELP = "XA transaction key, XID:<formatId>:<gtridHex>:<bqualHex>:<uniqueQualifier>"
+JSON_HELP = "print JSON (stable keys) instead of text"
 
 
 @dataclass(frozen=True)
@@ -112,12 +118,14 @@ def add_parser(commands: argparse._SubParsersAction, connection: argparse.Argume
     listing.add_argument(
         "--all", action="store_true", help="also list open transactions, local ones included"
     )
+    listing.add_argument("--json", action="store_true", help=JSON_HELP)
     listing.set_defaults(run=run_list)
     for name, (type_, _done, text) in FINISH_ACTIONS.items():
         action = actions.add_parser(
             name, parents=[connection], help=text, description=text[0].upper() + text[1:] + "."
         )
         action.add_argument("key", type=xa_key, metavar="XID_KEY", help=KEY_HELP)
+        action.add_argument("--json", action="store_true", help=JSON_HELP)
         action.set_defaults(run=run_finish, tx_type=type_, tx_action=name)
 
 
@@ -131,6 +139,10 @@ def run_finish(arguments: argparse.Namespace, client: AdminClient) -> int:
     if type_ == "FORGET":
         check_forgettable(client, key)
     check_reply(client, client.transaction(key, type_), f"{type_} of {key}")
+    if arguments.json:
+        document = {"key": key, "action": arguments.tx_action, "outcome": done}
+        print(to_json({**document, "broker": client.name}))
+        return EXIT_OK
     line = f"{key}: {done} on broker {client.name}"
     if type_ != "FORGET":
         line += f"; listed by 'meta-admin tx list' until 'meta-admin tx forget {key}'"
@@ -159,6 +171,9 @@ def run_list(arguments: argparse.Namespace, client: AdminClient) -> int:
             for key, row in live.items()
             if key not in listed and _matches(key, arguments.qualifier)
         ]
+    if arguments.json:
+        print(to_json({"broker": client.name, "transactions": [row_document(r) for r in rows]}))
+        return EXIT_OK
     if not rows:
         scope = f" with qualifier {arguments.qualifier}" if arguments.qualifier else ""
         what = "transactions" if arguments.all else "prepared or heuristic XA transactions"
@@ -214,6 +229,12 @@ def parse_transaction_stats(body: bytes) -> dict[str, TransactionRow] | None:
             return None
         rows[tokens[0]] = TransactionRow(tokens[0], tokens[1], int(tokens[2]), int(tokens[3]))
     return rows
+
+
+def row_document(row: TransactionRow) -> dict:
+    """A ``tx list`` row as JSON; ``state``, ``messages`` and ``bytes`` are null when the
+    broker has no ``stats transactions`` item."""
+    return {"key": row.key, "state": row.state, "messages": row.messages, "bytes": row.byte_count}
 
 
 def format_rows(rows: list[TransactionRow]) -> str:

@@ -30,6 +30,11 @@ TOPICS = {
     "live": {"numPartitions": 1},
     "bytime": {"numPartitions": 2},
     "quiet": {"numPartitions": 1},
+    "console": {"numPartitions": 2},
+    "console-group": {"numPartitions": 2},
+    "console-follow": {"numPartitions": 1},
+    "console-stop": {"numPartitions": 1},
+    "console-empty": {"numPartitions": 1},
 }
 
 

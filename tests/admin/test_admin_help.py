@@ -20,6 +20,17 @@ COMMANDS = {
     "find-message": ("ID", "--topic", "--scan-bytes-max"),
     "stats": ("BROKER", "--topics"),
     "slaves": ("BROKER",),
+    "produce": ("TOPIC", "--file", "--attribute", "--partition", "--count", "--rate"),
+    "consume": (
+        "TOPIC",
+        "--group",
+        "--partition",
+        "--from-beginning",
+        "--from-end",
+        "--follow",
+        "--max-messages",
+        "--format",
+    ),  # fmt: skip
 }
 
 
@@ -31,7 +42,16 @@ def run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
 
 def test_every_command_group_is_registered():
     names = {module.__name__.rsplit(".", 1)[1] for module in COMMAND_GROUPS}
-    assert names == {"tx", "cluster", "groups", "messages", "slaves", "migrate"}
+    assert names == {
+        "tx",
+        "cluster",
+        "groups",
+        "messages",
+        "slaves",
+        "produce",
+        "consume",
+        "migrate",
+    }
 
 
 def test_main_help_lists_every_command_and_the_zookeeper_options(capsys):
