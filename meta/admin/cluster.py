@@ -260,21 +260,36 @@ def _partition_row(
 # --- stats -----------------------------------------------------------------------------------
 
 
+def _rejected_puts(client: AdminClient) -> list[tuple[str, str]]:
+    """metaq-py's ``stats rejected`` (puts refused for their size) as name/value pairs; none
+    from a Java broker, which reads the item as a topic name."""
+    lines = stats_lines(client, "rejected")
+    if not lines or not lines[0].startswith("put_too_large "):
+        return []
+    return [line.partition(" ")[::2] for line in lines]
+
+
 def run_stats(arguments: argparse.Namespace, session: ClusterSession) -> int:
     client = _stats_client(session, arguments.broker_name)
     # "name value" lines; the table shows the values as the broker wrote them.
     general = [line.partition(" ")[::2] for line in stats_lines(client, "")]
+    rejected = _rejected_puts(client)
     topics = (
         [_topic_stats(line) for line in stats_lines(client, "topics")] if arguments.topics else None
     )
     if arguments.json:
         document: dict = {"broker": client.name, "general": {n: _number(v) for n, v in general}}
+        if rejected:
+            document["rejected"] = {n: _number(v) for n, v in rejected}
         if topics is not None:
             document["topics"] = topics
         print(to_json(document))
         return EXIT_OK
     print(f"broker {client.name}")
     print(key_values(general))
+    if rejected:
+        print()
+        print(key_values(rejected))
     if topics:
         headers = ["TOPIC", "PARTITIONS", "MESSAGES", "BYTES", "ACCEPT_PUBLISH", "ACCEPT_SUBSCRIBE"]
         rows = [

@@ -88,6 +88,9 @@ WIRE_VERSION = f"1.4.6.3-metaq-py-{__version__}"
 
 DATA_WAITERS_MAX = 100_000
 
+TOO_LARGE_LOG_INTERVAL_S = 60.0
+"""At most one log line per minute about puts refused for their size (each is counted)."""
+
 
 def advertised_host(config: BrokerConfig) -> str:
     """``hostName`` when set, else this machine's address as Java finds it (DECISIONS 19,
@@ -132,6 +135,7 @@ class Broker:
         self.tx = TransactionManager(config, reactor, self.store)
         self.transactions = self.tx.transactions
         self.counters = BrokerCounters()
+        self._too_large_logged_at: float | None = None
         self.realtime = RealtimeStats(reactor.seconds)
         self.version = WIRE_VERSION
         self.connections: set = set()
@@ -388,6 +392,28 @@ class Broker:
     def record_put_failed(self, topic: str, partition: int) -> None:
         if self._stat(topic):
             self.realtime.record("put_failed", topic, f"{self.config.broker_id}-{partition}")
+
+    def record_put_too_large(self, topic: str, partition: int, size: int) -> None:
+        """Count a put refused for its size (DECISIONS 8) for ``stats rejected``, and log it:
+        the first one, then at most one line per ``TOO_LARGE_LOG_INTERVAL_S`` with the count."""
+        counters = self.counters
+        counters.put_too_large += 1
+        counters.put_too_large_last = f"{topic}-{partition} {size}"
+        now = self._reactor.seconds()
+        if self._too_large_logged_at is not None and (
+            now - self._too_large_logged_at < TOO_LARGE_LOG_INTERVAL_S
+        ):
+            return
+        self._too_large_logged_at = now
+        log.warning(
+            "refused a put of %d bytes to %s-%d: larger than maxMessageSize %d (a Java broker "
+            "stores it, but no get can return it); %d refused so far, see 'stats rejected'",
+            size,
+            topic,
+            partition,
+            self.config.message_bytes_max,
+            counters.put_too_large,
+        )
 
     def record_get(self, topic: str, group: str) -> None:
         if self._stat(topic):

@@ -226,6 +226,7 @@ def too_large(broker: BrokerServices, event: BodyTooLarge) -> bytes:
     """DECISIONS 8: the 500 of a put whose body is over ``maxMessageSize``; counts the put."""
     broker.counters.cmd_put += 1
     broker.counters.put_failed += 1
+    broker.record_put_too_large(event.topic, event.partition, event.length)
     detail = (
         f"message body of {event.length} bytes is larger than "
         f"maxMessageSize {broker.config.message_bytes_max}"

@@ -64,6 +64,10 @@ class BrokerServices(Protocol):
         """Count a failed put in the realtime statistics."""
         ...
 
+    def record_put_too_large(self, topic: str, partition: int, size: int) -> None:
+        """Count and log a put refused for its size (``stats rejected``)."""
+        ...
+
     def record_get(self, topic: str, group: str) -> None:
         """Count a get that found data."""
         ...

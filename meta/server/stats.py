@@ -74,7 +74,9 @@ _DECIMALS_MAX = 2
 class BrokerCounters:
     """Command counters behind the general stats (spec 6.2). Reactor thread only.
 
-    ``get_failed`` is kept (Java has it) but never printed.
+    ``get_failed`` is kept (Java has it) but never printed. ``put_too_large`` (puts refused
+    for their size, DECISIONS 8) and ``put_too_large_last`` (``<topic>-<partition> <bytes>`` of
+    the last one, ``-`` before any) are metaq-py's own, printed by the ``rejected`` item.
     """
 
     cmd_put: int = 0
@@ -87,6 +89,8 @@ class BrokerCounters:
     get_miss: int = 0
     get_failed: int = 0
     put_failed: int = 0
+    put_too_large: int = 0
+    put_too_large_last: str = "-"
 
 
 @dataclass(slots=True)
@@ -355,6 +359,8 @@ def render_stats(item: str, view: BrokerView, realtime: RealtimeStats) -> tuple[
         lines = ["reset ok"]
     elif item == "transactions":  # metaq-py's own item, for meta-admin tx list
         lines = [_line(*transaction) for transaction in view.transactions]
+    elif item == "rejected":  # metaq-py's own: puts refused for their size (DECISIONS 8)
+        lines = _rejected_lines(view)
     else:
         lines = _topic_lines(item, view, realtime)
     return RESULT_OK, _stats_body(lines)
@@ -401,6 +407,15 @@ def _general_lines(view: BrokerView) -> list[str]:
         ("config_checksum", view.config.checksum),
     )
     return [_line(name, value) for name, value in fields]
+
+
+def _rejected_lines(view: BrokerView) -> list[str]:
+    counters = view.counters
+    return [
+        _line("put_too_large", counters.put_too_large),
+        _line("put_too_large_last", counters.put_too_large_last),
+        _line("max_message_size", view.config.message_bytes_max),
+    ]
 
 
 def _store_order(store: PartitionView) -> tuple[str, int]:

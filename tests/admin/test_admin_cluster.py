@@ -13,7 +13,7 @@ from pathlib import Path
 
 from meta.client import Message
 from meta.message_id import id_time_ms, id_worker
-from meta.protocol.commands import Offset
+from meta.protocol.commands import Offset, Put
 from meta.protocol.message import HEADER_SIZE
 from tests.admin.conftest import SEGMENT_BYTES_MAX, TOPICS
 
@@ -144,9 +144,15 @@ def test_stats_by_broker_id_prints_the_general_block(cli, admin_cluster):
     lines = out.splitlines()
     assert status == 0
     assert lines[0] == f"broker 127.0.0.1:{admin_cluster.broker(2).port}"
-    names = [line.split()[0] for line in lines[1:]]
+    general, rejected = "\n".join(lines[1:]).split("\n\n")
+    names = [line.split()[0] for line in general.splitlines()]
     assert names[:3] == ["pid", "broker_id", "port"] and names[-1] == "config_checksum"
     assert lines[2].split() == ["broker_id", "2"]
+    assert [line.split()[0] for line in rejected.splitlines()] == [
+        "put_too_large",
+        "put_too_large_last",
+        "max_message_size",
+    ]
 
 
 def test_stats_by_address_with_topics_as_json(cli, factory, admin_cluster):
@@ -160,6 +166,20 @@ def test_stats_by_address_with_topics_as_json(cli, factory, admin_cluster):
     topics = {topic["topic"]: topic for topic in document["topics"]}
     assert topics["orders"]["message_count"] >= 1 and topics["orders"]["accept_publish"] is True
     assert topics["quiet"]["partitions"] == 0
+
+
+def test_a_put_a_java_broker_would_store_shows_in_stats_and_the_log(cli, admin_cluster):
+    """A Java broker stores 1,048,586 bytes that no 1 MiB get returns; metaq-py answers 500
+    (DECISIONS 8) and makes it visible to an operator migrating from Java."""
+    broker = admin_cluster.broker(2)
+    with broker.connect() as connection:
+        reply = connection.request(Put("quiet", 0, b"x" * 1_048_586, 0, 77))
+    assert reply.code == 500 and b"larger than maxMessageSize 1048576" in reply.body
+    status, out, _ = cli("stats", "2", "--json")
+    rejected = json.loads(out)["rejected"]
+    assert status == 0 and rejected["put_too_large"] >= 1
+    assert rejected["put_too_large_last"] == "quiet-0 1048586"
+    assert "refused a put of 1048586 bytes to quiet-0" in broker.log()
 
 
 def test_stats_of_an_unregistered_broker_id_exits_1(cli):

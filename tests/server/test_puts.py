@@ -51,12 +51,16 @@ def test_a_run_is_accepted_up_to_its_first_wrong_checksum():
 
 
 @pytest.fixture
-def broker(tmp_path) -> Broker:
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def broker(tmp_path, clock) -> Broker:
     topics = (topic_config("test", str(tmp_path), num_partitions=4),)
     config = broker_config(
         str(tmp_path), topics=topics, zookeeper=ZkConfig(connect="127.0.0.1:1", enabled=False)
     )
-    clock = Clock()
     store = StoreManager(config, clock, executor=ManualExecutor())
     broker = Broker(config, clock, store=store)
     broker.ids = IdWorker(0, clock_ms=lambda: 1_900_000_000_000)
@@ -112,3 +116,30 @@ def test_a_body_over_the_limit_is_answered_500_and_counted_as_a_put(broker):
     assert (reply.code, reply.opaque) == (500, 3)
     assert b"message body of 5000 bytes is larger than maxMessageSize" in reply.body
     assert (broker.counters.cmd_put, broker.counters.put_failed) == (1, 1)
+
+
+def test_puts_refused_for_their_size_show_in_stats_rejected(broker):
+    assert broker.render_stats("rejected")[1] == (
+        b"STATS\r\nput_too_large 0\r\nput_too_large_last -\r\n"
+        b"max_message_size 1048576\r\nEND\r\n"
+    )
+    too_large(broker, BodyTooLarge("put", 1_048_586, 3, "test", 1))
+    too_large(broker, BodyTooLarge("put", 2_000_000, 4, "test", 2))
+    assert broker.render_stats("rejected")[1] == (
+        b"STATS\r\nput_too_large 2\r\nput_too_large_last test-2 2000000\r\n"
+        b"max_message_size 1048576\r\nEND\r\n"
+    )
+
+
+def test_puts_refused_for_their_size_are_logged_at_most_once_a_minute(broker, clock, caplog):
+    """The first is logged at once, then one line per minute with the count so far: a client
+    retrying an oversized put cannot flood the log."""
+    with caplog.at_level("WARNING", logger="meta.server"):
+        for _ in range(3):
+            too_large(broker, BodyTooLarge("put", 1_048_586, 3, "test", 1))
+        clock.advance(60)
+        too_large(broker, BodyTooLarge("put", 1_048_586, 3, "test", 1))
+    lines = [r.getMessage() for r in caplog.records if "refused a put" in r.getMessage()]
+    assert len(lines) == 2
+    assert "1048586 bytes to test-1" in lines[0] and "maxMessageSize 1048576" in lines[0]
+    assert "4 refused so far" in lines[1]
