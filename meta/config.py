@@ -106,7 +106,7 @@ class BrokerConfig:
     checksum: int  # zlib.crc32 of the file bytes (unsigned)
     broker_id: int  # 0..1023
     server_port: int = 8123  # 0 means "any free port" (tests)
-    dashboard_http_port: int = 8120
+    dashboard_http_port: int = 8120  # -1 turns the dashboard off, 0 picks a free port
     host_name: str | None = None  # DECISIONS 19: listen/register address when set
     data_path: str  # default ~/meta, expanded, absolute
     data_log_path: str  # default = data_path
@@ -214,7 +214,7 @@ def topic_regex(section_name: str) -> str:
 SYSTEM_KEYS: tuple[_Key, ...] = (
     _Key("brokerId", "broker_id", "int", 0, required=True, low=0, high=1023),
     _Key("serverPort", "server_port", "int", 8123, low=0, high=65535),
-    _Key("dashboardHttpPort", "dashboard_http_port", "int", 8120, low=1, high=65535),
+    _Key("dashboardHttpPort", "dashboard_http_port", "int", 8120, low=-1, high=65535),
     _Key("hostName", "host_name", "str"),
     _Key("dataPath", "data_path", "path", "~/meta"),
     _Key("dataLogPath", "data_log_path", "path"),  # default: dataPath

@@ -24,7 +24,11 @@ FUNCTION_LINES_MAX = 70
 MODULE_LINES_MAX = 500
 LINE_COLUMNS_MAX = 100
 
-GRANDFATHERED: dict[str, int] = {}
+GRANDFATHERED: dict[str, int] = {
+    # The log of one partition: appends, acknowledgement order, reads and its append
+    # counters; the read side is the concept to move out when it next grows.
+    "meta/store/partition.py": 506,
+}
 
 PROTOCOL_FORBIDDEN_IMPORTS = ("twisted", "kazoo", "socket", "os")
 KAZOO_ALLOWED = (

@@ -47,6 +47,7 @@ from twisted.internet import defer, task
 
 from meta import __version__
 from meta.config import BrokerConfig
+from meta.dashboard.counters import TopicCounters
 from meta.message_id import IdWorker
 from meta.server.protocol import BrokerFactory
 from meta.server.reload import (  # re-exported: callers import them from here
@@ -141,6 +142,8 @@ class Broker:
         self.tx = TransactionManager(config, reactor, self.store)
         self.transactions = self.tx.transactions
         self.counters = BrokerCounters()
+        self.put_failed_by_topic = TopicCounters()  # read by the dashboard's metrics
+        self.get_miss_by_topic = TopicCounters()
         self.realtime = RealtimeStats(reactor.seconds)
         self.version = WIRE_VERSION
         self.connections: set = set()
@@ -149,6 +152,8 @@ class Broker:
         self.registry = registry
         # An async slave's ``meta.slave.replicator.Replicator`` (set by main): ``stats slave``.
         self.replication: Any = None
+        # True from the end of a successful start (stores open, registered) until stop.
+        self.serving = False
         self._port = None
         self._started_at = reactor.seconds()
         self._stat_topics: dict[str, bool] = {}
@@ -196,6 +201,7 @@ class Broker:
         if self.registry is not None:
             topics = sorted({log_.topic for log_ in self.store.partitions()})
             yield self.registry.start(topics)
+        self.serving = True
         log.info(
             "broker %d serving %s (data in %s, %d partitions loaded, zookeeper %s)",
             self.config.broker_id,
@@ -217,6 +223,7 @@ class Broker:
 
     async def _stop(self) -> None:
         log.info("broker %d stopping", self.config.broker_id)
+        self.serving = False
         if self._port is not None:
             await defer.maybeDeferred(self._port.stopListening)
         if self.registry is not None:
@@ -387,6 +394,7 @@ class Broker:
             self.realtime.record("message_size", topic, "*", size)
 
     def record_put_failed(self, topic: str, partition: int) -> None:
+        self.put_failed_by_topic.add(topic)
         if self._stat(topic):
             self.realtime.record("put_failed", topic, f"{self.config.broker_id}-{partition}")
 
@@ -395,6 +403,7 @@ class Broker:
             self.realtime.record("get", topic, group)
 
     def record_get_miss(self, topic: str, group: str) -> None:
+        self.get_miss_by_topic.add(topic)
         if self._stat(topic):
             self.realtime.record("get_miss", topic, group)
 
