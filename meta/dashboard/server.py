@@ -3,80 +3,72 @@
 ``start_dashboard`` listens (or not: ``-1`` turns the dashboard off; ``0`` picks a free port,
 which is logged) on ``hostName`` when it is set, else on every interface, as the broker's TCP
 port does (DECISIONS 19). A port that cannot be taken is a startup error naming the port and
-the key. ``DashboardResource`` routes a request's path to a function of the broker's state
-that returns a ``Reply``; it answers at once (no route blocks the reactor or reads ZooKeeper).
+the key. It also installs the ``/logging`` ring on the root logger and starts sampling the
+rates the charts show.
 
-Routes: ``/healthz``, ``/readyz``, ``/metrics`` and the JSON API ``/api/v1/{broker,topics,
-topics/<t>,partitions,replication,transactions}``. Unknown paths answer 404 with the Java
-dashboard's text; a route that raises answers 500 ``Server error: <message>``.
+``DashboardResource`` turns each HTTP request into a ``routes.Request`` and writes the
+``routes.Reply`` it gets back, at once or when its Deferred fires (the ZooKeeper views and
+the actions). A route that raises answers 500 ``Server error: <message>`` (spec §3.2).
 
 Reactor thread only.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
 
+from twisted.internet import defer
 from twisted.internet.error import CannotListenError
 from twisted.web import resource, server
 
-from meta.dashboard import facts
-from meta.dashboard.health import readiness
-from meta.dashboard.metrics import CONTENT_TYPE, BrokerMetrics
+from meta.dashboard.actions import ADMIN_HEADER, Actions
+from meta.dashboard.history import RateHistory
+from meta.dashboard.logring import LogRing
+from meta.dashboard.metrics import BrokerMetrics
+from meta.dashboard.routes import Reply, Request, route, text_reply
+from meta.dashboard.zookeeper import ZooKeeperViews
 from meta.errors import MetaError
 
 log = logging.getLogger("meta.dashboard")
 
 PORT_KEY = "dashboardHttpPort"
 PORT_OFF = -1
-NOT_FOUND_TEXT = "I am sorry, i can't find the page."
-"""The Java dashboard's 404 text (spec §3.2)."""
-
-TEXT = "text/plain; charset=utf-8"
-JSON = "application/json"
+JSON_TYPES = ("application/json", "application/vnd")
 
 
 class DashboardError(MetaError):
     """The dashboard cannot start (its port is taken or not allowed)."""
 
 
-@dataclass(frozen=True)
-class Reply:
-    """One HTTP answer: status code, ``Content-Type`` and body."""
-
-    code: int
-    content_type: str
-    body: bytes
-
-
-def text_reply(code: int, text: str) -> Reply:
-    return Reply(code, TEXT, text.encode("utf-8"))
-
-
-def json_reply(value: Any, code: int = 200) -> Reply:
-    body = json.dumps(value, indent=1, sort_keys=True).encode("utf-8") + b"\n"
-    return Reply(code, JSON, body)
-
-
 class Dashboard:
-    """The dashboard of one broker: its routes, metrics and listening port.
+    """The dashboard of one broker: its routes' state, metrics and listening port.
 
     Args:
         broker: the ``Broker`` (its public state is read at each request).
         reactor: the broker's reactor.
+        reload: starts a config reload and returns a Deferred of its outcome (``main``'s
+            reload), or None: then ``POST /reload-config`` answers 503.
+        ring: the ``/logging`` ring, or None.
     """
 
-    def __init__(self, broker: Any, reactor: Any) -> None:
+    def __init__(
+        self,
+        broker: Any,
+        reactor: Any,
+        reload: Callable[[], Any] | None = None,
+        ring: LogRing | None = None,
+    ) -> None:
         self.broker = broker
         self._reactor = reactor
         self.started_at_s = reactor.seconds()
         self.metrics = BrokerMetrics(broker, reactor.seconds, self.started_at_s)
         broker.store.flusher.on_batch_seconds = self.metrics.fsync.observe
+        self.history = RateHistory(broker, reactor)
+        self.ring = ring
+        self.views = ZooKeeperViews(broker, reactor.seconds, lambda: self.port)
+        self.actions = Actions(self.views, reload)
         self.site = server.Site(DashboardResource(self))
         self._port: Any = None
 
@@ -100,31 +92,23 @@ class Dashboard:
                 f"set [system] {PORT_KEY} to a free port, 0 for any free port, or -1 to turn "
                 "the dashboard off"
             ) from error
+        self.history.start()
         return self.port
 
     def stop(self) -> Any:
-        """Stop listening; a Deferred (or None when not listening)."""
+        """Stop listening and sampling; a Deferred (or None when not listening)."""
+        self.history.stop()
+        if self.ring is not None:
+            logging.getLogger().removeHandler(self.ring)
         port, self._port = self._port, None
         return port.stopListening() if port is not None else None
-
-    def route(self, method: bytes, path: str) -> Reply:
-        """The reply to ``method path`` (path without the query)."""
-        if method not in (b"GET", b"HEAD"):
-            return text_reply(405, f"{method.decode('latin-1')} is not allowed on {path}\n")
-        handler = ROUTES.get(path)
-        if handler is not None:
-            return handler(self)
-        for prefix, prefix_handler in PREFIX_ROUTES:
-            if path.startswith(prefix) and len(path) > len(prefix):
-                return prefix_handler(self, unquote(path[len(prefix) :]))
-        return text_reply(404, NOT_FOUND_TEXT)
 
     def now_s(self) -> float:
         return self._reactor.seconds()
 
 
 class DashboardResource(resource.Resource):
-    """The one twisted.web resource: every path goes to ``Dashboard.route``."""
+    """The one twisted.web resource: every path goes to ``routes.route``."""
 
     isLeaf = True
 
@@ -132,66 +116,75 @@ class DashboardResource(resource.Resource):
         super().__init__()
         self._dashboard = dashboard
 
-    def render(self, request: Any) -> bytes:
-        path = request.path.decode("utf-8", "replace")
+    def render(self, request: Any) -> Any:
+        parsed = _parse(request)
         try:
-            reply = self._dashboard.route(request.method, path)
+            reply = route(self._dashboard, parsed)
         except Exception as error:  # a page must not take the broker down: answer 500
-            log.exception("dashboard %s failed", path)
-            reply = text_reply(500, f"Server error: {error}\n")
-        request.setResponseCode(reply.code)
-        request.setHeader(b"Content-Type", reply.content_type.encode("ascii"))
-        request.setHeader(b"Cache-Control", b"no-store")
-        request.setHeader(b"X-Content-Type-Options", b"nosniff")
-        return reply.body
+            reply = _server_error(error, parsed.path)
+        if isinstance(reply, Reply):
+            return _write_head(request, reply)
+        finished = request.notifyFinish()
+        finished.addErrback(lambda _: None)  # the client went away; nothing to write
+        reply = defer.maybeDeferred(lambda: reply)
+        reply.addErrback(lambda failure: _server_error(failure.value, parsed.path))
+        reply.addCallback(_write_later, request, finished)
+        return server.NOT_DONE_YET
 
 
-def _healthz(dashboard: Dashboard) -> Reply:
-    return text_reply(200, "ok\n")
-
-
-def _readyz(dashboard: Dashboard) -> Reply:
-    code, body = readiness(dashboard.broker)
-    return Reply(code, TEXT, body)
-
-
-def _metrics(dashboard: Dashboard) -> Reply:
-    return Reply(200, CONTENT_TYPE, dashboard.metrics.render())
-
-
-def _api_broker(dashboard: Dashboard) -> Reply:
-    return json_reply(
-        facts.broker_facts(dashboard.broker, dashboard.started_at_s, dashboard.now_s())
+def _parse(request: Any) -> Request:
+    query = {
+        key.decode("utf-8", "replace"): values[-1].decode("utf-8", "replace")
+        for key, values in request.args.items()
+        if values
+    }
+    accept = (request.getHeader(b"accept") or b"").decode("latin-1")
+    content_type = (request.getHeader(b"content-type") or b"").decode("latin-1")
+    wants_json = query.get("format") == "json" or any(
+        header.startswith(JSON_TYPES) for header in (accept, content_type)
+    )
+    client = request.getClientAddress()
+    return Request(
+        method=request.method.decode("latin-1"),
+        path=request.path.decode("utf-8", "replace"),
+        query=query,
+        wants_json=wants_json,
+        client_host=getattr(client, "host", ""),
+        admin_header=request.getHeader(ADMIN_HEADER.encode()) == b"1",
     )
 
 
-def _api_topic(dashboard: Dashboard, topic: str) -> Reply:
-    try:
-        return json_reply(facts.topic_facts(dashboard.broker, topic))
-    except facts.UnknownTopicError as error:
-        return json_reply({"error": str(error)}, 404)
+def _server_error(error: BaseException, path: str) -> Reply:
+    log.error("dashboard %s failed: %r", path, error, exc_info=error)
+    return text_reply(500, f"Server error: {error}\n")
 
 
-ROUTES: dict[str, Callable[[Dashboard], Reply]] = {
-    "/healthz": _healthz,
-    "/readyz": _readyz,
-    "/metrics": _metrics,
-    "/api/v1/broker": _api_broker,
-    "/api/v1/topics": lambda dashboard: json_reply(facts.topics_facts(dashboard.broker)),
-    "/api/v1/partitions": lambda dashboard: json_reply(facts.partitions_facts(dashboard.broker)),
-    "/api/v1/replication": lambda dashboard: json_reply(facts.replication_facts(dashboard.broker)),
-    "/api/v1/transactions": lambda dashboard: json_reply(
-        facts.transactions_facts(dashboard.broker)
-    ),
-}
-
-PREFIX_ROUTES: tuple[tuple[str, Callable[[Dashboard, str], Reply]], ...] = (
-    ("/api/v1/topics/", _api_topic),
-)
+def _write_head(request: Any, reply: Reply) -> bytes:
+    request.setResponseCode(reply.code)
+    request.setHeader(b"Content-Type", reply.content_type.encode("ascii"))
+    request.setHeader(b"Cache-Control", b"no-store")
+    request.setHeader(b"X-Content-Type-Options", b"nosniff")
+    return reply.body
 
 
-def start_dashboard(broker: Any, reactor: Any) -> Dashboard | None:
+def _write_later(reply: Reply, request: Any, finished: Any) -> None:
+    if finished.called:
+        return  # the connection was lost before the answer was ready
+    body = _write_head(request, reply)
+    if request.method != b"HEAD":
+        request.write(body)
+    request.finish()
+
+
+def start_dashboard(
+    broker: Any, reactor: Any, reload: Callable[[], Any] | None = None
+) -> Dashboard | None:
     """Serve ``broker``'s dashboard on ``dashboardHttpPort`` (None when it is ``-1``).
+
+    Args:
+        broker: the ``Broker``, not necessarily started yet.
+        reactor: its reactor.
+        reload: see ``Dashboard``.
 
     Raises:
         DashboardError: the port cannot be taken.
@@ -200,9 +193,11 @@ def start_dashboard(broker: Any, reactor: Any) -> Dashboard | None:
     if config.dashboard_http_port == PORT_OFF:
         log.info("dashboard off (%s=%d)", PORT_KEY, PORT_OFF)
         return None
-    dashboard = Dashboard(broker, reactor)
+    ring = LogRing()
+    dashboard = Dashboard(broker, reactor, reload, ring)
     interface = config.host_name or ""
     port = dashboard.listen(config.dashboard_http_port, interface)
+    logging.getLogger().addHandler(ring)
     log.info(
         "dashboard serving http://%s:%d/ (%s=%d)",
         interface or broker.host,

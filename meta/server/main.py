@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     from meta.dashboard.server import DashboardError, start_dashboard
 
     try:
-        start_dashboard(broker, reactor)  # before start: /readyz answers 503 until it serves
+        # Before the start: /readyz answers 503 until the broker serves.
+        start_dashboard(broker, reactor, lambda: _reload(broker, overrides))
     except DashboardError as error:
         log.error("broker failed to start: %s", error)
         return 1
@@ -218,6 +219,11 @@ class ConfigReloader:
             self._reload()
         else:
             self._running = False
+
+
+def _reload(broker: Any, overrides: dict[str, str] | None) -> Any:
+    """Re-read the config file and apply it; a Deferred of the ``ReloadOutcome``."""
+    return _load_in_thread(broker.config, overrides).addCallback(broker.reload)
 
 
 def _load_in_thread(running: Any, overrides: dict[str, str] | None) -> Any:
