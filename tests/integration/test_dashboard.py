@@ -227,3 +227,18 @@ def test_a_taken_dashboard_port_is_a_startup_error_naming_port_and_key(tmp_path)
         assert "dashboardHttpPort" in process.log()
     finally:
         taken.close()
+
+
+def test_metaserver_sh_status_prints_the_readyz_answer(tmp_path, zookeeper, zk_root):
+    from tests.integration.test_reload import TOPICS, ScriptBroker, ini
+
+    scripted = ScriptBroker(tmp_path, ini(zookeeper, zk_root, TOPICS))
+    try:
+        started = scripted.run("start")
+        assert started.returncode == 0, started.stdout + started.stderr
+        status = scripted.run("status")
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert "readiness: 200 ready" in status.stdout
+    finally:
+        scripted.run("stop")
+        scripted.kill_leftover()

@@ -29,7 +29,6 @@ from tests.integration.test_dashboard import dashboard_port, get
 from tests.integration.test_slave import make_cluster
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="tools/setup-env.sh installs chromium")
 
 SCRIPT_GROUP = "<script>alert(1)</script>"
 IMG_GROUP = "<img src=x onerror=alert(2)>"
@@ -42,6 +41,7 @@ README_PAGES = {"dashboard", "topics", "topic", "group", "cluster", "slave-repli
 
 def browse(url: str, screenshot: Path, profile: Path) -> tuple[str, list[str]]:
     """``(DOM after the page's scripts ran, console messages)`` of ``url``."""
+    assert CHROMIUM is not None, "chromium is missing: tools/setup-env.sh installs it"
     done = subprocess.run(
         [
             CHROMIUM,
