@@ -12,6 +12,7 @@ read the console from Chromium's log. Screenshots go to the test's directory, or
 from __future__ import annotations
 
 import html
+import json
 import os
 import re
 import shutil
@@ -152,6 +153,10 @@ def test_every_page_loads_in_chromium_and_shows_the_broker(cluster, admin, tmp_p
         assert dom.count("<script") == 1, fragment
         assert "<img src=x" not in dom, fragment
         assert shot.stat().st_size > 0
+
+    group = json.loads(get(master_port, "/api/v1/topics/alpha/groups/readers")[2])
+    assert [p["owner"] for p in group["partitions"]] == [None, "readers-host-1"]
+    assert group["partitions"][0]["pending_bytes"] == end - 100
 
     dom, console = browse(
         f"http://127.0.0.1:{slave_port}/#replication",
