@@ -6,7 +6,9 @@ async slave's lag) when Prometheus scrapes, so the put and get paths count nothi
 The only metric fed as events happen is ``metaq_fsync_seconds``: the flusher reports each
 batch's duration (one observation per fsync batch, not per message).
 
-The names and labels are those of spec §3.4. Families of features this broker does not run
+The names and labels are those of spec §3.4. Consumer lag needs ZooKeeper reads, so it is
+only exposed for the groups a scrape names (``/metrics?groups=G1,G2``): see
+``consumer_lag_text``. Families of features this broker does not run
 (synchronous replication, an async slave's lag on a master) are exposed with no samples, so
 that dashboards and alerts can name them everywhere.
 
@@ -26,7 +28,7 @@ from prometheus_client.registry import Collector
 from meta import __version__
 from meta.tx import states
 
-__all__ = ["CONTENT_TYPE", "BrokerCollector", "BrokerMetrics", "broker_role"]
+__all__ = ["CONTENT_TYPE", "BrokerCollector", "BrokerMetrics", "broker_role", "consumer_lag_text"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """Spec §3.4: the text format 0.0.4, which ``generate_latest`` writes (newer releases of
@@ -209,6 +211,29 @@ PARTITION_FAMILIES: tuple[tuple[str, type, str], ...] = (
         "1 when a failed write or fsync stopped the partition until an operator acts.",
     ),
 )
+
+
+def consumer_lag_text(rows: list[tuple[str, str, int, int]]) -> bytes:
+    """``metaq_consumer_lag_bytes`` for ``(group, topic, partition, lag bytes)`` rows, in the
+    text format (appended to the scrape when ``/metrics?groups=`` asks for it)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_ConsumerLag(rows))
+    return generate_latest(registry)
+
+
+class _ConsumerLag(Collector):
+    def __init__(self, rows: list[tuple[str, str, int, int]]) -> None:
+        self._rows = rows
+
+    def collect(self) -> Iterator[Any]:
+        lag = GaugeMetricFamily(
+            "metaq_consumer_lag_bytes",
+            "Bytes between a group's committed offset and the partition's visible end.",
+            labels=("group", *PARTITION_LABELS),
+        )
+        for group, topic, partition, lag_bytes in self._rows:
+            lag.add_metric((group, topic, str(partition)), lag_bytes)
+        yield lag
 
 
 def _topic_counter(name: str, documentation: str, items: list[tuple[str, int]]) -> Any:

@@ -19,6 +19,7 @@ from typing import Any
 from meta.dashboard import facts, pages
 from meta.dashboard.health import readiness
 from meta.dashboard.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from meta.dashboard.metrics import consumer_lag_text
 from meta.dashboard.shell import shell_page
 
 NOT_FOUND_TEXT = "I am sorry, i can't find the page."
@@ -114,6 +115,18 @@ def _readyz(dashboard: Any, request: Request) -> Reply:
     return Reply(code, TEXT, body)
 
 
+def _metrics(dashboard: Any, request: Request) -> Any:
+    """The scrape; with ``?groups=G1,G2`` also those groups' lag (read from ZooKeeper)."""
+    text = dashboard.metrics.render()
+    groups = [group for group in request.query.get("groups", "").split(",") if group]
+    if not groups:
+        return Reply(200, METRICS_CONTENT_TYPE, text)
+    lag = dashboard.views.consumer_lag(groups)
+    lag.addCallback(lambda rows: Reply(200, METRICS_CONTENT_TYPE, text + consumer_lag_text(rows)))
+    lag.addErrback(lambda failure: text_reply(503, f"{failure.getErrorMessage()}\n"))
+    return lag
+
+
 def _logging(dashboard: Any, request: Request) -> Reply:
     since = request.query.get("since") or request.query.get("timetamp") or "0"
     since_ms = int(since) if since.isdigit() else 0
@@ -161,9 +174,7 @@ FIXED: dict[str, Callable[[Any, Request], Any]] = {
     "/index.html": _shell,
     "/healthz": lambda dashboard, request: text_reply(200, "ok\n"),
     "/readyz": _readyz,
-    "/metrics": lambda dashboard, request: Reply(
-        200, METRICS_CONTENT_TYPE, dashboard.metrics.render()
-    ),
+    "/metrics": _metrics,
     "/dashboard": _page(pages.dashboard_page, _broker_facts),
     "/topics": _page(pages.topics_page, lambda d: facts.topics_facts(d.broker)),
     "/replication": _page(pages.replication_page, lambda d: facts.replication_facts(d.broker)),

@@ -28,6 +28,8 @@ from meta.errors import MetaError
 from meta.protocol.commands import Stats
 
 PEER_CACHE_S = 30.0
+LAG_GROUPS_MAX = 50
+"""Groups one ``/metrics?groups=`` scrape may name (each costs ZooKeeper reads per topic)."""
 PEER_TIMEOUT_S = 2.0
 SKIP_OWNED = (
     "Could not skip pending messages,because the parition was owned by {owner},"
@@ -114,6 +116,29 @@ class ZooKeeperViews:
         if self._broker.registry is None:
             return defer.succeed([])
         return self._read(lambda admin: _groups_of(admin, topic))
+
+    def consumer_lag(self, groups: list[str]) -> Any:
+        """Deferred: ``(group, topic, partition, lag bytes)`` for this broker's partitions
+        that ``groups`` (at most ``LAG_GROUPS_MAX``) have committed offsets for."""
+        groups = groups[:LAG_GROUPS_MAX]
+        logs = {(log.topic, log.partition): log for log in self._broker.store.partitions()}
+        topics = sorted({topic for topic, _partition in logs})
+        read = self._read(lambda admin: _read_offsets(admin, groups, topics))
+        broker_id = self._broker.config.broker_id
+
+        def lag_rows(offsets: dict) -> list[tuple[str, str, int, int]]:
+            rows = []
+            for (group, topic), committed in sorted(offsets.items()):
+                for name, offset in sorted(committed.items()):
+                    owner, _, number = name.partition("-")
+                    partition_log = logs.get((topic, int(number))) if number.isdigit() else None
+                    if owner != str(broker_id) or partition_log is None or offset.error:
+                        continue
+                    lag = max(0, partition_log.max_offset - offset.offset)
+                    rows.append((group, topic, partition_log.partition, lag))
+            return rows
+
+        return read.addCallback(lag_rows)
 
     # --- the skip action --------------------------------------------------------------------
 
@@ -213,6 +238,10 @@ class ZooKeeperViews:
 def _read_group(admin: ZkAdmin, group: str, topic: str) -> tuple:
     admin.check_group(group)
     return admin.owners(group, topic), admin.offsets(group, topic)
+
+
+def _read_offsets(admin: ZkAdmin, groups: list[str], topics: list[str]) -> dict:
+    return {(group, topic): admin.offsets(group, topic) for group in groups for topic in topics}
 
 
 def _groups_of(admin: ZkAdmin, topic: str) -> list[str]:

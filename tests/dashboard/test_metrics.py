@@ -91,3 +91,13 @@ def test_fsync_durations_fill_the_histogram():
     text = metrics.render().decode()
     assert 'metaq_fsync_seconds_bucket{le="0.005"} 1.0' in text
     assert 'metaq_fsync_seconds_bucket{le="0.0025"} 0.0' in text
+
+
+def test_consumer_lag_rows_become_one_gauge_family():
+    from meta.dashboard.metrics import consumer_lag_text
+
+    text = consumer_lag_text([("g", "t", 1, 25)]).decode()
+    (family,) = text_string_to_metric_families(text)
+    assert family.name == "metaq_consumer_lag_bytes"
+    assert family.samples[0].labels == {"group": "g", "topic": "t", "partition": "1"}
+    assert family.samples[0].value == 25

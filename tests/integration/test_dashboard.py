@@ -6,6 +6,7 @@ the dashboard's port is read from the broker's log (``dashboardHttpPort=0`` pick
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import time
@@ -242,3 +243,36 @@ def test_metaserver_sh_status_prints_the_readyz_answer(tmp_path, zookeeper, zk_r
     finally:
         scripted.run("stop")
         scripted.kill_leftover()
+
+
+def test_metrics_with_groups_expose_the_consumer_lag_of_those_groups(
+    tmp_path, zookeeper, zk_root, admin
+):
+    process = BrokerProcess(
+        tmp_path / "broker",
+        system={"numPartitions": 2},
+        zk_connect=zookeeper.connect_string,
+        zk={"zk.zkRoot": zk_root, "zk.zkSessionTimeoutMs": 4000},
+    )
+    process.start()
+    try:
+        with process.connect() as connection:
+            for index in range(10):
+                data = b"message %d" % index
+                reply = connection.request(Put("test", 0, data, 0, index, checksum=checksum(data)))
+                assert reply.code == 200
+        admin.create(f"{zk_root}/consumers/readers/offsets/test/0-0", b"-1-40", makepath=True)
+        admin.create(f"{zk_root}/consumers/other/offsets/test/0-0", b"-1-0", makepath=True)
+        port = dashboard_port(process)
+        end = json.loads(get(port, "/api/v1/topics/test")[2])["partitions"][0]["max_offset"]
+        status, _type, body = get(port, "/metrics?groups=readers,absent")
+        assert status == 200
+        families = {family.name: family for family in text_string_to_metric_families(body)}
+        lag = families["metaq_consumer_lag_bytes"].samples
+        assert [(s.labels, s.value) for s in lag] == [
+            ({"group": "readers", "topic": "test", "partition": "0"}, end - 40)
+        ]
+        assert "metaq_put_messages" in families
+        assert "metaq_consumer_lag_bytes" not in get(port, "/metrics")[2]
+    finally:
+        process.stop()
