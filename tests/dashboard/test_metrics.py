@@ -101,3 +101,17 @@ def test_consumer_lag_rows_become_one_gauge_family():
     assert family.name == "metaq_consumer_lag_bytes"
     assert family.samples[0].labels == {"group": "g", "topic": "t", "partition": "1"}
     assert family.samples[0].value == 25
+
+
+def test_partition_lines_parse_back_with_escaped_label_values():
+    from meta.dashboard.metrics import partitions_text
+
+    odd = 'a"b\\c\nd'
+    text = partitions_text([FakePartition(odd, 2, appended_messages=7, max_offset=90)])
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    (sample,) = families["metaq_put_messages"].samples
+    assert sample.labels == {"topic": odd, "partition": "2"}
+    assert sample.value == 7
+    assert families["metaq_put_messages"].type == "counter"
+    assert families["metaq_partition_max_offset_bytes"].samples[0].value == 90
+    assert families["metaq_partition_max_offset_bytes"].type == "gauge"
