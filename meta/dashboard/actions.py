@@ -3,7 +3,8 @@
 ``POST /reload-config`` and ``POST /topics/<t>/groups/<g>/partitions/<p>/skip`` (also under
 ``/api/v1``) answer the Java dashboard's texts. They are accepted only from the loopback
 address itself (``127.0.0.1``, ``::1``, or ``::ffff:127.0.0.1``) and only with the header
-``X-MetaQ-Admin: 1``, which a cross-site form cannot set; anything else gets 403. Other
+``X-MetaQ-Admin: 1``, which a cross-site form cannot set, and with a ``Host`` header that
+is an address or ``localhost`` (against DNS rebinding); anything else gets 403. Other
 ``127.x`` addresses are refused on purpose: they are aliases that may stand for other hosts
 (containers, tests), while the dashboard's actions are for an operator on the broker's host.
 
@@ -37,8 +38,10 @@ TRUSTED = frozenset({ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::
 
 
 def is_trusted(request: Request) -> bool:
-    """Whether ``request`` may run an action: the loopback address and the admin header."""
-    if not request.admin_header:
+    """Whether ``request`` may run an action: the loopback address and the admin header,
+    sent to an address literal or ``localhost`` (a page of another site whose name
+    resolves to 127.0.0.1 would send its own name as ``Host``)."""
+    if not request.admin_header or not _addressed_directly(request.host_header):
         return False
     try:
         address = ipaddress.ip_address(request.client_host)
@@ -86,3 +89,19 @@ def _failed(failure: Any, path: str) -> str:
     """The action's answer is the error's text (as in Java); the log keeps it too."""
     log.error("dashboard action %s failed: %s", path, failure.getErrorMessage())
     return failure.getErrorMessage()
+
+
+def _addressed_directly(host_header: str) -> bool:
+    """``Host`` names an IP address or ``localhost`` (with or without a port)."""
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        host = host[1:].partition("]")[0]
+    elif host.count(":") == 1:
+        host = host.partition(":")[0]
+    if host == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True

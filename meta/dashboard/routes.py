@@ -49,6 +49,7 @@ class Request:
     wants_json: bool = False
     client_host: str = ""
     admin_header: bool = False
+    host_header: str = ""
 
 
 def text_reply(code: int, text: str) -> Reply:

@@ -151,6 +151,7 @@ def _parse(request: Any) -> Request:
         wants_json=wants_json,
         client_host=getattr(client, "host", ""),
         admin_header=request.getHeader(ADMIN_HEADER.encode()) == b"1",
+        host_header=(request.getHeader(b"host") or b"").decode("latin-1"),
     )
 
 

@@ -8,8 +8,10 @@ from meta.dashboard.actions import RELOAD_DONE_TEXT, Actions, is_trusted
 from meta.dashboard.routes import Request
 
 
-def post(path: str, host: str = "127.0.0.1", header: bool = True) -> Request:
-    return Request("POST", path, client_host=host, admin_header=header)
+def post(
+    path: str, host: str = "127.0.0.1", header: bool = True, host_header: str = "127.0.0.1:8120"
+) -> Request:
+    return Request("POST", path, client_host=host, admin_header=header, host_header=host_header)
 
 
 def test_only_the_loopback_address_with_the_header_is_trusted():
@@ -61,3 +63,11 @@ def test_skip_passes_topic_group_and_partition_unquoted():
 
 def test_unknown_posts_get_404():
     assert Actions(None, None).route(post("/nothing")).code == 404
+
+
+def test_a_request_addressed_by_a_name_other_than_localhost_is_not_trusted():
+    assert is_trusted(post("/reload-config", host_header="localhost:8120"))
+    assert is_trusted(post("/reload-config", host_header="[::1]:8120"))
+    assert is_trusted(post("/reload-config", host_header="127.0.0.1"))
+    assert not is_trusted(post("/reload-config", host_header="evil.example:8120"))
+    assert not is_trusted(post("/reload-config", host_header=""))
