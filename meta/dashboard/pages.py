@@ -164,6 +164,11 @@ def group_links(topic: str, groups: list[str]) -> str:
     return heading("Consumer groups") + f"<ul>{items}</ul>\n"
 
 
+def groups_unavailable(reason: str) -> str:
+    """The topic page's group list when ZooKeeper cannot be read."""
+    return heading("Consumer groups") + paragraph(f"Not available: {reason}", "note")
+
+
 def replication_page(dashboard: Any) -> str:
     replication = facts.replication_facts(dashboard.broker)
     rows = replication["async_slave"]

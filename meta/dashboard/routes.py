@@ -145,7 +145,10 @@ def _topic(dashboard: Any, request: Request, topic: str) -> Reply:
         return _api_topic(dashboard, request, topic)
     page = pages.topic_page(dashboard, topic)
     groups = dashboard.views.groups_of(topic)
-    groups.addCallback(lambda found: html_reply(page + pages.group_links(topic, found)))
+    groups.addCallback(lambda found: pages.group_links(topic, found))
+    # ZooKeeper out of reach (or suspended) costs the group list, not the page.
+    groups.addErrback(lambda failure: pages.groups_unavailable(failure.getErrorMessage()))
+    groups.addCallback(lambda links: html_reply(page + links))
     return groups
 
 

@@ -84,3 +84,16 @@ def test_unknown_paths_answer_the_original_404_text_and_other_methods_405():
 def test_healthz_answers_ok():
     reply = route(SimpleNamespace(), Request("GET", "/healthz"))
     assert (reply.code, reply.body) == (200, b"ok\n")
+
+
+def test_the_topic_page_is_shown_without_groups_when_zookeeper_cannot_be_read(monkeypatch):
+    from meta.dashboard import pages
+
+    monkeypatch.setattr(pages, "topic_page", lambda dashboard, topic: "<h2>Topic t</h2>")
+    views = SimpleNamespace(groups_of=lambda topic: defer.fail(RuntimeError("no session")))
+    replies = []
+    route(SimpleNamespace(views=views), Request("GET", "/topics/t")).addCallback(replies.append)
+    (reply,) = replies
+    assert reply.code == 200
+    assert b"<h2>Topic t</h2>" in reply.body
+    assert b"Not available: no session" in reply.body
