@@ -48,6 +48,11 @@ GRANDFATHERED: dict[str, tuple[int, str]] = {
         "one concept, the report of the stats command and its items, each kept in the Java "
         "broker's order and format",
     ),
+    "meta/slave/replicator.py": (
+        540,
+        "one concept, the async slave's replication of a master, partition by partition; its "
+        "lag reporting (lag_rows, lag_body) is what moves to meta/slave/lag.py when it grows",
+    ),
     "meta/slave/fetcher.py": (
         540,
         "one concept, the slave's fetch loop: it checks each batch of the master's records "

@@ -55,7 +55,7 @@ commands:
   restart [local|slave]  stop the broker if it runs, then start [local|slave]
   reload         make the running broker re-read its config file (SIGHUP); the [topic=...]
                  sections take effect, [system] and [zookeeper] changes wait for a restart
-  status         print whether the broker runs, with pid and port
+  status         print whether the broker runs, with pid and port, and its /readyz answer
   promote        failover: stop the async slave and start it again as the master of its
                  brokerId, on the same config and data (after the old master is gone)
 
@@ -161,8 +161,9 @@ usage_status() {
     cat <<EOF
 usage: tools/metaServer.sh status
 
-Prints whether the broker runs, with its pid and port. Exit 0 if it runs, 1 if its pid file is
-stale, 3 if it does not run.
+Prints whether the broker runs, with its pid and port, and its readiness as its dashboard's
+/readyz answers it (registered in ZooKeeper, stores open). Exit 0 if it runs, 1 if its pid
+file is stale, 3 if it does not run.
 EOF
 }
 
@@ -190,6 +191,26 @@ EOF
 )" || address=""
     [ -n "$address" ] || address="127.0.0.1 $DEFAULT_PORT"
     printf '%s\n' "$address"
+}
+
+# Prints the broker's /readyz answer, e.g. "readiness: 200 ready". The dashboard's address
+# comes from the log's last "dashboard serving" line (it also names a port chosen with
+# dashboardHttpPort=0).
+readiness() {
+    "$PY" - "$LOG_FILE" 2>/dev/null <<'EOF' || echo "readiness: unknown (no answer from /readyz)"
+import re, sys, urllib.error, urllib.request
+text = open(sys.argv[1], encoding="utf-8", errors="replace").read()
+lines = re.findall(r"dashboard (?:serving (http://\S+/)|off)", text)
+if not lines or not lines[-1]:
+    print("readiness: unknown (the dashboard is off)")
+    sys.exit(0)
+try:
+    with urllib.request.urlopen(lines[-1] + "readyz", timeout=3) as response:
+        status, body = response.status, response.read()
+except urllib.error.HTTPError as error:
+    status, body = error.code, error.read()
+print(f"readiness: {status} " + "; ".join(body.decode(errors="replace").splitlines()))
+EOF
 }
 
 port_open() { timeout 1 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null; }
@@ -415,6 +436,7 @@ do_status() {
         read -r host port <<<"$(listen_address "$local_flag")"
         if port_open "$host" "$port"; then
             say "meta-server is running (pid $pid, port $port)"
+            say "$(readiness)"
         else
             say "meta-server is running (pid $pid) but $host:$port does not accept connections"
         fi

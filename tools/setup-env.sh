@@ -5,6 +5,7 @@
 #      python3 + python3-venv   when `python3 -m venv` cannot work
 #      default-jre-headless     when `java` is missing (ZooKeeper and pyspark need Java 17+)
 #      zookeeper                when Debian's zookeeper package is not installed
+#      chromium                 when `chromium` is missing (the dashboard's browser test)
 #    `apt-get update` runs only when a package has no install candidate yet.
 #    Not root and something missing: prints the exact command and exits 1.
 # 2. <checkout>/.venv: created when absent, reused when present.
@@ -79,6 +80,8 @@ command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 # Debian's `zookeeper` package: the server jars (libzookeeper-java) plus its scripts and
 # /etc/zookeeper. Our own tools start the server from those jars on a loopback port.
 { [ -f "$ZOOKEEPER_JAR" ] && dpkg -s zookeeper >/dev/null 2>&1; } || missing+=(zookeeper)
+# Debian's `chromium`: the dashboard's browser test loads every page in it, headless.
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then

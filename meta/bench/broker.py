@@ -63,6 +63,7 @@ def server_ini(
         "brokerId": broker_id,
         "hostName": HOST,
         "serverPort": port,
+        "dashboardHttpPort": 0,  # any free port (logged): benchmark brokers never collide
         "dataPath": data_path,
         "numPartitions": 1,
         "unflushThreshold": threshold,

@@ -109,7 +109,7 @@ class BrokerConfig:
     checksum: int  # zlib.crc32 of the file bytes (unsigned)
     broker_id: int  # 0..1023
     server_port: int = 8123  # 0 means "any free port" (tests)
-    dashboard_http_port: int = 8120
+    dashboard_http_port: int = 8120  # -1 turns the dashboard off, 0 picks a free port
     host_name: str | None = None  # DECISIONS 19: listen/register address when set
     data_path: str  # default ~/meta, expanded, absolute
     data_log_path: str  # default = data_path

@@ -66,6 +66,7 @@ from meta.server.stats import (
     render_stats,
     stat_enabled,
 )
+from meta.server.topic_counters import TopicCounters
 from meta.store.lock import DataPathLock
 from meta.store.manager import StoreManager
 from meta.tx.manager import TransactionManager
@@ -136,6 +137,8 @@ class Broker:
         self.transactions = self.tx.transactions
         self.counters = BrokerCounters()
         self._too_large_logged_at: float | None = None
+        self.put_failed_by_topic = TopicCounters()  # read by the dashboard's metrics
+        self.get_miss_by_topic = TopicCounters()
         self.realtime = RealtimeStats(reactor.seconds)
         self.version = WIRE_VERSION
         self.connections: set = set()
@@ -144,6 +147,8 @@ class Broker:
         self.registry = registry
         # An async slave's ``meta.slave.replicator.Replicator`` (set by main): ``stats slave``.
         self.replication: Any = None
+        # True from the end of a successful start (stores open, registered) until stop.
+        self.serving = False
         self._port = None
         self._started_at = reactor.seconds()
         self._stat_topics: dict[str, bool] = {}
@@ -199,6 +204,7 @@ class Broker:
         if self.registry is not None:
             topics = sorted({log_.topic for log_ in self.store.partitions()})
             yield self.registry.start(topics)
+        self.serving = True
         log.info(
             "broker %d serving %s (data in %s, %d partitions loaded, zookeeper %s)",
             self.config.broker_id,
@@ -220,6 +226,7 @@ class Broker:
 
     async def _stop(self) -> None:
         log.info("broker %d stopping", self.config.broker_id)
+        self.serving = False
         if self._port is not None:
             await defer.maybeDeferred(self._port.stopListening)
         if self.registry is not None:
@@ -390,6 +397,7 @@ class Broker:
             self.realtime.record("message_size", topic, "*", size)
 
     def record_put_failed(self, topic: str, partition: int) -> None:
+        self.put_failed_by_topic.add(topic)
         if self._stat(topic):
             self.realtime.record("put_failed", topic, f"{self.config.broker_id}-{partition}")
 
@@ -420,6 +428,7 @@ class Broker:
             self.realtime.record("get", topic, group)
 
     def record_get_miss(self, topic: str, group: str) -> None:
+        self.get_miss_by_topic.add(topic)
         if self._stat(topic):
             self.realtime.record("get_miss", topic, group)
 

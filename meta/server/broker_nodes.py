@@ -352,6 +352,10 @@ class BrokerNodes:
         for topic in topics:
             self.delete_topic(topic)
 
+    def call(self, function: Callable[[KazooClient], Any]) -> Any:
+        """``function(client)`` with the connected client (the registry's worker thread)."""
+        return function(self._connected_client())
+
     def _connected_client(self) -> KazooClient:
         if self._client is None:
             raise RegistryError("not connected to ZooKeeper")

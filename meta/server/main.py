@@ -6,7 +6,8 @@ an async slave (zk spec 6): the broker registers as ``ids/B/slave<N>``, refuses 
 at a stop, replication stops first (its batches in progress are appended), then the broker.
 
 Parses arguments, loads the config (a ``ConfigError`` exits with status 2 and a message that
-names the file, section and key), sets up logging to stderr, starts the ``Broker`` on the
+names the file, section and key), sets up logging to stderr, starts the dashboard
+(``meta.dashboard``; a port it cannot take exits with status 1) and the ``Broker`` on the
 global reactor and installs signal handlers: SIGTERM and SIGINT stop gracefully (flush,
 deregister, close); SIGHUP reloads the config file (``tools/metaServer.sh reload`` sends it).
 
@@ -123,6 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     from meta.server.broker import Broker
 
     broker = Broker(config, reactor, slave_id=-1 if slave is None else slave.slave_id)
+    from meta.dashboard.server import DashboardError, start_dashboard
+
+    try:
+        # Before the start: /readyz answers 503 until the broker serves.
+        start_dashboard(broker, reactor, lambda: _reload(broker, overrides))
+    except DashboardError as error:
+        log.error("broker failed to start: %s", error)
+        return 1
     replicator = None
     if slave is not None:
         from meta.slave.replicator import Replicator
@@ -213,6 +222,11 @@ class ConfigReloader:
             self._reload()
         else:
             self._running = False
+
+
+def _reload(broker: Any, overrides: dict[str, str] | None) -> Any:
+    """Re-read the config file and apply it; a Deferred of the ``ReloadOutcome``."""
+    return _load_in_thread(broker.config, overrides).addCallback(broker.reload)
 
 
 def _load_in_thread(running: Any, overrides: dict[str, str] | None) -> Any:

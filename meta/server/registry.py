@@ -234,6 +234,10 @@ class BrokerRegistry:
             return defer.succeed(None)
         return self._run(self._nodes.write_checksum, checksum)
 
+    def read(self, reader: Callable[[Any], Any]) -> defer.Deferred:
+        """Run ``reader(kazoo_client)`` on the ZooKeeper thread; fires with its result."""
+        return self._run(self._nodes.call, reader)
+
     def read_master(self) -> defer.Deferred:
         """Read the master of our broker id and its topics (``BrokerNodes.read_master``).
 

@@ -54,7 +54,7 @@ from meta.protocol.commands import LONG_MAX
 from meta.slave.config_sync import write_merged_config
 from meta.slave.consumer_node import ConsumerNode, ConsumerNodeError
 from meta.slave.fetcher import Layout, ReplicationHalted, SlaveFetchManager
-from meta.slave.lag import LagTracker, parse_offsets, stats_body
+from meta.slave.lag import LagTracker, PartitionLag, parse_offsets, stats_body
 from meta.slave.master_link import MasterLink, MasterLinkError
 from meta.slave.plan import NO_MASTER, MasterView, master_view
 from meta.slave.services import SlaveBroker
@@ -149,15 +149,18 @@ class Replicator:
 
     def lag_body(self) -> bytes:
         """The ``stats slave`` reply body (``meta.slave.lag``). Reactor thread."""
+        return stats_body(self.lag_rows())
+
+    def lag_rows(self) -> list[PartitionLag]:
+        """One ``PartitionLag`` per partition, as ``stats slave`` lists them. Reactor thread."""
         halted = {(topic, int(text.rsplit("-", 1)[1])) for topic, text in self._halted}
-        rows = self._lag.rows(
+        return self._lag.rows(
             self._local_ends(),
             self._view.partitions,
             halted,
             self._view.address is not None,
             self._reactor.seconds(),
         )
-        return stats_body(rows)
 
     def _local_ends(self) -> dict[tuple[str, int], int]:
         return {(p.topic, p.partition): p.max_offset for p in self._broker.store.partitions()}

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -133,6 +134,10 @@ class Flusher:
         # Called on the reactor thread after each batch's acks were released (the broker
         # sends the resulting replies then).
         self.on_batch_done: Callable[[], None] | None = None
+        # Called on the reactor thread with each batch's duration in seconds (the dashboard's
+        # fsync histogram); the clock is read twice per batch, never per append.
+        self.on_batch_seconds: Callable[[float], None] | None = None
+        self._batch_started_s = 0.0
 
     def request(self, client: FlushClient) -> None:
         """Ask for ``client`` to be flushed in the current or the next batch."""
@@ -163,6 +168,7 @@ class Flusher:
             return
         self._running = True
         self.batch_count += 1
+        self._batch_started_s = time.monotonic()
         try:
             result = self._executor(lambda: run_batch(tasks))
         except Exception:
@@ -186,6 +192,8 @@ class Flusher:
                     client.flush_failed(task, error)
             except Exception:
                 logger.exception("flush completion of %r raised", client)
+        if self.on_batch_seconds is not None:
+            self.on_batch_seconds(time.monotonic() - self._batch_started_s)
         if self.on_batch_done is not None:
             self.on_batch_done()
         self._running = False

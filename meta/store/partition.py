@@ -58,6 +58,8 @@ class PartitionLog:
         message_count: (property) appends written to the current segments since open (a
             transaction batch counts 1) plus the records recovered at start-up (spec 4.9).
         failed: the ``PartitionFailedError`` that stopped the partition, or None.
+        appended_messages, appended_bytes: appends (a transaction batch counts 1) and record
+            bytes written by this process, never decreasing (the dashboard's counters).
         on_visible: None, or a callable given this log each time ``max_offset`` advances;
             the owner (the broker's long-polling ``get``) sets and clears it.
     """
@@ -82,6 +84,8 @@ class PartitionLog:
         self.directory = directory
         self.name = f"{topic}-{partition}"
         self.failed: PartitionFailedError | None = None
+        self.appended_messages = 0
+        self.appended_bytes = 0
         # Called with this log after acknowledgements moved ``max_offset`` (long polling).
         self.on_visible: Callable[[PartitionLog], None] | None = None
         self._files = files
@@ -266,6 +270,8 @@ class PartitionLog:
             self._fail(error)
             return
         segment.message_count += written
+        self.appended_messages += written
+        self.appended_bytes += len(data)
         self._written_end = segment.end
         assert staged or self._written_end == self._staged_end
         dirty = self._dirty_segments

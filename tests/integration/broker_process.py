@@ -54,6 +54,7 @@ def server_ini(
         "brokerId": 0,
         "hostName": "127.0.0.1",
         "serverPort": port,
+        "dashboardHttpPort": 0,  # any free port: brokers of parallel tests never collide
         "dataPath": data_path,
         "numPartitions": 1,
         "unflushThreshold": 0,

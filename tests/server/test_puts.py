@@ -120,8 +120,7 @@ def test_a_body_over_the_limit_is_answered_500_and_counted_as_a_put(broker):
 
 def test_puts_refused_for_their_size_show_in_stats_rejected(broker):
     assert broker.render_stats("rejected")[1] == (
-        b"STATS\r\nput_too_large 0\r\nput_too_large_last -\r\n"
-        b"max_message_size 1048576\r\nEND\r\n"
+        b"STATS\r\nput_too_large 0\r\nput_too_large_last -\r\nmax_message_size 1048576\r\nEND\r\n"
     )
     too_large(broker, BodyTooLarge("put", 1_048_586, 3, "test", 1))
     too_large(broker, BodyTooLarge("put", 2_000_000, 4, "test", 2))

@@ -1,0 +1,143 @@
+"""What the JSON API (``/api/v1/...``) shows: plain dicts and lists built from the broker.
+
+Each function reads the broker's public state at the moment of the request and returns
+values ``json.dumps`` can write. Nothing here reads ZooKeeper, files or the environment.
+Reactor thread only.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import Any
+
+from meta import __version__
+from meta.dashboard.health import not_ready_reasons
+from meta.dashboard.metrics import broker_role
+
+
+class UnknownTopicError(LookupError):
+    """The topic has no partition store on this broker (the pages' error fragment)."""
+
+
+def broker_facts(broker: Any, started_at_s: float, now_s: float) -> dict[str, Any]:
+    """The broker's identity and state (``/api/v1/broker``)."""
+    config = broker.config
+    return {
+        "broker_id": config.broker_id,
+        "version": __version__,
+        "wire_version": broker.version,
+        "role": broker_role(broker),
+        "slave_id": broker.slave_id,
+        "uri": broker.uri,
+        "host": broker.host,
+        "port": broker.port,
+        "data_path": config.data_path,
+        "data_log_path": config.data_log_path,
+        "config_path": config.path,
+        "config_checksum": config.checksum,
+        "zookeeper": config.zookeeper.connect if config.zookeeper.enabled else None,
+        "uptime_seconds": max(0.0, now_s - started_at_s),
+        "ready": not not_ready_reasons(broker),
+        "not_ready_reasons": not_ready_reasons(broker),
+        "connections": len(broker.connections),
+        "pid": os.getpid(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+    }
+
+
+def partition_facts(partition_log: Any) -> dict[str, Any]:
+    """One partition's numbers (offsets in bytes, as the store keeps them)."""
+    return {
+        "topic": partition_log.topic,
+        "partition": partition_log.partition,
+        "min_offset": partition_log.min_offset,
+        "max_offset": partition_log.max_offset,
+        "messages": partition_log.message_count,
+        "bytes": partition_log.byte_count,
+        "segments": len(partition_log.segments),
+        "accepts_puts": partition_log.accepts_appends,
+        "failed": None if partition_log.failed is None else str(partition_log.failed),
+        "put_messages_total": partition_log.appended_messages,
+        "put_bytes_total": partition_log.appended_bytes,
+    }
+
+
+def partitions_facts(broker: Any) -> list[dict[str, Any]]:
+    """Every partition store, sorted by topic and partition (``/api/v1/partitions``)."""
+    logs = sorted(broker.store.partitions(), key=lambda log: (log.topic, log.partition))
+    return [partition_facts(partition_log) for partition_log in logs]
+
+
+def topics_facts(broker: Any) -> list[dict[str, Any]]:
+    """Topics with stores (``/topics``): partitions, messages, bytes, publish/subscribe."""
+    totals: dict[str, dict[str, Any]] = {}
+    for partition in partitions_facts(broker):
+        topic = totals.setdefault(
+            partition["topic"], {"topic": partition["topic"], "partitions": 0, "messages": 0}
+        )
+        topic["partitions"] += 1
+        topic["messages"] += partition["messages"]
+        topic["bytes"] = topic.get("bytes", 0) + partition["bytes"]
+    for name, topic in totals.items():
+        section = broker.config.topic_config(name)
+        topic["accept_publish"] = section.accept_publish
+        topic["accept_subscribe"] = section.accept_subscribe
+    return list(totals.values())
+
+
+def topic_facts(broker: Any, topic: str) -> dict[str, Any]:
+    """One topic's settings and partitions (``/topics/<t>``).
+
+    Raises:
+        UnknownTopicError: the topic has no store here.
+    """
+    partitions = [p for p in partitions_facts(broker) if p["topic"] == topic]
+    if not partitions:
+        raise UnknownTopicError(f"topic {topic} has no partition store on this broker")
+    section = broker.config.topic_config(topic)
+    return {
+        "topic": topic,
+        "num_partitions": section.num_partitions,
+        "accept_publish": section.accept_publish,
+        "accept_subscribe": section.accept_subscribe,
+        "unflush_threshold": section.unflush_threshold,
+        "unflush_interval_ms": section.unflush_interval_ms,
+        "data_path": section.data_path,
+        "delete_policy": section.delete_policy,
+        "delete_when": section.delete_when,
+        "messages": sum(p["messages"] for p in partitions),
+        "bytes": sum(p["bytes"] for p in partitions),
+        "partitions": partitions,
+    }
+
+
+def replication_facts(broker: Any) -> dict[str, Any]:
+    """An async slave's lag per partition, as ``stats slave`` (``/api/v1/replication``)."""
+    replication = broker.replication
+    rows = replication.lag_rows() if replication is not None else []
+    return {
+        "role": broker_role(broker),
+        "async_slave": [
+            {
+                "topic": row.topic,
+                "partition": row.partition,
+                "slave_end": row.slave_end,
+                "master_end": row.master_end,
+                "lag_bytes": row.lag_bytes,
+                "lag_seconds": row.lag_seconds,
+                "state": row.state,
+            }
+            for row in rows
+        ],
+    }
+
+
+def transactions_facts(broker: Any) -> list[dict[str, Any]]:
+    """Live transactions (``/api/v1/transactions``), as ``stats transactions`` lists them."""
+    return [
+        {"key": key, "state": state, "messages": count, "bytes": size}
+        for key, state, count, size in broker.transactions.describe()
+    ]

@@ -1,0 +1,205 @@
+"""The dashboard's URL table: which function answers which path, as HTML, JSON or text.
+
+``route(dashboard, request)`` returns a ``Reply``, or a Deferred firing with one for the
+actions (they wait for a reload or a ZooKeeper write). The original dashboard's URLs answer
+HTML fragments, or JSON when the request's ``Accept`` or ``Content-Type`` is JSON or the
+query has ``format=json`` (spec §3.4); ``/api/v1/...`` always answers JSON. Unknown paths
+answer 404 with the Java dashboard's text.
+
+Reactor thread only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from meta.dashboard import facts, pages
+from meta.dashboard.health import readiness
+from meta.dashboard.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from meta.dashboard.metrics import consumer_lag_text
+from meta.dashboard.shell import shell_page
+
+NOT_FOUND_TEXT = "I am sorry, i can't find the page."
+"""The Java dashboard's 404 text (spec §3.2)."""
+
+TEXT = "text/plain; charset=utf-8"
+JSON = "application/json"
+HTML = "text/html; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One HTTP answer: status code, ``Content-Type`` and body."""
+
+    code: int
+    content_type: str
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a route needs from an HTTP request."""
+
+    method: str
+    path: str
+    query: dict[str, str] = field(default_factory=dict)
+    wants_json: bool = False
+    client_host: str = ""
+    admin_header: bool = False
+    host_header: str = ""
+
+
+def text_reply(code: int, text: str) -> Reply:
+    return Reply(code, TEXT, text.encode("utf-8"))
+
+
+def json_reply(value: Any, code: int = 200) -> Reply:
+    body = json.dumps(value, indent=1, sort_keys=True).encode("utf-8") + b"\n"
+    return Reply(code, JSON, body)
+
+
+def html_reply(fragment: str, code: int = 200) -> Reply:
+    return Reply(code, HTML, fragment.encode("utf-8"))
+
+
+def route(dashboard: Any, request: Request) -> Any:
+    """The ``Reply`` (or a Deferred of one) to ``request``."""
+    if request.method == "POST":
+        return dashboard.actions.route(request)
+    if request.method not in ("GET", "HEAD"):
+        return text_reply(405, f"{request.method} is not allowed on {request.path}\n")
+    path = request.path
+    handler = FIXED.get(path)
+    if handler is not None:
+        return handler(dashboard, request)
+    for prefix, prefix_handler in PREFIXED:
+        if path.startswith(prefix) and len(path) > len(prefix):
+            return prefix_handler(dashboard, request, path[len(prefix) :])
+    return text_reply(404, NOT_FOUND_TEXT)
+
+
+def _page(
+    html: Callable[[Any], str], facts_of: Callable[[Any], Any] | None = None
+) -> Callable[[Any, Request], Reply]:
+    """An original URL: the HTML fragment, or the page's facts as JSON when asked."""
+
+    def answer(dashboard: Any, request: Request) -> Reply:
+        if request.wants_json and facts_of is not None:
+            return json_reply(facts_of(dashboard))
+        return html_reply(html(dashboard))
+
+    return answer
+
+
+def _broker_facts(dashboard: Any) -> dict[str, Any]:
+    return facts.broker_facts(dashboard.broker, dashboard.started_at_s, dashboard.now_s())
+
+
+def _title(dashboard: Any) -> str:
+    broker = dashboard.broker
+    return f"MetaQ admin {broker.version} -- Broker-{broker.config.broker_id}"
+
+
+def _shell(dashboard: Any, request: Request) -> Reply:
+    if request.wants_json:
+        return json_reply(
+            {"broker_id": dashboard.broker.config.broker_id, "version": dashboard.broker.version}
+        )
+    return html_reply(shell_page(_title(dashboard)))
+
+
+def _readyz(dashboard: Any, request: Request) -> Reply:
+    code, body = readiness(dashboard.broker)
+    return Reply(code, TEXT, body)
+
+
+def _metrics(dashboard: Any, request: Request) -> Any:
+    """The scrape; with ``?groups=G1,G2`` also those groups' lag (read from ZooKeeper)."""
+    text = dashboard.metrics.render()
+    groups = [group for group in request.query.get("groups", "").split(",") if group]
+    if not groups:
+        return Reply(200, METRICS_CONTENT_TYPE, text)
+    lag = dashboard.views.consumer_lag(groups)
+    lag.addCallback(lambda rows: Reply(200, METRICS_CONTENT_TYPE, text + consumer_lag_text(rows)))
+    lag.addErrback(lambda failure: text_reply(503, f"{failure.getErrorMessage()}\n"))
+    return lag
+
+
+def _logging(dashboard: Any, request: Request) -> Reply:
+    since = request.query.get("since") or request.query.get("timetamp") or "0"
+    since_ms = int(since) if since.isdigit() else 0
+    if request.wants_json:
+        lines = dashboard.ring.lines(since_ms) if dashboard.ring is not None else []
+        return json_reply([{"time_ms": line.created_ms, "text": line.text} for line in lines])
+    return html_reply(pages.logging_page(dashboard.ring, since_ms))
+
+
+def _topic(dashboard: Any, request: Request, topic: str) -> Reply:
+    group = request.query.get("group")
+    if group is not None:
+        return dashboard.views.page(topic, group, request.wants_json)
+    if request.wants_json:
+        return _api_topic(dashboard, request, topic)
+    page = pages.topic_page(dashboard, topic)
+    groups = dashboard.views.groups_of(topic)
+    groups.addCallback(lambda found: pages.group_links(topic, found))
+    # ZooKeeper out of reach (or suspended) costs the group list, not the page.
+    groups.addErrback(lambda failure: pages.groups_unavailable(failure.getErrorMessage()))
+    groups.addCallback(lambda links: html_reply(page + links))
+    return groups
+
+
+def _api_topic(dashboard: Any, request: Request, topic: str) -> Reply:
+    if "/groups/" in topic:
+        topic, group = topic.split("/groups/", 1)
+        return dashboard.views.page(topic, group, True)
+    try:
+        return json_reply(facts.topic_facts(dashboard.broker, topic))
+    except facts.UnknownTopicError as error:
+        return json_reply({"error": str(error)}, 404)
+
+
+def _stats(dashboard: Any, request: Request, item: str = "") -> Reply:
+    if request.wants_json:
+        return _api_stats(dashboard, request, item)
+    return html_reply(pages.stats_page(dashboard, item))
+
+
+def _api_stats(dashboard: Any, request: Request, item: str) -> Reply:
+    code, body = dashboard.broker.render_stats(item)
+    return json_reply({"item": item, "code": code, "text": body.decode("utf-8", "replace")})
+
+
+FIXED: dict[str, Callable[[Any, Request], Any]] = {
+    "/": _shell,
+    "/index.html": _shell,
+    "/healthz": lambda dashboard, request: text_reply(200, "ok\n"),
+    "/readyz": _readyz,
+    "/metrics": _metrics,
+    "/dashboard": _page(pages.dashboard_page, _broker_facts),
+    "/topics": _page(pages.topics_page, lambda d: facts.topics_facts(d.broker)),
+    "/replication": _page(pages.replication_page, lambda d: facts.replication_facts(d.broker)),
+    "/transactions": _page(pages.transactions_page, lambda d: facts.transactions_facts(d.broker)),
+    "/config": _page(pages.config_page),
+    "/java-properties": _page(pages.runtime_page),
+    "/thread-dump": _page(lambda dashboard: pages.thread_dump_page()),
+    "/logging": _logging,
+    "/stats": _stats,
+    "/cluster": lambda dashboard, request: dashboard.views.cluster(request.wants_json),
+    "/api/v1/broker": lambda dashboard, request: json_reply(_broker_facts(dashboard)),
+    "/api/v1/topics": lambda d, r: json_reply(facts.topics_facts(d.broker)),
+    "/api/v1/partitions": lambda d, r: json_reply(facts.partitions_facts(d.broker)),
+    "/api/v1/replication": lambda d, r: json_reply(facts.replication_facts(d.broker)),
+    "/api/v1/transactions": lambda d, r: json_reply(facts.transactions_facts(d.broker)),
+    "/api/v1/cluster": lambda dashboard, request: dashboard.views.cluster(True),
+}
+
+PREFIXED: tuple[tuple[str, Callable[[Any, Request, str], Any]], ...] = (
+    ("/topics/", _topic),
+    ("/stats/", _stats),
+    ("/api/v1/topics/", _api_topic),
+    ("/api/v1/stats/", _api_stats),
+)

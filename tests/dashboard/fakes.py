@@ -1,0 +1,44 @@
+"""Stand-ins for the broker parts the dashboard reads: plain objects, no reactor, no store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from meta.server.stats import BrokerCounters
+from meta.server.topic_counters import TopicCounters
+
+
+@dataclass
+class FakePartition:
+    topic: str
+    partition: int
+    min_offset: int = 0
+    max_offset: int = 0
+    message_count: int = 0
+    byte_count: int = 0
+    appended_messages: int = 0
+    appended_bytes: int = 0
+    segments: tuple = (object(),)
+    accepts_appends: bool = True
+    failed: Any = None
+
+
+@dataclass
+class FakeBroker:
+    partitions: list[FakePartition] = field(default_factory=list)
+    serving: bool = True
+    registry: Any = None
+    slave_id: int = -1
+    replication: Any = None
+    live_transactions: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.config = SimpleNamespace(broker_id=3)
+        self.connections: set = set()
+        self.counters = BrokerCounters()
+        self.put_failed_by_topic = TopicCounters()
+        self.get_miss_by_topic = TopicCounters()
+        self.store = SimpleNamespace(partitions=lambda: list(self.partitions))
+        self.transactions = SimpleNamespace(describe=lambda: list(self.live_transactions))
