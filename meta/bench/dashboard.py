@@ -25,7 +25,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from meta.bench import PutFrames, run_pipelined
+from meta.bench.load import PutFrames, run_pipelined
 from meta.bench.broker import BenchBroker, report_in_work_directory
 
 SERVING = re.compile(r"dashboard serving http://([^/]+)/")
