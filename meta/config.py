@@ -128,6 +128,9 @@ class BrokerConfig:
     flush_tx_log_at_commit: int = 1  # 0, 1 or 2
     tx_timeout_max_s: int = 60  # maxTxTimeoutInSeconds
     tx_journal_file_bytes: int = 64 * 1024 * 1024  # txJournalFileSize (ours)
+    tx_unused_timeout_s: int = 60  # txUnusedTimeoutInSeconds (ours)
+    tx_per_connection_max: int = 10000  # maxTxPerConnection (ours)
+    xa_per_qualifier_max: int = 10000  # maxXaTxPerQualifier (ours)
     accept_publish: bool = True
     accept_subscribe: bool = True
     stat: bool = False
@@ -236,6 +239,9 @@ SYSTEM_KEYS: tuple[_Key, ...] = (
     _Key("flushTxLogAtCommit", "flush_tx_log_at_commit", "int", 1, low=0, high=2),
     _Key("maxTxTimeoutInSeconds", "tx_timeout_max_s", "int", 60, low=1),
     _Key("txJournalFileSize", "tx_journal_file_bytes", "int", 64 * 1024 * 1024, low=4096),
+    _Key("txUnusedTimeoutInSeconds", "tx_unused_timeout_s", "int", 60, low=0),
+    _Key("maxTxPerConnection", "tx_per_connection_max", "int", 10000, low=1),
+    _Key("maxXaTxPerQualifier", "xa_per_qualifier_max", "int", 10000, low=1),
     _Key("acceptPublish", "accept_publish", "bool", True),
     _Key("acceptSubscribe", "accept_subscribe", "bool", True),
     _Key("stat", "stat", "bool", False),

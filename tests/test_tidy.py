@@ -24,7 +24,11 @@ FUNCTION_LINES_MAX = 70
 MODULE_LINES_MAX = 500
 LINE_COLUMNS_MAX = 100
 
-GRANDFATHERED: dict[str, int] = {}
+GRANDFATHERED: dict[str, int] = {
+    # One table of every server.ini key and the dataclasses they fill; its split into a
+    # package by concept (key tables, sections) retires this entry.
+    "meta/config.py": 504,
+}
 
 PROTOCOL_FORBIDDEN_IMPORTS = ("twisted", "kazoo", "socket", "os")
 KAZOO_ALLOWED = (

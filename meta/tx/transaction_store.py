@@ -42,6 +42,7 @@ from typing import Any
 from meta.errors import MetaError, TransactionError, XAError
 from meta.protocol.xa import XA_OK, XA_RBOTHER, XA_RDONLY, XAER_NOTA, XAER_RMERR, XAER_RMFAIL
 from meta.tx import states
+from meta.tx.branch_limits import BranchLimits
 from meta.tx.journal import Journal
 from meta.tx.journal_location import JournalLocation
 from meta.tx.records import (
@@ -133,6 +134,7 @@ class TransactionStore:
         self._timer_count = 0
         self._open_count = 0
         self.byte_count = 0
+        self.limits = BranchLimits(config, reactor, self._unused_expired)
 
     # -- lookup ------------------------------------------------------------------------------
 
@@ -173,10 +175,12 @@ class TransactionStore:
             return
         if self._open_count >= TRANSACTIONS_MAX:
             raise TransactionError(f"Too many open transactions ({TRANSACTIONS_MAX}).")
+        self.limits.check(key, session)
         table = self._xa if is_xa else self._sessions.setdefault(session, {})
         transaction = Transaction(key, None if key.startswith("XID:") else session)
         table[key] = transaction
         self._open_count += 1
+        self.limits.begun(transaction, session, timeout_s)
         if timeout_s > 0:
             capacity = self._config.tx_timeout_timer_capacity
             if self._timer_count >= capacity:
@@ -328,6 +332,7 @@ class TransactionStore:
                     logger.error("could not roll back %s: %s", transaction.key, error)
                     continue
                 rolled_back += 1
+        self.limits.connection_closed(session)
         return rolled_back
 
     # -- commit ------------------------------------------------------------------------------
@@ -435,6 +440,7 @@ class TransactionStore:
                 if not table:
                     del self._sessions[transaction.session]
         self._open_count -= 1
+        self.limits.finished(transaction)
         self.byte_count -= transaction.byte_count
         transaction.batches = {}
         transaction.byte_count = 0
@@ -461,6 +467,13 @@ class TransactionStore:
             except MetaError as error:  # the journal failed: a restart rolls it back
                 logger.error("could not roll back %s: %s", transaction.key, error)
 
+    def _unused_expired(self, transaction: Transaction) -> None:
+        logger.info("XA transaction %s was begun and never used; rolling it back", transaction.key)
+        try:
+            self.rollback(transaction.key, transaction.session, _ignore)
+        except MetaError as error:  # the journal failed: a restart rolls it back
+            logger.error("could not roll back %s: %s", transaction.key, error)
+
     # -- recovery (called by meta.tx.recovery) -------------------------------------------------
 
     def restore(self, transaction: Transaction) -> None:
@@ -478,6 +491,7 @@ class TransactionStore:
         """Cancel every timeout (the broker is stopping)."""
         for transaction in self.live_transactions():
             self._cancel_timer(transaction)
+        self.limits.close()
 
 
 def _failure(transaction: Transaction, code: int, text: str) -> MetaError:
