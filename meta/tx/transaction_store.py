@@ -41,8 +41,7 @@ from typing import Any
 
 from meta.errors import MetaError, TransactionError, XAError
 from meta.protocol.xa import XA_OK, XA_RBOTHER, XA_RDONLY, XAER_NOTA, XAER_RMERR, XAER_RMFAIL
-from meta.tx import states
-from meta.tx.branch_limits import BranchLimits
+from meta.tx import branch_limits, states
 from meta.tx.journal import Journal
 from meta.tx.journal_location import JournalLocation
 from meta.tx.records import (
@@ -134,7 +133,7 @@ class TransactionStore:
         self._timer_count = 0
         self._open_count = 0
         self.byte_count = 0
-        self.limits = BranchLimits(config, reactor, self._unused_expired)
+        self.limits = branch_limits.BranchLimits(config, reactor, self._xa.get, self.rollback)
 
     # -- lookup ------------------------------------------------------------------------------
 
@@ -175,12 +174,11 @@ class TransactionStore:
             return
         if self._open_count >= TRANSACTIONS_MAX:
             raise TransactionError(f"Too many open transactions ({TRANSACTIONS_MAX}).")
-        self.limits.check(key, session)
+        self.limits.begin(key, session, timeout_s)
         table = self._xa if is_xa else self._sessions.setdefault(session, {})
         transaction = Transaction(key, None if key.startswith("XID:") else session)
         table[key] = transaction
         self._open_count += 1
-        self.limits.begun(transaction, session, timeout_s)
         if timeout_s > 0:
             capacity = self._config.tx_timeout_timer_capacity
             if self._timer_count >= capacity:
@@ -332,7 +330,6 @@ class TransactionStore:
                     logger.error("could not roll back %s: %s", transaction.key, error)
                     continue
                 rolled_back += 1
-        self.limits.connection_closed(session)
         return rolled_back
 
     # -- commit ------------------------------------------------------------------------------
@@ -466,13 +463,6 @@ class TransactionStore:
                 self.rollback(transaction.key, transaction.session, _ignore)
             except MetaError as error:  # the journal failed: a restart rolls it back
                 logger.error("could not roll back %s: %s", transaction.key, error)
-
-    def _unused_expired(self, transaction: Transaction) -> None:
-        logger.info("XA transaction %s was begun and never used; rolling it back", transaction.key)
-        try:
-            self.rollback(transaction.key, transaction.session, _ignore)
-        except MetaError as error:  # the journal failed: a restart rolls it back
-            logger.error("could not roll back %s: %s", transaction.key, error)
 
     # -- recovery (called by meta.tx.recovery) -------------------------------------------------
 
