@@ -66,6 +66,7 @@ from meta.server.stats import (
     render_stats,
     stat_enabled,
 )
+from meta.server.topic_retry import describe_failure
 from meta.store.lock import DataPathLock
 from meta.store.manager import StoreManager
 from meta.tx.manager import TransactionManager
@@ -298,7 +299,8 @@ class Broker:
         return partition_log
 
     def _topic_registration_failed(self, failure, topic: str) -> None:
-        log.error("could not register topic %s in ZooKeeper: %s", topic, failure.value)
+        reason = describe_failure(failure)
+        log.error("could not register topic %s in ZooKeeper: %s; retrying", topic, reason)
 
     def wait_for_data(self, partition_log, timeout_s: float, woken: Callable[[], None]) -> None:
         """Call ``woken()`` once ``partition_log``'s visible end moves, or after ``timeout_s``.

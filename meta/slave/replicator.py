@@ -50,6 +50,7 @@ from meta.client.fetch import LONG_MAX, FetchRequest, FetchSettings
 from meta.config import SlaveConfig
 from meta.errors import ConfigError, MetaError
 from meta.server.reload import ReloadRefused
+from meta.server.topic_retry import describe_failure
 from meta.slave.config_sync import write_merged_config
 from meta.slave.consumer_node import ConsumerNode, ConsumerNodeError
 from meta.slave.fetcher import Layout, ReplicationHalted, SlaveFetchManager
@@ -396,7 +397,9 @@ class Replicator:
         if broker.registry is not None:  # as a first put does (zk spec 1.3 step 2)
             registered = broker.registry.register_topic(topic)
             registered.addErrback(
-                lambda failure: log.error("could not register topic %s: %s", topic, failure.value)
+                lambda failure: log.error(
+                    "could not register topic %s: %s; retrying", topic, describe_failure(failure)
+                )
             )
         return _layout(partition_log)
 
