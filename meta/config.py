@@ -131,6 +131,9 @@ class BrokerConfig:
     tx_unused_timeout_s: int = 60  # txUnusedTimeoutInSeconds (ours)
     tx_per_connection_max: int = 10000  # maxTxPerConnection (ours)
     xa_per_qualifier_max: int = 10000  # maxXaTxPerQualifier (ours)
+    connections_max: int = 4096  # maxConnections (ours)
+    idle_connection_timeout_s: int = 600  # idleConnectionTimeoutInSeconds (ours)
+    header_timeout_s: int = 30  # headerTimeoutInSeconds (ours)
     accept_publish: bool = True
     accept_subscribe: bool = True
     stat: bool = False
@@ -242,6 +245,9 @@ SYSTEM_KEYS: tuple[_Key, ...] = (
     _Key("txUnusedTimeoutInSeconds", "tx_unused_timeout_s", "int", 60, low=0),
     _Key("maxTxPerConnection", "tx_per_connection_max", "int", 10000, low=1),
     _Key("maxXaTxPerQualifier", "xa_per_qualifier_max", "int", 10000, low=1),
+    _Key("maxConnections", "connections_max", "int", 4096, low=1),
+    _Key("idleConnectionTimeoutInSeconds", "idle_connection_timeout_s", "int", 600, low=0),
+    _Key("headerTimeoutInSeconds", "header_timeout_s", "int", 30, low=0),
     _Key("acceptPublish", "accept_publish", "bool", True),
     _Key("acceptSubscribe", "accept_subscribe", "bool", True),
     _Key("stat", "stat", "bool", False),

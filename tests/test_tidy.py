@@ -27,7 +27,11 @@ LINE_COLUMNS_MAX = 100
 GRANDFATHERED: dict[str, int] = {
     # One table of every server.ini key and the dataclasses they fill; its split into a
     # package by concept (key tables, sections) retires this entry.
-    "meta/config.py": 504,
+    "meta/config.py": 510,
+    # The one sans-I/O decoder of every command and reply (h11's is ~800 lines in one
+    # module); splitting its fast paths from the general parser would split one buffer's
+    # invariants across two modules.
+    "meta/protocol/codec.py": 507,
     # The reactor-side half of the registration (the nodes are in registry_nodes.py); its
     # lifecycle and its re-registration after a lost session are one state machine.
     "meta/server/registry.py": 502,

@@ -48,6 +48,7 @@ from twisted.internet import defer, task
 from meta import __version__
 from meta.config import BrokerConfig
 from meta.message_id import IdWorker
+from meta.server.connections import ConnectionGuard
 from meta.server.protocol import BrokerFactory
 from meta.server.reload import (  # re-exported: callers import them from here
     RELOAD_DONE,
@@ -145,6 +146,7 @@ class Broker:
         self.realtime = RealtimeStats(reactor.seconds)
         self.version = WIRE_VERSION
         self.connections: set = set()
+        self.connection_guard = ConnectionGuard(config, reactor)
         self.host = advertised_host(config)
         self.uri = broker_uri(self.host, config.server_port)
         self.registry = registry
@@ -229,6 +231,7 @@ class Broker:
             if delay_s > 0 and self.connections:
                 await task.deferLater(self._reactor, delay_s, lambda: None)
         self._release_data_waiters()
+        self.connection_guard.stop()
         self.tx.close()
         await self.store.close()
         self.tx.close_files()
@@ -362,9 +365,12 @@ class Broker:
             connection.flush_output()
 
     def connection_made(self, connection) -> None:
+        if not self.connection_guard.admit(connection):
+            return  # closed at once: maxConnections are open
         self.connections.add(connection)
 
     def connection_lost(self, connection) -> None:
+        self.connection_guard.lost(connection)
         self.connections.discard(connection)
         rolled_back = self.transactions.session_closed(connection)
         if rolled_back:
