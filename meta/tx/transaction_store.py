@@ -42,6 +42,7 @@ from typing import Any
 from meta.errors import MetaError, TransactionError, XAError
 from meta.protocol.xa import XA_OK, XA_RBOTHER, XA_RDONLY, XAER_NOTA, XAER_RMERR, XAER_RMFAIL
 from meta.tx import branch_limits, states
+from meta.tx.commit_failure import commit_failure_text
 from meta.tx.journal import Journal
 from meta.tx.journal_location import JournalLocation
 from meta.tx.records import (
@@ -386,13 +387,10 @@ class TransactionStore:
         self, transaction: Transaction, outcome: int, failures: list, done: Done
     ) -> None:
         if failures:
-            # The COMMIT record stands: the transaction stays COMMITTING (its journal file and
-            # the checkpoint stay pinned), and recovery appends what is missing at restart.
+            # The transaction stays COMMITTING (its journal file and the checkpoint stay
+            # pinned); a restart decides the outcome from the journal (commit_failure).
             logger.error("commit of %s failed to store: %s", transaction.key, failures[0])
-            text = (
-                f"Commit of '{transaction.key}' could not be stored: {failures[0]}; "
-                "a broker restart completes it."
-            )
+            text = commit_failure_text(transaction.key, failures[0], self.journal.failed)
             done(None, _failure(transaction, XAER_RMFAIL, text))
             return
         transaction.state = states.FINISHED
