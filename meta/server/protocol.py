@@ -40,6 +40,7 @@ from meta.errors import LocalProtocolError, StoreError
 from meta.protocol.codec import HEADER_BYTES_MAX, NEED_DATA, Decoder
 from meta.protocol.commands import Quit
 from meta.server.handlers import HANDLERS
+from meta.server.log_limits import PROTOCOL_WARNINGS
 from meta.server.put_run import handle_put_run
 from meta.server.replies import PENDING, FileReply
 from meta.server.tx_handlers import handle_tx_put_run
@@ -121,7 +122,8 @@ class BrokerProtocol(protocol.Protocol):
                 command = decoder.next_command()
             except LocalProtocolError as error:
                 peer = self.transport.getPeer()
-                log.warning("closing connection from %s: %s", _address(peer), error)
+                host, address = getattr(peer, "host", "?"), _address(peer)
+                PROTOCOL_WARNINGS.warn(log, host, "closing connection from %s: %s", address, error)
                 self._close()
                 break
             if command is NEED_DATA:
