@@ -134,6 +134,7 @@ class BrokerConfig:
     connections_max: int = 4096  # maxConnections (ours)
     idle_connection_timeout_s: int = 600  # idleConnectionTimeoutInSeconds (ours)
     header_timeout_s: int = 30  # headerTimeoutInSeconds (ours)
+    topics_max: int = 1000  # maxTopics (ours): topics without an exact section
     accept_publish: bool = True
     accept_subscribe: bool = True
     stat: bool = False
@@ -248,6 +249,7 @@ SYSTEM_KEYS: tuple[_Key, ...] = (
     _Key("maxConnections", "connections_max", "int", 4096, low=1),
     _Key("idleConnectionTimeoutInSeconds", "idle_connection_timeout_s", "int", 600, low=0),
     _Key("headerTimeoutInSeconds", "header_timeout_s", "int", 30, low=0),
+    _Key("maxTopics", "topics_max", "int", 1000, low=0),
     _Key("acceptPublish", "accept_publish", "bool", True),
     _Key("acceptSubscribe", "accept_subscribe", "bool", True),
     _Key("stat", "stat", "bool", False),

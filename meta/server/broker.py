@@ -67,6 +67,7 @@ from meta.server.stats import (
     render_stats,
     stat_enabled,
 )
+from meta.server.topic_limits import check_new_topic
 from meta.server.topic_retry import describe_failure
 from meta.store.lock import DataPathLock
 from meta.store.manager import StoreManager
@@ -295,6 +296,9 @@ class Broker:
         if partition_log is not None:
             return partition_log
         created = store.get(topic, partition) is None
+        # A slave copies whatever its master has; an illegal topic gets get_or_create's error.
+        if created and self.slave_id < 0 and self.config.is_legal_topic(topic):
+            check_new_topic(self.config, store.partitions(), topic)
         partition_log = store.get_or_create(topic, partition)
         if created and self.registry is not None:
             registered = self.registry.register_topic(topic)
