@@ -148,3 +148,12 @@ class XAError(MetaError):
 
 class TransactionError(MetaError):
     """A transaction failed for a reason that is not an XA error code (local transactions)."""
+
+
+def describe_error(error: object) -> str:
+    """``Type: message`` of an exception (or of a Twisted ``Failure``'s ``value``), or the type
+    name alone when the message is empty: a log line never ends in an empty reason."""
+    error = getattr(error, "value", error)
+    text = str(error).strip()
+    name = type(error).__name__
+    return f"{name}: {text}" if text else name

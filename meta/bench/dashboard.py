@@ -25,8 +25,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from meta.bench.load import PutFrames, run_pipelined
 from meta.bench.broker import BenchBroker, report_in_work_directory
+from meta.bench.load import PutFrames, run_pipelined
 
 SERVING = re.compile(r"dashboard serving http://([^/]+)/")
 SCRAPE_TARGET_S = 0.020

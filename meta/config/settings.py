@@ -131,6 +131,13 @@ class BrokerConfig:
     flush_tx_log_at_commit: int = 1  # 0, 1 or 2
     tx_timeout_max_s: int = 60  # maxTxTimeoutInSeconds
     tx_journal_file_bytes: int = 64 * 1024 * 1024  # txJournalFileSize (ours)
+    tx_unused_timeout_s: int = 60  # txUnusedTimeoutInSeconds (ours)
+    tx_per_connection_max: int = 10000  # maxTxPerConnection (ours)
+    xa_per_qualifier_max: int = 10000  # maxXaTxPerQualifier (ours)
+    connections_max: int = 4096  # maxConnections (ours)
+    idle_connection_timeout_s: int = 600  # idleConnectionTimeoutInSeconds (ours)
+    header_timeout_s: int = 30  # headerTimeoutInSeconds (ours)
+    topics_max: int = 1000  # maxTopics (ours): topics without an exact section
     accept_publish: bool = True
     accept_subscribe: bool = True
     stat: bool = False

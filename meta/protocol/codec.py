@@ -145,6 +145,13 @@ class Decoder:
             buffered += self._pending[1] - self._body_missing
         return buffered
 
+    @property
+    def pending_header_bytes(self) -> int:
+        """Bytes of a header line received but not complete yet (0 while a body is due)."""
+        if self._pending is not None or self._skip_bytes or self._error is not None:
+            return 0
+        return len(self._buffer) - self._position
+
     def receive_data(self, data: bytes) -> None:
         """Buffer bytes from the peer; a body being skipped is dropped here, not buffered."""
         missing = self._body_missing

@@ -46,8 +46,10 @@ from twisted.internet import defer, task
 
 from meta import __version__
 from meta.config import BrokerConfig
+from meta.errors import describe_error
 from meta.local_address import is_loopback, local_host
 from meta.message_id import IdWorker
+from meta.server.connections import ConnectionGuard
 from meta.server.protocol import BrokerFactory
 from meta.server.reload import (  # re-exported: callers import them from here
     RELOAD_DONE,
@@ -67,6 +69,7 @@ from meta.server.stats import (
     stat_enabled,
 )
 from meta.server.topic_counters import TopicCounters
+from meta.server.topic_limits import check_new_topic
 from meta.store.lock import DataPathLock
 from meta.store.manager import StoreManager
 from meta.tx.manager import TransactionManager
@@ -142,6 +145,7 @@ class Broker:
         self.realtime = RealtimeStats(reactor.seconds)
         self.version = WIRE_VERSION
         self.connections: set = set()
+        self.connection_guard = ConnectionGuard(config, reactor)
         self.host = advertised_host(config)
         self.uri = broker_uri(self.host, config.server_port)
         self.registry = registry
@@ -238,6 +242,7 @@ class Broker:
             if delay_s > 0 and self.connections:
                 await task.deferLater(self._reactor, delay_s, lambda: None)
         self._release_data_waiters()
+        self.connection_guard.stop()
         self.tx.close()
         await self.store.close()
         self.tx.close_files()
@@ -301,6 +306,9 @@ class Broker:
         if partition_log is not None:
             return partition_log
         created = store.get(topic, partition) is None
+        # A slave copies whatever its master has; an illegal topic gets get_or_create's error.
+        if created and self.slave_id < 0 and self.config.is_legal_topic(topic):
+            check_new_topic(self.config, store.partitions(), topic)
         partition_log = store.get_or_create(topic, partition)
         if created and self.registry is not None:
             registered = self.registry.register_topic(topic)
@@ -308,7 +316,8 @@ class Broker:
         return partition_log
 
     def _topic_registration_failed(self, failure, topic: str) -> None:
-        log.error("could not register topic %s in ZooKeeper: %s", topic, failure.value)
+        reason = describe_error(failure)
+        log.error("could not register topic %s in ZooKeeper: %s; retrying", topic, reason)
 
     def wait_for_data(self, partition_log, timeout_s: float, woken: Callable[[], None]) -> None:
         """Call ``woken()`` once ``partition_log``'s visible end moves, or after ``timeout_s``.
@@ -370,9 +379,12 @@ class Broker:
             connection.flush_output()
 
     def connection_made(self, connection) -> None:
+        if not self.connection_guard.admit(connection):
+            return  # closed at once: maxConnections are open
         self.connections.add(connection)
 
     def connection_lost(self, connection) -> None:
+        self.connection_guard.lost(connection)
         self.connections.discard(connection)
         rolled_back = self.transactions.session_closed(connection)
         if rolled_back:

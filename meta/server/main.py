@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from meta import __version__
 from meta.errors import ConfigError
+from meta.server.log_limits import EscapingFormatter
 
 if TYPE_CHECKING:
     from meta.server.broker import Broker
@@ -89,11 +90,10 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
 
 
 def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    # Messages may quote bytes from peers: no raw control character reaches the log.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
     logging.getLogger("kazoo.client").setLevel(logging.WARNING)
     # Twisted's own events (unhandled errors in Deferreds, protocol exceptions) go to the
     # same log, with timestamps and levels, instead of Twisted's bare stderr fallback; its

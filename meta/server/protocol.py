@@ -22,8 +22,9 @@ Output and backpressure (STYLE 3, 13):
   a queue. Reading from the peer stops while more than ``INFLIGHT_MAX`` requests are
   unanswered or more than ``QUEUED_BYTES_MAX`` reply bytes are queued, and resumes below half.
 * Malformed input closes the connection (Java sends nothing either); replies already queued
-  are still written first. A reply whose segment was closed by retention before it was sent
-  closes only its connection.
+  are still written first. After the peer's FIN (a half-close), the replies to every request
+  read before it are still sent, then the connection closes. A reply whose segment was
+  closed by retention before it was sent closes only its connection.
 
 Reactor thread only.
 """
@@ -34,13 +35,15 @@ import logging
 import os
 from collections import deque
 
-from twisted.internet import abstract, protocol
+from twisted.internet import abstract, interfaces, protocol
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from meta.errors import LocalProtocolError, StoreError
 from meta.protocol.codec import HEADER_BYTES_MAX, NEED_DATA, Decoder
 from meta.protocol.commands import Quit
 from meta.server.handlers import HANDLERS, dispatch_key
+from meta.server.log_limits import PROTOCOL_WARNINGS
 from meta.server.put_run import handle_put_run
 from meta.server.replies import PENDING, FileReply
 from meta.server.services import BrokerServices
@@ -56,6 +59,7 @@ FILE_REPLY_COST_BYTES = 64
 PUT_RUN_MAX = 4096
 
 
+@implementer(interfaces.IHalfCloseableProtocol)
 class BrokerProtocol(protocol.Protocol):
     """One client connection of a ``Broker``.
 
@@ -79,6 +83,8 @@ class BrokerProtocol(protocol.Protocol):
         self._transport_paused = False
         self._reading_paused = False
         self._closed = False
+        self._read_closed = False  # the peer sent its FIN
+        self.received_bytes = 0  # every byte read (``connections.ConnectionGuard``)
 
     # --- Twisted callbacks ---------------------------------------------------------------------
 
@@ -99,6 +105,7 @@ class BrokerProtocol(protocol.Protocol):
         self._broker.connection_lost(self)
 
     def dataReceived(self, data: bytes) -> None:
+        self.received_bytes += len(data)
         decoder = self._decoder
         decoder.receive_data(data)
         broker = self._broker
@@ -119,7 +126,8 @@ class BrokerProtocol(protocol.Protocol):
                 command = decoder.next_command()
             except LocalProtocolError as error:
                 peer = self.transport.getPeer()
-                log.warning("closing connection from %s: %s", _address(peer), error)
+                host, address = getattr(peer, "host", "?"), _address(peer)
+                PROTOCOL_WARNINGS.warn(log, host, "closing connection from %s: %s", address, error)
                 self._close()
                 break
             if command is NEED_DATA:
@@ -144,6 +152,8 @@ class BrokerProtocol(protocol.Protocol):
             self._send(reply)
             if self._reading_paused:
                 self._update_reading()
+        if self._read_closed:
+            self._close_when_answered()
 
     def respond_many(self, count: int, replies: bytes) -> None:
         """The later replies of ``count`` pending puts of a put run, encoded and joined."""
@@ -152,6 +162,25 @@ class BrokerProtocol(protocol.Protocol):
             self._send(replies)
             if self._reading_paused:
                 self._update_reading()
+        if self._read_closed:
+            self._close_when_answered()
+
+    def readConnectionLost(self) -> None:
+        """The peer sent its FIN: answer what was read before it, then close."""
+        self._read_closed = True
+        self._close_when_answered()
+
+    def writeConnectionLost(self) -> None:
+        """Our side of the connection was shut down (never asked for): nothing to do."""
+
+    def _close_when_answered(self) -> None:
+        """After a half-close, close once every reply is handed to the transport (which
+        sends what it holds before the FIN)."""
+        if self._closed or self._inflight:
+            return
+        self.flush_output()
+        if self._stream is None and not self._queue:
+            self._close()
 
     def config_changed(self) -> None:
         """The broker reloaded its configuration: forget the put runs' partition lookups."""
@@ -170,6 +199,8 @@ class BrokerProtocol(protocol.Protocol):
         self._transport_paused = False
         self._pump()
         self._update_reading()
+        if self._read_closed:
+            self._close_when_answered()
 
     def stopProducing(self) -> None:
         self._closed = True
@@ -269,6 +300,11 @@ class BrokerProtocol(protocol.Protocol):
     @property
     def inflight(self) -> int:
         return self._inflight
+
+    @property
+    def pending_header_bytes(self) -> int:
+        """Bytes of a request header received but not complete yet (the header deadline)."""
+        return self._decoder.pending_header_bytes
 
 
 def _fd_buffer_empty(transport) -> bool:

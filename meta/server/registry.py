@@ -40,6 +40,7 @@ from twisted.python.threadpool import ThreadPool
 
 from meta.config import BrokerConfig, TopicConfig
 from meta.server.broker_nodes import BrokerNodes, RegistryError, broker_suffix, topic_payload
+from meta.server.topic_retry import TopicRetry
 
 __all__ = ["BrokerRegistry", "RegistryError", "broker_suffix", "topic_payload"]
 
@@ -101,6 +102,7 @@ class BrokerRegistry:
         self._stop_waiters: list[defer.Deferred] = []
         self._connected = False
         self._last_state: str | None = None  # Written by _state_listener on kazoo's thread.
+        self.topic_retry = TopicRetry(self, reactor)  # failed topic registrations, retried
 
     # --- public API (reactor thread) -------------------------------------------------------------
 
@@ -203,6 +205,7 @@ class BrokerRegistry:
         # Forget it before the delete runs, so a re-registration after a new session that
         # starts meanwhile does not write the nodes back.
         topic_config = self._registered.pop(topic, None)
+        self.topic_retry.forget(topic)
         if topic_config is None:
             return defer.succeed(None)
         deleted = self._run(self._nodes.delete_topic, topic)
@@ -273,6 +276,7 @@ class BrokerRegistry:
             self._stopping = True
             self._connected = False
             self._cancel_retry()
+            self.topic_retry.stop()
             if self._started:
                 # In-flight topics too: their nodes may exist before their Deferred fires.
                 topics = sorted(set(self._registered) | set(self._in_flight))
@@ -347,6 +351,7 @@ class BrokerRegistry:
 
     def _register_topic_done(self, result: Any, topic: str, topic_config: TopicConfig) -> Any:
         del self._in_flight[topic]
+        self.topic_retry.done(topic, result)
         if not isinstance(result, Failure):
             self._registered[topic] = topic_config
             log.info(

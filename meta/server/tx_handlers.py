@@ -34,6 +34,7 @@ from meta.protocol.put_reply import (
 )
 from meta.protocol.transaction_key import CANONICAL_LOCAL_KEY, parse_transaction_key
 from meta.protocol.xa import XAER_NOTA, format_xa_error
+from meta.server.log_limits import PROTOCOL_WARNINGS
 from meta.server.puts import (
     CHECKSUM_FAILURE,
     RECORD_HEADER_BYTES,
@@ -251,7 +252,8 @@ def handle_transaction(broker: BrokerServices, command: Transaction, connection)
 def _heuristic(broker: BrokerServices, command: Transaction, connection) -> Reply:
     peer = connection.transport.getPeer()
     if not _same_host(peer, connection.transport.getHost()):
-        log.warning("refused %s of %s from %s", command.type, command.tx_key, peer)
+        host, text = getattr(peer, "host", "?"), "refused %s of %s from %s"
+        PROTOCOL_WARNINGS.warn(log, host, text, command.type, command.tx_key, peer)
         raise TransactionError(f"{command.type} is accepted only from the broker's own host.")
     commit = command.type == "HEURISTIC_COMMIT"
     log.warning("operator at %s: %s %s", getattr(peer, "host", peer), command.type, command.tx_key)

@@ -49,7 +49,7 @@ from meta.client.factory import ConnectionPool
 from meta.client.fetch.manager import FetchRequest, FetchSettings
 from meta.config import SlaveConfig
 from meta.config.reload import ReloadRefused
-from meta.errors import ConfigError, MetaError
+from meta.errors import ConfigError, MetaError, describe_error
 from meta.protocol.commands import LONG_MAX
 from meta.slave.config_sync import write_merged_config
 from meta.slave.consumer_node import ConsumerNode, ConsumerNodeError
@@ -403,7 +403,9 @@ class Replicator:
         if broker.registry is not None:  # as a first put does (zk spec 1.3 step 2)
             registered = broker.registry.register_topic(topic)
             registered.addErrback(
-                lambda failure: log.error("could not register topic %s: %s", topic, failure.value)
+                lambda failure: log.error(
+                    "could not register topic %s: %s; retrying", topic, describe_error(failure)
+                )
             )
         return _layout(partition_log)
 

@@ -45,7 +45,8 @@ from typing import Any
 
 from meta.errors import MetaError, TransactionError, XAError
 from meta.protocol.xa import XA_OK, XA_RBOTHER, XA_RDONLY, XAER_NOTA, XAER_RMERR, XAER_RMFAIL
-from meta.tx import states
+from meta.tx import branch_limits, states
+from meta.tx.commit_failure import commit_failure_text
 from meta.tx.journal import Journal
 from meta.tx.journal_location import JournalLocation
 from meta.tx.records import (
@@ -106,6 +107,7 @@ class TransactionStore:
         self._timer_count = 0
         self._open_count = 0
         self.byte_count = 0
+        self.limits = branch_limits.BranchLimits(config, reactor, self._xa.get, self.rollback)
 
     # -- lookup ------------------------------------------------------------------------------
 
@@ -147,6 +149,7 @@ class TransactionStore:
             return
         if self._open_count >= TRANSACTIONS_MAX:
             raise TransactionError(f"Too many open transactions ({TRANSACTIONS_MAX}).")
+        self.limits.begin(key, session, timeout_s)
         table = self._xa if is_xa else self._sessions.setdefault(session, {})
         transaction = Transaction(key, None if key.startswith("XID:") else session)
         table[key] = transaction
@@ -314,6 +317,7 @@ class TransactionStore:
         del table[transaction.key]
         if not table:
             del self._sessions[transaction.session]
+        self.limits.finished(transaction)  # Counted against the connection only while it holds it.
         transaction.session = None
         self._orphaned_commits.add(transaction)
 
@@ -371,13 +375,10 @@ class TransactionStore:
         self, transaction: Transaction, outcome: int, failures: list, done: Done
     ) -> None:
         if failures:
-            # The COMMIT record stands: the transaction stays COMMITTING (its journal file and
-            # the checkpoint stay pinned), and recovery appends what is missing at restart.
+            # The transaction stays COMMITTING (its journal file and the checkpoint stay
+            # pinned); a restart decides the outcome from the journal (commit_failure).
             logger.error("commit of %s failed to store: %s", transaction.key, failures[0])
-            text = (
-                f"Commit of '{transaction.key}' could not be stored: {failures[0]}; "
-                "a broker restart completes it."
-            )
+            text = commit_failure_text(transaction.key, failures[0], self.journal.failed)
             done(None, _failure(transaction, XAER_RMFAIL, text))
             # The COMMIT record holds the batches from now on; the memory goes.
             self.byte_count -= transaction.byte_count
@@ -427,6 +428,7 @@ class TransactionStore:
                 if not table:
                     del self._sessions[transaction.session]
         self._open_count -= 1
+        self.limits.finished(transaction)
         self.byte_count -= transaction.byte_count
         transaction.batches = {}
         transaction.byte_count = 0
@@ -470,6 +472,7 @@ class TransactionStore:
         """Cancel every timeout (the broker is stopping)."""
         for transaction in self.live_transactions():
             self._cancel_timer(transaction)
+        self.limits.close()
 
 
 def _failure(transaction: Transaction, code: int, text: str) -> MetaError:

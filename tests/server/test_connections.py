@@ -1,0 +1,126 @@
+"""``ConnectionGuard`` on ``task.Clock`` with fake connections: limit, idle, header deadline."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from twisted.internet.task import Clock
+
+from meta.protocol.codec import Decoder
+from meta.server.connections import ConnectionGuard
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.aborted = False
+        self.lost = False
+
+    def getPeer(self):
+        return SimpleNamespace(host="127.0.0.1", port=4242)
+
+    def abortConnection(self) -> None:
+        self.aborted = True
+
+    def loseConnection(self) -> None:
+        self.lost = True
+
+
+class FakeConnection:
+    def __init__(self) -> None:
+        self.transport = FakeTransport()
+        self.received_bytes = 0
+        self.pending_header_bytes = 0
+        self.inflight = 0
+
+    @property
+    def closed(self) -> bool:
+        return self.transport.aborted or self.transport.lost
+
+
+def guard(connections_max: int = 10, idle_s: int = 0, header_s: int = 0) -> tuple:
+    config = SimpleNamespace(
+        connections_max=connections_max,
+        idle_connection_timeout_s=idle_s,
+        header_timeout_s=header_s,
+    )
+    clock = Clock()
+    return ConnectionGuard(config, clock), clock
+
+
+def test_a_connection_beyond_the_maximum_is_aborted():
+    connection_guard, _clock = guard(connections_max=2)
+    first, second, third = FakeConnection(), FakeConnection(), FakeConnection()
+    assert connection_guard.admit(first)
+    assert connection_guard.admit(second)
+    assert not connection_guard.admit(third)
+    assert third.transport.aborted
+    assert connection_guard.refused == 1
+    connection_guard.lost(first)
+    assert connection_guard.admit(FakeConnection())
+
+
+def test_an_idle_connection_is_closed_with_a_fin_after_the_timeout():
+    connection_guard, clock = guard(idle_s=8)
+    connection = FakeConnection()
+    connection_guard.admit(connection)
+    clock.advance(6)
+    assert not connection.closed
+    clock.advance(connection_guard.sweep_period_s * 2)
+    assert connection.transport.lost
+
+
+def test_reading_keeps_a_connection_from_being_idle():
+    connection_guard, clock = guard(idle_s=8)
+    connection = FakeConnection()
+    connection_guard.admit(connection)
+    for _ in range(10):
+        clock.advance(4)
+        connection.received_bytes += 10
+    assert not connection.closed
+
+
+def test_a_connection_with_a_request_in_flight_is_not_idle():
+    connection_guard, clock = guard(idle_s=8)
+    connection = FakeConnection()
+    connection.inflight = 1
+    connection_guard.admit(connection)
+    clock.advance(60)
+    assert not connection.closed
+    connection.inflight = 0
+    clock.advance(10)
+    assert connection.closed
+
+
+def test_a_header_that_stays_incomplete_is_reset_after_the_deadline():
+    connection_guard, clock = guard(header_s=4)
+    connection = FakeConnection()
+    connection_guard.admit(connection)
+    for _ in range(20):  # one byte a second, never a CR LF
+        clock.advance(1)
+        connection.received_bytes += 1
+        connection.pending_header_bytes += 1
+        if connection.closed:
+            break
+    assert connection.transport.aborted
+    assert clock.seconds() <= 4 + 2 * connection_guard.sweep_period_s
+
+
+def test_each_new_header_gets_its_own_deadline():
+    connection_guard, clock = guard(header_s=4)
+    connection = FakeConnection()
+    connection_guard.admit(connection)
+    for _ in range(40):  # a partial header at every sweep, but a new one each second
+        connection.received_bytes += 30
+        connection.pending_header_bytes = 5
+        clock.advance(1)
+    assert not connection.closed
+
+
+def test_the_decoder_reports_only_incomplete_header_bytes():
+    decoder = Decoder()
+    decoder.receive_data(b"vers")
+    assert decoder.pending_header_bytes == 4
+    decoder.receive_data(b"ion 1\r\nput t 0 10 0 2\r\nabc")
+    assert decoder.next_command() is not None  # the version
+    decoder.next_command()  # the put waits for its body
+    assert decoder.pending_header_bytes == 0
