@@ -22,8 +22,6 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterable, Mapping
 
-import psutil
-
 __all__ = ["Interfaces", "interface_addresses", "is_loopback", "local_host"]
 
 Interfaces = Mapping[str, Iterable[tuple[int, str]]]
@@ -32,6 +30,8 @@ Interfaces = Mapping[str, Iterable[tuple[int, str]]]
 
 def interface_addresses() -> dict[str, list[tuple[int, str]]]:
     """The IPv4 and IPv6 addresses of every network interface, in the system's order."""
+    import psutil  # Here, not at module level: importing the client stays cheap.
+
     return {
         name: [
             (int(address.family), address.address)
