@@ -16,7 +16,7 @@ from kazoo.client import KazooClient
 
 from meta.protocol.commands import Put
 from meta.protocol.message import checksum
-from meta.server.registry_nodes import topic_paths
+from meta.server.broker_nodes import topic_paths
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.client_helpers import wait_for
 from tests.integration.zookeeper import ZooKeeperServer
