@@ -178,7 +178,7 @@ def test_rejected_topics_and_offsets_from_json_equal_the_text_items(broker_clien
     assert rejected_puts(json_client)[0][0] == "put_too_large"
     assert topic_rows(json_client) == topic_rows(text_client)
     rows = topic_rows(json_client)
-    assert any(row["topic"] == "quiet" and row["partitions"] == 0 for row in rows)
+    assert any(row["topic"] == "json-empty" and row["partitions"] == 0 for row in rows)
     assert partition_stats(json_client) == partition_stats(text_client)
     assert json_client.answers_json_stats is True
 
