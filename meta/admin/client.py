@@ -157,6 +157,8 @@ class AdminClient:
                 f"cannot connect to broker {self.name}: {_os_reason(error)}"
             ) from None
         self._timeout_s = timeout_s
+        self.answers_json_stats: bool | None = None
+        """Whether the broker answers ``stats json:...`` (None until asked; see ``reads``)."""
 
     def transaction(self, key: str, type_: str, unique_qualifier: str | None = None) -> Result:
         """Send ``transaction <key> <sid> <type> [<qualifier>] <opaque>``; return its reply."""

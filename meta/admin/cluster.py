@@ -6,12 +6,15 @@
   counts, and how many partitions producers (``topics-pub``) and consumers (``topics-sub``)
   see (ZooKeeper only).
 * ``partitions [TOPIC]``: per broker partition, its min and max offsets and size in bytes
-  (``stats offsets``) and the number of segments holding data (walked with ``offset``, see
+  (``stats json:offsets``, or ``stats offsets`` on a broker that answers text) and the number
+  of segments holding data (walked with ``offset``, see
   ``meta.admin.reads``). Partitions registered in ZooKeeper that have no store yet show
   ``-`` offsets and 0 segments. An unreachable broker is reported on stderr, the other rows
   are printed, and the exit status is 2.
 * ``stats BROKER``: the ``stats`` general block of one broker (id, or ``HOST:PORT`` without
-  ZooKeeper), and ``stats topics`` with ``--topics``.
+  ZooKeeper), the puts it refused for their size, and ``stats topics`` with ``--topics``.
+  Each is read from the broker's ``stats json:<item>`` document, or parsed from the text item
+  on a broker that answers text (a Java broker); the output is the same either way.
 
 Single-threaded.
 """
@@ -33,8 +36,9 @@ from meta.admin.client import (
 )
 from meta.admin.options import cluster_options
 from meta.admin.output import Progress, key_values, table, to_json
-from meta.admin.reads import PartitionReader, stats_lines
+from meta.admin.reads import PartitionReader, stats_document, stats_lines
 from meta.admin.session import ClusterSession
+from meta.status.facts import COUNTER_NAMES
 
 
 def add_parser(commands: argparse._SubParsersAction, connection: argparse.ArgumentParser) -> None:
@@ -63,8 +67,9 @@ def add_parser(commands: argparse._SubParsersAction, connection: argparse.Argume
         parents=[options],
         help="show each partition's offsets, size and segments",
         description="Show, per broker partition, the min and max offsets and the size in "
-        "bytes (from 'stats offsets') and the number of segments holding data (walked with "
-        "the offset command).",
+        "bytes (from 'stats json:offsets', or 'stats offsets' on a broker without JSON stats "
+        "such as a Java broker) and the number of segments holding data (walked with the "
+        "offset command).",
     )
     partitions.add_argument("topic", nargs="?", metavar="TOPIC", help="only this topic")
     partitions.set_defaults(run=run_partitions, open_session=ClusterSession.from_arguments)
@@ -72,8 +77,11 @@ def add_parser(commands: argparse._SubParsersAction, connection: argparse.Argume
         "stats",
         parents=[options],
         help="pretty-print a broker's stats",
-        description="Print the general block of a broker's 'stats' command, and the "
-        "per-topic lines of 'stats topics' with --topics.",
+        description="Print the general block of a broker's 'stats' command, the puts it "
+        "refused for their size, and the per-topic lines of 'stats topics' with --topics. "
+        "A metaq-py broker is read through its JSON items (stats json:general, json:rejected, "
+        "json:topics); a broker that answers only text (a Java broker) through the text "
+        "items. The output is the same either way.",
     )
     stats.add_argument(
         "broker_name", metavar="BROKER", help="broker id (looked up in ZooKeeper) or HOST:PORT"
@@ -260,9 +268,54 @@ def _partition_row(
 # --- stats -----------------------------------------------------------------------------------
 
 
-def _rejected_puts(client: AdminClient) -> list[tuple[str, str]]:
-    """metaq-py's ``stats rejected`` (puts refused for their size) as name/value pairs; none
-    from a Java broker, which reads the item as a topic name."""
+TOPIC_FIELDS = ("topic", "partitions", "message_count", "message_bytes")
+TOPIC_FIELDS += ("accept_publish", "accept_subscribe")
+"""The keys of a ``meta-admin stats --topics`` row."""
+
+GENERAL_FROM_JSON = {
+    "uptime": lambda document: int(document["uptime_seconds"]),
+    "version": lambda document: document["wire_version"],
+    "slave": lambda document: document["role"] != "master",
+    "curr_connections": lambda document: document["connections"],
+}
+"""General block names whose ``stats json:general`` fact has another name or unit."""
+
+GENERAL_NAMES = ("pid", "broker_id", "port", "uptime", "version", "slave", "curr_connections")
+GENERAL_NAMES += ("threads", "counters", "total_messages", "topics", "config_checksum")
+"""The text general block's names in its order; ``counters`` stands for the command counters."""
+
+
+def general_block(client: AdminClient) -> list[tuple[str, str]]:
+    """The general block as name/value pairs, the same from ``stats json:general`` as from the
+    text item (a Java broker's)."""
+    document = stats_document(client, "general")
+    if document is None:
+        return [line.partition(" ")[::2] for line in stats_lines(client, "")]
+    pairs = []
+    for name in GENERAL_NAMES:
+        if name == "counters":
+            counters = document["counters"]
+            pairs += [(counter, _text(counters.get(counter))) for counter in COUNTER_NAMES]
+            continue
+        fact = GENERAL_FROM_JSON.get(name, lambda document, name=name: document[name])
+        pairs.append((name, _text(fact(document))))
+    return pairs
+
+
+def _text(value: object) -> str:
+    """A JSON value as the text items write it: ``true``/``false``, ``-`` for none."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "-" if value is None else str(value)
+
+
+def rejected_puts(client: AdminClient) -> list[tuple[str, str]]:
+    """metaq-py's ``stats json:rejected`` or ``stats rejected`` (puts refused for their size) as
+    name/value pairs; none from a Java broker, which reads both items as topic names."""
+    document = stats_document(client, "rejected")
+    if document is not None:
+        names = ("put_too_large", "put_too_large_last", "max_message_size")
+        return [(name, _text(document[name])) for name in names]
     lines = stats_lines(client, "rejected")
     if not lines or not lines[0].startswith("put_too_large "):
         return []
@@ -272,11 +325,9 @@ def _rejected_puts(client: AdminClient) -> list[tuple[str, str]]:
 def run_stats(arguments: argparse.Namespace, session: ClusterSession) -> int:
     client = _stats_client(session, arguments.broker_name)
     # "name value" lines; the table shows the values as the broker wrote them.
-    general = [line.partition(" ")[::2] for line in stats_lines(client, "")]
-    rejected = _rejected_puts(client)
-    topics = (
-        [_topic_stats(line) for line in stats_lines(client, "topics")] if arguments.topics else None
-    )
+    general = general_block(client)
+    rejected = rejected_puts(client)
+    topics = topic_rows(client) if arguments.topics else None
     if arguments.json:
         document: dict = {"broker": client.name, "general": {n: _number(v) for n, v in general}}
         if rejected:
@@ -331,23 +382,40 @@ def _number(text: str) -> object:
     return text
 
 
+def topic_rows(client: AdminClient) -> list[dict]:
+    """Per-topic rows from ``stats json:topics``, or from the text ``stats topics`` lines."""
+    document = stats_document(client, "topics")
+    if document is None:
+        return [_topic_stats(line) for line in stats_lines(client, "topics")]
+    rows = [
+        {
+            "topic": topic["topic"],
+            "partitions": topic["partitions"],
+            "message_count": topic["messages"],
+            "message_bytes": topic["bytes"],
+            "accept_publish": topic["accept_publish"],
+            "accept_subscribe": topic["accept_subscribe"],
+        }
+        for topic in document["topics"]
+    ]
+    return rows + [_topic_without_stores(name) for name in document["without_stores"]]
+
+
+def _topic_without_stores(name: str) -> dict:
+    """The row of a configured topic without stores (``<topic> *Empty*`` in the text item)."""
+    row: dict = dict.fromkeys(TOPIC_FIELDS)
+    return {**row, "topic": name, "partitions": 0}
+
+
 def _topic_stats(line: str) -> dict:
     """One ``stats topics`` line: ``<topic> partitions <n> message_count <n> message_bytes
     <n> accept_publish <b> accept_subscribe <b>``, or ``<topic> *Empty*``."""
     tokens = line.split(" ")
-    document: dict = {
-        "topic": tokens[0],
-        "partitions": None,
-        "message_count": None,
-        "message_bytes": None,
-        "accept_publish": None,
-        "accept_subscribe": None,
-    }
+    document: dict = {**dict.fromkeys(TOPIC_FIELDS), "topic": tokens[0]}
     pairs = tokens[1:]
     if len(pairs) % 2:
         if pairs == ["*Empty*"]:
-            document["partitions"] = 0
-            return document
+            return _topic_without_stores(tokens[0])
         raise AdminError(f"unexpected 'stats topics' line {line!r}")
     for name, value in zip(pairs[::2], pairs[1::2], strict=True):
         if name in document:

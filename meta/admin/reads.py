@@ -5,7 +5,9 @@ Everything goes through ``AdminClient`` (the shared codec, one blocking connecti
 broker), with the commands every MetaQ broker answers, so the tools also work against a Java
 broker:
 
-* ``stats offsets`` gives every store's min and max offsets in one request;
+* ``stats offsets`` gives every store's min and max offsets in one request (``stats
+  json:offsets`` on a metaq-py broker: ``stats_document`` asks the JSON item first and falls
+  back to the text item when the broker answers text, as a Java broker does);
 * ``offset`` answers the start of the segment holding an offset (wire spec §2.3), so walking
   down from the end (``offset(max - 1)``, then ``offset(start - 1)``...) lists the segments
   that hold data, one request each. An empty newest segment (just rolled) holds no offset and
@@ -24,6 +26,7 @@ budget. Single-threaded.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -33,6 +36,7 @@ from meta.errors import InvalidRecordError
 from meta.message_id import id_time_ms
 from meta.protocol.commands import LONG_MAX, Data, Result
 from meta.protocol.message import HEADER, HEADER_SIZE, Record, iter_messages
+from meta.status.json_items import PREFIX as JSON_PREFIX
 
 READ_BYTES = 256 * 1024
 """Bytes asked for per ``get``."""
@@ -62,6 +66,36 @@ class Position:
     record: Record | None = None
 
 
+def stats_document(client: AdminClient, name: str) -> dict | None:
+    """The ``stats json:<name>`` document, or None from a broker that answers only text.
+
+    A Java broker (or a metaq-py broker older than the item) reads ``json:<name>`` as a topic
+    name and answers a ``STATS`` text block; the client then remembers that the broker has no
+    JSON items and asks none again, so a caller falls back to the text item at the cost of
+    one request per connection.
+
+    Raises:
+        BrokerRefusedError: neither a JSON object nor a ``STATS`` text block.
+    """
+    if client.answers_json_stats is False:
+        return None
+    reply = client.stats(JSON_PREFIX + name)
+    if reply.code == 200 and reply.body.startswith(b"STATS\r\n"):
+        client.answers_json_stats = False
+        return None
+    try:
+        document = json.loads(reply.body) if reply.code == 200 else None
+    except ValueError:
+        document = None
+    if not isinstance(document, dict) or document.get("item") != name:
+        raise BrokerRefusedError(
+            f"broker {client.name} answered 'stats {JSON_PREFIX}{name}' with result "
+            f"{reply.code}: {reply.body.decode('utf-8', 'replace').strip()[:200]!r}"
+        )
+    client.answers_json_stats = True
+    return document
+
+
 def stats_lines(client: AdminClient, item: str) -> list[str]:
     """The lines of a ``stats <item>`` reply between ``STATS`` and ``END``.
 
@@ -80,7 +114,16 @@ def stats_lines(client: AdminClient, item: str) -> list[str]:
 
 
 def partition_stats(client: AdminClient) -> dict[tuple[str, int], PartitionStats]:
-    """Every store of a broker from ``stats offsets``, by ``(topic, partition)``."""
+    """Every store of a broker, by ``(topic, partition)``: from ``stats json:offsets``, or
+    from the text ``stats offsets`` on a broker without JSON items."""
+    document = stats_document(client, "offsets")
+    if document is not None:
+        return {
+            (row["topic"], row["partition"]): PartitionStats(
+                row["topic"], row["partition"], row["min_offset"], row["max_offset"]
+            )
+            for row in document["partitions"]
+        }
     found = {}
     for line in stats_lines(client, "offsets"):
         tokens = line.split(" ")

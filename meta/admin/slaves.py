@@ -1,10 +1,11 @@
 """``meta-admin slaves [BROKER]``: each async slave's replication lag, per partition.
 
 The slaves are found in ZooKeeper (``R/brokers/ids/B/slave<N>``); each is asked ``stats
-slave`` (metaq-py's own item, ``meta.slave.lag``: one line per partition with the slave's
-end, the master's end at the last check, the lag in bytes and seconds, and the state). A
-slave that cannot be reached, or that does not answer that item (a Java slave reads it as a
-topic name), is reported on stderr, the other rows are printed, and the exit status is 2.
+json:slave`` (one row per partition with the slave's end, the master's end at the last check,
+the lag in bytes and seconds, and the state), or, from a broker that answers text, ``stats
+slave`` (metaq-py's own text item, ``meta.slave.lag``, one line per partition). A slave that
+cannot be reached, or that answers neither (a Java slave reads both as topic names), is
+reported on stderr, the other rows are printed, and the exit status is 2.
 
 Single-threaded.
 """
@@ -14,10 +15,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from meta.admin.client import EXIT_OK, EXIT_USAGE, AdminError, BrokerRefusedError
+from meta.admin.client import (
+    EXIT_OK,
+    EXIT_USAGE,
+    AdminClient,
+    AdminError,
+    BrokerRefusedError,
+)
 from meta.admin.options import cluster_options
 from meta.admin.output import table, to_json
-from meta.admin.reads import stats_lines
+from meta.admin.reads import stats_document, stats_lines
 from meta.admin.session import ClusterSession
 from meta.client.cluster import BrokerAddress
 from meta.errors import ClientError
@@ -59,6 +66,24 @@ def parse_lag_line(line: str) -> dict:
     return row
 
 
+def lag_rows(client: AdminClient) -> list[dict]:
+    """A slave's lag rows: from ``stats json:slave``, or the text ``stats slave`` lines.
+
+    Raises:
+        BrokerRefusedError: the broker is not an async slave (a master's JSON document has
+            no rows and says its role; a Java slave answers neither item).
+    """
+    document = stats_document(client, "slave")
+    if document is None:
+        return [parse_lag_line(line) for line in stats_lines(client, "slave")]
+    if document["role"] != "async_slave":
+        raise BrokerRefusedError(f"broker {client.name} is a {document['role']}, not a slave")
+    return [
+        {name: row[name] for name in ("topic", "partition", *FIELDS)}
+        for row in document["async_slave"]
+    ]
+
+
 def run_slaves(arguments: argparse.Namespace, session: ClusterSession) -> int:
     zk = session.zk
     nodes = zk.brokers()
@@ -71,8 +96,7 @@ def run_slaves(arguments: argparse.Namespace, session: ClusterSession) -> int:
             try:
                 address = BrokerAddress.parse_uri(node.slaves[slave_id])
                 client = session.client_at(address.host, address.port)
-                lines = stats_lines(client, "slave")
-                found = [parse_lag_line(line) for line in lines]
+                found = lag_rows(client)
             except (AdminError, ClientError) as error:
                 print(f"meta-admin: {where} left out: {error}", file=sys.stderr)
                 status = EXIT_USAGE

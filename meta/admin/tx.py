@@ -4,9 +4,10 @@ Subcommands, each one connection to a live broker:
 
 * ``list [--qualifier Q] [--all]``: the keys ``transaction null <sid> RECOVER [Q]`` returns
   (prepared branches and heuristically finished ones), with state, message count and bytes
-  from ``stats transactions`` (one ``<key> <state> <messages> <bytes>`` line per live
-  transaction). A broker without that item (a Java broker answers it as an unknown topic) gets
-  the RECOVER keys alone. ``--all`` adds the transactions that are still open.
+  from ``stats json:transactions`` (or, from a broker that answers text, ``stats
+  transactions``: one ``<key> <state> <messages> <bytes>`` line per live transaction). A
+  broker without either item (a Java broker answers both as unknown topics) gets the RECOVER
+  keys alone. ``--all`` adds the transactions that are still open.
 * ``commit KEY`` / ``rollback KEY``: ``HEURISTIC_COMMIT`` / ``HEURISTIC_ROLLBACK``, this
   project's stand-in for Java's JMX operations. Our broker accepts them only from its own
   host, journals the outcome and keeps the branch listed (clients then get ``XA_HEURCOM`` 7
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 
 from meta.admin.client import EXIT_OK, AdminClient, BrokerRefusedError, reply_text
 from meta.admin.output import to_json
+from meta.admin.reads import stats_document
 from meta.errors import LocalProtocolError
 from meta.protocol.commands import Result
 from meta.protocol.transaction_key import XATransactionId, parse_transaction_key
@@ -207,7 +209,14 @@ def check_forgettable(client: AdminClient, key: str) -> None:
 
 
 def live_transactions(client: AdminClient) -> dict[str, TransactionRow] | None:
-    """``stats transactions`` as rows by key, or None when the broker does not know the item."""
+    """Live transactions by key, from ``stats json:transactions`` or, on a broker that answers
+    text, ``stats transactions``; None when the broker has neither item (a Java broker)."""
+    document = stats_document(client, "transactions")
+    if document is not None:
+        return {
+            row["key"]: TransactionRow(row["key"], row["state"], row["messages"], row["bytes"])
+            for row in document["transactions"]
+        }
     reply = client.stats("transactions")
     if reply.code != 200:
         return None

@@ -13,6 +13,7 @@ group commit, ZooKeeper off):
   dashboard's clients is at least 95% of the rate without them (medians of the turns).
 
 The HTTP clients run in this process's threads, the producer in the main thread.
+``tools/bench`` runs the same measurements as its ``dashboard`` scenario (``bench_row``).
 """
 
 from __future__ import annotations
@@ -106,13 +107,22 @@ class Pollers:
 
 def measure_turns(broker: BenchBroker, url: str, turns: int, seconds: float) -> dict:
     frames = PutFrames(TOPIC, 128)
-    alone, polled = [], []
+    alone, polled, polled_messages, polled_seconds = [], [], 0, 0.0
     for _ in range(turns):
         alone.append(run_pipelined(broker.address, frames, seconds, 10**9)["msg_per_s"])
         with Pollers(url):
-            polled.append(run_pipelined(broker.address, frames, seconds, 10**9)["msg_per_s"])
+            result = run_pipelined(broker.address, frames, seconds, 10**9)
+        polled.append(result["msg_per_s"])
+        polled_messages += result["messages"]
+        polled_seconds += result["seconds"]
     ratio = statistics.median(polled) / statistics.median(alone)
-    return {"alone_msg_per_s": alone, "polled_msg_per_s": polled, "ratio": ratio}
+    return {
+        "alone_msg_per_s": alone,
+        "polled_msg_per_s": polled,
+        "ratio": ratio,
+        "polled_messages": polled_messages,
+        "polled_seconds": polled_seconds,
+    }
 
 
 def run(args: argparse.Namespace, work: Path) -> dict:
@@ -123,6 +133,24 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         scrape = measure_scrape(broker, url, args.scrapes)
         turns = measure_turns(broker, url, args.turns, args.seconds)
     return {"partitions": args.partitions, "scrape": scrape, "turns": turns}
+
+
+def bench_row(report: dict) -> dict:
+    """``tools/bench``'s ``dashboard`` row from ``run``'s report: the puts made with the
+    pollers (messages, seconds, the median rate), the median rate alone, and the scrape."""
+    scrape, turns = report["scrape"], report["turns"]
+    return {
+        "messages": turns["polled_messages"],
+        "seconds": turns["polled_seconds"],
+        "msg_per_s": statistics.median(turns["polled_msg_per_s"]),
+        "alone_msg_per_s": statistics.median(turns["alone_msg_per_s"]),
+        "polled_ratio": turns["ratio"],
+        "partitions": report["partitions"],
+        "scrapes": scrape["scrapes"],
+        "scrape_cpu_ms": scrape["broker_cpu_ms_per_scrape"],
+        "scrape_wall_ms": scrape["wall_ms_per_scrape"],
+        "scrape_bytes": scrape["bytes_per_scrape"],
+    }
 
 
 def format_report(report: dict) -> str:

@@ -27,9 +27,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from meta import __version__
+from meta.status.facts import broker_role
 from meta.tx import states
 
-__all__ = ["CONTENT_TYPE", "BrokerCollector", "BrokerMetrics", "broker_role", "consumer_lag_text"]
+__all__ = ["CONTENT_TYPE", "BrokerCollector", "BrokerMetrics", "consumer_lag_text"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """Spec §3.4: the text format 0.0.4, which ``generate_latest`` writes (newer releases of
@@ -40,11 +41,6 @@ FSYNC_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 
 PARTITION_LABELS = ("topic", "partition")
 OPEN_STATES = frozenset({states.START, states.IN_USE})
-
-
-def broker_role(broker: Any) -> str:
-    """``master`` or ``async_slave`` (the ``sync_*`` roles belong to synchronous replication)."""
-    return "master" if broker.slave_id < 0 else "async_slave"
 
 
 class BrokerMetrics:

@@ -22,7 +22,6 @@ from typing import Any
 from urllib.parse import quote
 
 from meta.config import read_config_bytes
-from meta.dashboard import facts
 from meta.dashboard.html import (
     bar_chart,
     error_fragment,
@@ -35,6 +34,7 @@ from meta.dashboard.html import (
     table,
 )
 from meta.dashboard.logring import LogRing
+from meta.status import facts
 
 STATS_ITEMS = ("", "topics", "offsets", "realtime", "transactions", "slave", "help")
 RLIMITS = ("RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_FSIZE")

@@ -16,11 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from meta.dashboard import facts, pages
-from meta.dashboard.health import readiness
+from meta.dashboard import pages
 from meta.dashboard.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from meta.dashboard.metrics import consumer_lag_text
 from meta.dashboard.shell import shell_page
+from meta.status import facts
+from meta.status.health import readiness
 
 NOT_FOUND_TEXT = "I am sorry, i can't find the page."
 """The Java dashboard's 404 text (spec §3.2)."""

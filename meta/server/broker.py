@@ -50,6 +50,7 @@ from meta.errors import describe_error
 from meta.local_address import is_loopback, local_host
 from meta.message_id import IdWorker
 from meta.server.connections import ConnectionGuard
+from meta.server.json_stats import is_json_item, render_json_stats
 from meta.server.protocol import BrokerFactory
 from meta.server.reload import (  # re-exported: callers import them from here
     RELOAD_DONE,
@@ -449,6 +450,8 @@ class Broker:
             self.realtime.record("offset", topic, group)
 
     def render_stats(self, item: str) -> tuple[int, bytes]:
+        if is_json_item(item):  # ours: one JSON document per item (meta.server.json_stats)
+            return render_json_stats(item, self, self._started_at, self._reactor.seconds())
         if item == "slave" and self.replication is not None:
             # Ours, on a slave only: replication lag per partition (meta.slave.lag). On a
             # master "slave" stays what Java makes of it: a topic name.

@@ -44,6 +44,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Protocol
 
 from meta.config import read_config_bytes
+from meta.status.facts import COUNTER_NAMES, exact_topic_names
 
 KINDS = ("put", "get", "offset", "get_miss", "put_failed", "message_size")
 """Realtime event kinds, in the order the ``realtime`` item prints them."""
@@ -393,15 +394,7 @@ def _general_lines(view: BrokerView) -> list[str]:
         ("slave", view.slave),
         ("curr_connections", view.curr_connections),
         ("threads", view.threads),
-        ("cmd_put", counters.cmd_put),
-        ("cmd_get", counters.cmd_get),
-        ("cmd_offset", counters.cmd_offset),
-        ("tx_begin", counters.tx_begin),
-        ("tx_xa_begin", counters.tx_xa_begin),
-        ("tx_commit", counters.tx_commit),
-        ("tx_rollback", counters.tx_rollback),
-        ("get_miss", counters.get_miss),
-        ("put_failed", counters.put_failed),
+        *((name, getattr(counters, name)) for name in COUNTER_NAMES),
         ("total_messages", sum(store.message_count for store in view.partitions)),
         ("topics", _topic_count(view)),
         ("config_checksum", view.config.checksum),
@@ -435,14 +428,9 @@ def _topic_totals(partitions: Iterable[PartitionView]) -> dict[str, _TopicTotals
     return totals
 
 
-def _exact_topic_names(config: StatsConfig) -> list[str]:
-    """Configured topic names in file order; wildcard sections are patterns, not topics."""
-    return [section.name for section in config.topics if "*" not in section.name]
-
-
 def _topic_count(view: BrokerView) -> int:
     with_stores = {store.topic for store in view.partitions}
-    without_stores = set(_exact_topic_names(view.config)) - with_stores
+    without_stores = set(exact_topic_names(view.config)) - with_stores
     return len(with_stores) + len(without_stores)
 
 
@@ -458,7 +446,7 @@ def _topics_lines(view: BrokerView) -> list[str]:
             f" accept_publish {_java_text(section.accept_publish)}"
             f" accept_subscribe {_java_text(section.accept_subscribe)}"
         )
-    for name in _exact_topic_names(view.config):
+    for name in exact_topic_names(view.config):
         if name not in totals:
             lines.append(f"{name} *Empty*")
     return lines
@@ -482,7 +470,7 @@ def _topic_lines(topic: str, view: BrokerView, realtime: RealtimeStats) -> list[
     totals = _topic_totals(store for store in view.partitions if store.topic == topic).get(topic)
     if totals is not None:
         result_code = 0
-    elif topic in _exact_topic_names(view.config):
+    elif topic in exact_topic_names(view.config):
         result_code = 2
     else:
         result_code = 1

@@ -35,6 +35,7 @@ TOPICS = {
     "console-follow": {"numPartitions": 1},
     "console-stop": {"numPartitions": 1},
     "console-empty": {"numPartitions": 1},
+    "json-empty": {"numPartitions": 1},
 }
 
 

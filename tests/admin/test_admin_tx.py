@@ -187,7 +187,7 @@ def test_the_transactions_stats_item_is_empty_without_transactions():
 
 
 class FakeJavaBroker:
-    """Answers RECOVER with ``keys``, ``stats transactions`` as an unknown topic, and closes
+    """Answers RECOVER with ``keys``, any ``stats`` item as an unknown topic, and closes
     the connection on anything else (as a Java broker does on an unknown transaction type)."""
 
     def __init__(self, keys: list[str]) -> None:
@@ -211,8 +211,8 @@ class FakeJavaBroker:
             tokens = line.decode().split()
             if tokens[0] == "transaction" and tokens[3] == "RECOVER":
                 body = "\r\n".join(self.keys).encode()
-            elif tokens[:2] == ["stats", "transactions"]:
-                body = b"STATS\r\ntransactions\r\nresultCode 1\r\nbytes 0\r\nEND\r\n"
+            elif tokens[0] == "stats":  # any item, json: ones too, reads as an unknown topic
+                body = b"STATS\r\n%s\r\nresultCode 1\r\nbytes 0\r\nEND\r\n" % tokens[1].encode()
             else:
                 return
             connection.sendall(b"result 200 %d %s\r\n%s" % (len(body), tokens[-1].encode(), body))

@@ -71,6 +71,12 @@ def test_quick_run_reports_every_scenario(tmp_path: Path):
     for key in ("join_s", "rebalance_join_s", "rebalance_leave_s"):
         assert 0 < group[key] < 60
     assert "consumer group of 2 over 4 partitions" in completed.stdout
+    dashboard = rows[("dashboard", "0")]  # its own broker (meta.bench.dashboard)
+    assert dashboard["messages"] > 0 and dashboard["alone_msg_per_s"] > 0
+    # Broker CPU is counted in clock ticks (10 ms): five small scrapes may read as 0.
+    assert dashboard["scrape_cpu_ms"] >= 0 and dashboard["scrapes"] == 5
+    assert dashboard["partitions"] == 20
+    assert "a /metrics scrape of 20 partitions costs" in completed.stdout
     e2e = rows[("e2e", "0")]
     assert e2e["messages"] > 0 and 0 < e2e["p50_ms"] <= e2e["p99_ms"]
     for mode in ("0", "1", "1000"):
@@ -86,7 +92,7 @@ def test_quick_run_reports_every_scenario(tmp_path: Path):
         assert tx_target["target"] == 0.5 * tx["paired_pipelined_msg_per_s"]
     assert "pipelined msg/s measured in turns with them" in completed.stdout
     scenarios = {entry["scenario"] for entry in report["targets"]}
-    assert scenarios >= {"pipelined", "consume", "tx", "consumer", "e2e"}
+    assert scenarios >= {"pipelined", "consume", "tx", "consumer", "e2e", "dashboard"}
     assert all(entry["ratio"] > 0 for entry in report["targets"])
     assert not list(tmp_path.glob("metaq-bench-*")), "temporary broker dirs were left behind"
 

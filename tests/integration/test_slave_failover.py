@@ -59,10 +59,11 @@ def lag_rows(broker: BrokerProcess) -> dict[tuple[str, int], list[str]]:
 
 
 def test_stats_slave_and_meta_admin_slaves_show_the_lag_per_partition(cluster, capsys):
-    """Goal: lag in bytes and seconds per partition, through ``stats slave`` and
-    ``meta-admin slaves``. Method: once the copy is identical, every partition must reach
-    lag 0 / 0 s with the master's end equal to the slave's; after the master stops, the
-    state says so. The arithmetic itself is unit-tested in tests/slave/test_lag.py."""
+    """Goal: lag in bytes and seconds per partition, through ``stats slave``, ``stats
+    json:slave`` and ``meta-admin slaves`` (which reads the JSON item). Method: once the copy
+    is identical, every partition must reach lag 0 / 0 s with the master's end equal to the
+    slave's; after the master stops, the state says so. The arithmetic itself is unit-tested
+    in tests/slave/test_lag.py."""
     cluster.master.start()
     cluster.slave.start()
     produce(cluster.master, 600, seed=11)
@@ -84,6 +85,10 @@ def test_stats_slave_and_meta_admin_slaves_show_the_lag_per_partition(cluster, c
     assert {(r["topic"], r["partition"], r["lag_bytes"]) for r in document["slaves"]} == {
         (topic, partition, 0) for topic, partition in ends
     }
+    with cluster.slave.connect() as connection:
+        reply = connection.request(Stats("json:slave", connection.next_opaque()))
+    rows = json.loads(reply.body)["async_slave"]
+    assert {(r["topic"], r["partition"]) for r in rows} == set(ends)  # what meta-admin read
     assert admin_main(["slaves", *zk, "0"]) == 0
     table = capsys.readouterr().out
     assert table.split("\n")[0].split() == [

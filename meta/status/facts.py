@@ -1,4 +1,4 @@
-"""What the JSON API (``/api/v1/...``) shows: plain dicts and lists built from the broker.
+"""A broker's facts as plain dicts and lists: the JSON API (``/api/v1/...``) and ``stats json:``.
 
 Each function reads the broker's public state at the moment of the request and returns
 values ``json.dumps`` can write. Nothing here reads ZooKeeper, files or the environment.
@@ -10,15 +10,33 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import threading
 from typing import Any
 
 from meta import __version__
-from meta.dashboard.health import not_ready_reasons
-from meta.dashboard.metrics import broker_role
+from meta.status.health import not_ready_reasons
+
+COUNTER_NAMES = (
+    "cmd_put",
+    "cmd_get",
+    "cmd_offset",
+    "tx_begin",
+    "tx_xa_begin",
+    "tx_commit",
+    "tx_rollback",
+    "get_miss",
+    "put_failed",
+)
+"""The command counters the ``stats`` general item shows, in its order (``BrokerCounters``)."""
 
 
 class UnknownTopicError(LookupError):
     """The topic has no partition store on this broker (the pages' error fragment)."""
+
+
+def broker_role(broker: Any) -> str:
+    """``master`` or ``async_slave`` (the ``sync_*`` roles belong to synchronous replication)."""
+    return "master" if broker.slave_id < 0 else "async_slave"
 
 
 def broker_facts(broker: Any, started_at_s: float, now_s: float) -> dict[str, Any]:
@@ -141,3 +159,45 @@ def transactions_facts(broker: Any) -> list[dict[str, Any]]:
         {"key": key, "state": state, "messages": count, "bytes": size}
         for key, state, count, size in broker.transactions.describe()
     ]
+
+
+def exact_topic_names(config: Any) -> list[str]:
+    """Configured topic names in file order; wildcard sections are patterns, not topics."""
+    return [section.name for section in config.topics if "*" not in section.name]
+
+
+def general_facts(broker: Any, started_at_s: float, now_s: float) -> dict[str, Any]:
+    """The ``stats`` general item's facts: ``broker_facts`` plus the command counters.
+
+    ``topics`` counts topics with stores and configured topics without stores yet, as the
+    text item does; ``total_messages`` sums every store.
+    """
+    logs = broker.store.partitions()
+    with_stores = {partition_log.topic for partition_log in logs}
+    return {
+        **broker_facts(broker, started_at_s, now_s),
+        "threads": threading.active_count(),
+        "counters": {name: getattr(broker.counters, name) for name in COUNTER_NAMES},
+        "total_messages": sum(partition_log.message_count for partition_log in logs),
+        "topics": len(with_stores | set(exact_topic_names(broker.config))),
+    }
+
+
+def topics_without_stores(broker: Any) -> list[str]:
+    """Configured topics that have no store yet (the text ``topics`` item's ``*Empty*``)."""
+    with_stores = {partition_log.topic for partition_log in broker.store.partitions()}
+    return [name for name in exact_topic_names(broker.config) if name not in with_stores]
+
+
+def rejected_facts(broker: Any) -> dict[str, Any]:
+    """Puts refused for their size (DECISIONS 8): how many, the last one, the limit.
+
+    ``put_too_large_last`` is ``<topic>-<partition> <bytes>``, or None before any.
+    """
+    counters = broker.counters
+    last = counters.put_too_large_last
+    return {
+        "put_too_large": counters.put_too_large,
+        "put_too_large_last": None if last == "-" else last,
+        "max_message_size": broker.config.message_bytes_max,
+    }

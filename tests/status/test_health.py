@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from meta.dashboard.health import NOT_SERVING, ZOOKEEPER_DISCONNECTED, readiness
+from meta.status.health import NOT_SERVING, ZOOKEEPER_DISCONNECTED, readiness
 from tests.dashboard.fakes import FakeBroker
 
 
