@@ -9,8 +9,7 @@ A send finds no partition for one of three reasons, and each needs a different f
   a partition's broker has not registered its address yet (starting or stopping).
 
 Each text names the topic, the brokers seen and what to do. No wire reply carries these
-texts, so they need not match Java's (``There is no aviable partition ...``, which the
-selectors keep for a caller that hands them an empty list).
+texts, so they need not match Java's one text for all three causes.
 
 Pure functions: they build errors and never read ZooKeeper (the producer passes what it saw).
 """
