@@ -110,11 +110,41 @@ class OperationTimeoutError(ClientError):
 
 
 class NoPartitionError(ClientError):
-    """No partition is available for a topic (not published, or no broker serves it)."""
+    """No partition is available for a topic (not published, or no broker serves it).
+
+    A producer raises one of its three subclasses, each naming its cause and the fix.
+    """
 
 
 class NoBrokerError(ClientError):
     """The chosen partition's broker has no reachable master right now."""
+
+
+class TopicNotPublishedError(NoPartitionError):
+    """The producer never called ``publish(topic)``, so it has no partition list for it."""
+
+
+class TopicNotServedError(NoPartitionError):
+    """ZooKeeper has no partition of the topic: no running broker is configured for it."""
+
+
+class BrokersUnavailableError(NoPartitionError, NoBrokerError):
+    """The topic's brokers are down or not registered yet (ZooKeeper has no master for them).
+
+    Also a ``NoBrokerError``: a partition whose broker has no master URI raised that before.
+    """
+
+
+class SendFailedError(ClientError):
+    """The broker refused or failed a put (``SendResult.raise_for_status``).
+
+    Attributes:
+        result: the failed ``SendResult``; its ``error_message`` is the broker's reply text.
+    """
+
+    def __init__(self, message: str, result: object) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 class MessageTooLargeError(ClientError):

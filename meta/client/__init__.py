@@ -2,7 +2,11 @@
 
 Start with ``MetaMessageSessionFactory(MetaClientConfig(zk_connect=...))`` and
 ``factory.create_producer()``, ``factory.create_xa_producer()`` or
-``factory.create_consumer(ConsumerConfig(group))``. Local transactions:
+``factory.create_consumer(ConsumerConfig(group))``; all of them are context managers.
+``producer.send(topic, data)`` raises on a refused put (``SendFailedError``) where Java's
+``send_message`` returns a failed ``SendResult``; ``consumer.subscribe(topic)`` then
+``consumer.poll(timeout_s)`` or ``for message in consumer.messages(...)`` reads without a
+listener. Local transactions:
 ``with producer.begin_transaction(): ...``; XA: ``producer.get_xa_resource()``.
 Importing this package has no side effects: no thread, no socket, and no kazoo import
 (kazoo is imported only when a factory uses ZooKeeper).

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meta.client.cluster import Partition
-from meta.errors import ClientError
+from meta.errors import ClientError, SendFailedError
 from meta.protocol.message import Record, decode_payload, encode_payload
 
 
@@ -86,14 +86,37 @@ def check_message(message: Message) -> None:
         raise ClientError(f"message key must be str, bytes or None, got {type(message.key)}")
 
 
+def as_message(
+    topic_or_message: str | Message,
+    data: bytes | None,
+    attribute: str | None = None,
+    key: str | bytes | None = None,
+) -> Message:
+    """The message of a Pythonic ``send(topic, data)`` or ``send(message)`` call.
+
+    Raises:
+        ClientError: a ``Message`` together with ``data``, ``attribute`` or ``key``, or a
+            topic without ``data``.
+    """
+    if isinstance(topic_or_message, Message):
+        if data is not None or attribute is not None or key is not None:
+            raise ClientError("send(message) takes no data, attribute or key: set them on it")
+        return topic_or_message
+    if data is None:
+        raise ClientError(f"send({topic_or_message!r}, data) needs the data (bytes)")
+    return Message(topic_or_message, data, attribute, key)
+
+
 @dataclass(frozen=True, slots=True)
 class SendResult:
     """The outcome of one send, with Java's ``SendResult`` semantics (spec §2.3).
 
-    On success ``partition`` is where the message went and ``offset`` its byte offset (-1 for a
-    transactional put). On failure ``partition`` is None, ``offset`` is -1 and
-    ``error_message`` is the broker's reply body (the literal ``"403"`` for a closed
-    partition).
+    On success (``success`` means stored by a broker) ``partition`` is where the message went
+    and ``offset`` its byte offset (-1 for a transactional put). On failure ``partition`` is
+    None, ``offset`` is -1 and ``error_message`` is the broker's reply body (the literal
+    ``"403"`` for a closed partition). An async producer's result says ``queued``: the
+    message is on its way or in the local backlog, not yet stored, so ``success`` is False
+    and ``error_message`` None.
     """
 
     success: bool
@@ -101,8 +124,35 @@ class SendResult:
     offset: int
     error_message: str | None
     msg_id: int | None = None
+    queued: bool = False
 
     @classmethod
     def failure(cls, error_message: str) -> SendResult:
         """Return a failed result: no partition, offset -1."""
         return cls(False, None, -1, error_message)
+
+    @classmethod
+    def queued_result(cls) -> SendResult:
+        """Return the result of a message handed to an async producer: queued, not stored."""
+        return cls(False, None, -1, None, None, True)
+
+    @property
+    def failed(self) -> bool:
+        """True when the broker refused or failed the put (neither stored nor queued)."""
+        return not self.success and not self.queued
+
+    def raise_for_status(self) -> SendResult:
+        """Raise if the put failed; return this result otherwise (stored or queued).
+
+        Returns:
+            This result, so that ``producer.send_message(m).raise_for_status().offset`` reads.
+
+        Raises:
+            SendFailedError: the broker refused or failed the put (its text in the message,
+                this result as ``error.result``).
+        """
+        if self.failed:
+            raise SendFailedError(
+                f"the broker did not store the message: {self.error_message}", self
+            )
+        return self

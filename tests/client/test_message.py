@@ -3,8 +3,8 @@
 import pytest
 
 from meta.client.cluster import Partition
-from meta.client.message import Message, SendResult, check_message
-from meta.errors import ClientError, InvalidRecordError
+from meta.client.message import Message, SendResult, as_message, check_message
+from meta.errors import ClientError, InvalidRecordError, SendFailedError
 from meta.protocol.message import Record
 
 
@@ -87,3 +87,32 @@ def test_a_send_result_is_immutable():
     result = SendResult(True, Partition(0, 1), 1024, None, msg_id=9)
     with pytest.raises(AttributeError):
         result.offset = 0
+
+
+def test_raise_for_status_raises_on_a_refused_put_with_the_broker_text():
+    refused = SendResult.failure("partition 0 of t is closed")
+    with pytest.raises(SendFailedError, match="partition 0 of t is closed") as caught:
+        refused.raise_for_status()
+    assert caught.value.result is refused
+
+
+def test_raise_for_status_returns_a_stored_result():
+    stored = SendResult(True, Partition(0, 1), 4096, None, 7)
+    assert stored.raise_for_status() is stored
+
+
+def test_a_queued_result_is_neither_stored_nor_failed():
+    queued = SendResult.queued_result()
+    assert (queued.success, queued.queued, queued.failed) == (False, True, False)
+    assert queued.offset == -1 and queued.error_message is None
+    assert queued.raise_for_status() is queued
+
+
+def test_as_message_builds_a_message_from_topic_and_data():
+    assert as_message("t", b"x", "a", "k") == Message("t", b"x", "a", "k")
+    message = Message("t", b"x")
+    assert as_message(message, None) is message
+    with pytest.raises(ClientError, match="takes no data"):
+        as_message(message, b"y")
+    with pytest.raises(ClientError, match="needs the data"):
+        as_message("t", None)

@@ -9,7 +9,8 @@ Offsets are committed to ZooKeeper every ``commit_offset_period_ms``, on every r
 at shutdown, in the Java format, so Python and Java consumers can share a group. In direct
 mode (a factory with ``server_url``) ``meta.client.consume.direct`` replaces the group: the
 partitions named in ``ConsumerConfig.partition`` are read from that one broker, no
-ZooKeeper, offsets in memory only (spec §3.2).
+ZooKeeper, offsets in memory only (spec §3.2). Topics subscribed without a listener are read
+with ``poll`` or ``messages`` instead (``meta.client.consume.handoff``).
 
 Invariants:
 
@@ -30,9 +31,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from meta.client.cluster import (
     BrokerAddress,
@@ -42,8 +43,11 @@ from meta.client.cluster import (
     validate_topic,
 )
 from meta.client.consume.delivery import Subscription
+from meta.client.consume.handoff import Handoff
 from meta.client.consume.recover import DEFAULT_DIRECTORY, RecoverManager, RecoverStore
+from meta.client.consume.subscriptions import SubscribeRegistry
 from meta.client.fetch.manager import FetchManager, FetchSettings, RejectHandler
+from meta.client.fetch.received import ReceivedMessage
 from meta.client.message import Message
 from meta.client.zk.balance import STRATEGIES
 from meta.errors import ClientClosedError, ClientError
@@ -61,6 +65,9 @@ OFFSET_RESETS = ("follow-broker", "earliest", "latest", "error")
 
 COMMIT_JOIN_S = 10.0
 """How long ``shutdown`` waits for a periodic offset commit in progress."""
+
+DEFAULT_MAX_SIZE = 1 << 20
+"""Bytes a fetch asks for when ``subscribe`` is given no ``max_size`` (1 MiB)."""
 
 REJECT_POLICIES = ("recover", "drop")
 """What happens to a message that failed too often (Java's ``RejectConsumptionHandler``)."""
@@ -160,41 +167,6 @@ class ConsumerConfig:
             )
 
 
-class SubscribeRegistry:
-    """The topics each group subscribes within one session factory (Java's
-    ``SubscribeInfoManager``): a topic may be subscribed once per group per factory.
-
-    Thread-safe.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._topics: dict[str, set[str]] = {}
-
-    def claim(self, group: str, topic: str) -> None:
-        """Record ``topic`` for ``group``.
-
-        Raises:
-            ClientError: ``group`` subscribed ``topic`` already in this factory.
-        """
-        with self._lock:
-            topics = self._topics.setdefault(group, set())
-            if topic in topics:
-                raise ClientError(
-                    f"topic {topic} is already subscribed by group {group} in this session "
-                    "factory (a topic may be subscribed once per group and factory)"
-                )
-            topics.add(topic)
-
-    def release(self, group: str, topics: Iterable[str]) -> None:
-        """Forget ``topics`` of ``group`` (its consumer shut down)."""
-        with self._lock:
-            claimed = self._topics.get(group, set())
-            claimed.difference_update(topics)
-            if not claimed:
-                self._topics.pop(group, None)
-
-
 class MessageConsumer:
     """A consumer in a group: subscribe, ``complete_subscribe``, then ``shutdown``.
 
@@ -254,9 +226,16 @@ class MessageConsumer:
         self._committer: threading.Thread | None = None
         self._recover_store: RecoverStore | None = None
         self._recover_manager: RecoverManager | None = None
+        self._handoff = Handoff()  # The listener of topics subscribed without one (poll).
+        self._polled: set[str] = set()
+        self._start_lock = threading.Lock()  # poll's one complete_subscribe
 
     def subscribe(
-        self, topic: str, max_size: int, listener: Any, message_filter: Any = None
+        self,
+        topic: str,
+        max_size: int = DEFAULT_MAX_SIZE,
+        listener: Any = None,
+        message_filter: Any = None,
     ) -> MessageConsumer:
         """Record a subscription (spec §3.2); fetching starts with ``complete_subscribe``.
 
@@ -265,7 +244,8 @@ class MessageConsumer:
             max_size: bytes asked for per fetch (> 0).
             listener: ``listener(message)``, or an object with ``receive_messages(message)``
                 and optionally an ``executor`` (``concurrent.futures.Executor``) that runs
-                its batches (see ``meta.client.consume.delivery``).
+                its batches (see ``meta.client.consume.delivery``); None: the topic's
+                messages are returned by ``poll`` and ``messages``.
             message_filter: None, ``filter(group, message) -> bool`` or an object with
                 ``accept(group, message)``; rejected messages skip the listener but count
                 as consumed (spec §3.6).
@@ -277,6 +257,9 @@ class MessageConsumer:
         validate_topic(topic)
         if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size <= 0:
             raise ClientError(f"max_size must be a positive int, got {max_size!r}")
+        polled = listener is None
+        if polled:
+            listener = self._handoff
         if not callable(getattr(listener, "receive_messages", listener)):
             raise ClientError(f"listener {listener!r} is neither callable nor has receive_messages")
         accept = getattr(message_filter, "accept", message_filter)
@@ -295,7 +278,64 @@ class MessageConsumer:
                 )
             self._registry.claim(group, topic)
             self._subscriptions[topic] = (max_size, Subscription(group, listener, message_filter))
+            if polled:
+                self._polled.add(topic)
         return self
+
+    def poll(self, timeout_s: float | None = None) -> ReceivedMessage | None:
+        """Return the next message of the topics subscribed without a listener.
+
+        The first call joins the group (``complete_subscribe``) if that was not done. The
+        offsets committed (periodically, on rebalance and at ``shutdown``) never pass a
+        message ``poll`` has not returned (``meta.client.consume.handoff``).
+
+        Args:
+            timeout_s: the longest wait for a message; None: until one comes or shutdown.
+
+        Returns:
+            The message, or None when none came within ``timeout_s`` or the consumer was
+            shut down meanwhile.
+
+        Raises:
+            ClientClosedError: the consumer was shut down before the call.
+            ClientError: no topic is subscribed without a listener, or joining failed.
+        """
+        self._check_open()
+        if not self._polled:
+            raise ClientError(
+                "poll() returns the messages of topics subscribed without a listener: "
+                "call consumer.subscribe(topic) first"
+            )
+        with self._start_lock:
+            if not self._completed:
+                self.complete_subscribe()
+        return self._handoff.poll(timeout_s)
+
+    def messages(
+        self, timeout_s: float | None = None, max_messages: int | None = None
+    ) -> Iterator[ReceivedMessage]:
+        """Iterate over the messages ``poll`` returns: ``for message in consumer.messages()``.
+
+        Args:
+            timeout_s: end after this long without a message; None: run until shutdown.
+            max_messages: end after this many messages; None: no limit.
+
+        Raises:
+            ClientClosedError, ClientError: as ``poll`` (on the first step).
+        """
+        count = 0
+        while max_messages is None or count < max_messages:
+            message = self.poll(timeout_s)
+            if message is None:
+                return
+            count += 1
+            yield message
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
 
     def get(self, topic: str, partition: Partition, offset: int, max_size: int = 1 << 20) -> Any:
         """Pull one batch outside the group (§3.9): a ``MessageIterator``, or None on
@@ -395,6 +435,7 @@ class MessageConsumer:
             group = self._group
             topics = list(self._subscriptions)
         self._registry.release(self.config.group, topics)
+        self._handoff.close()  # Before the group stops the fetch threads it may hold.
         self._stop_commits.set()
         if self._committer is not None and self._committer is not threading.current_thread():
             # Bounded: a commit stuck on a lost ZooKeeper connection ends when the factory

@@ -18,6 +18,7 @@ Invariants:
   next fetch reads. Offsets move only by the bytes of messages the listener accepted (and
   acknowledged), by a rejected head message, by a 301 answer (per ``offset_reset``) or by
   the ``offset`` answer after a bad checksum (the segment start, which can re-deliver).
+* A listener raising ``StopBatch`` ends the batch before its message without a failure.
 * A listener failure stops the batch; ``retries`` counts how often the head message failed
   in a row. Once it exceeds ``max_fetch_retries`` that message goes to the reject handler
   instead of the listener and the offset moves past it (spec §3.7): listener calls for one
@@ -391,7 +392,7 @@ class FetchManager:
         self._finish(request, base, batch)
         if batch.invalid is not None:
             self._jump_to_segment_start(request, batch.invalid)
-        elif not batch.consumed and not batch.failed and not request.control.rolled_back:
+        elif not (batch.consumed or batch.failed or batch.stopped or request.control.rolled_back):
             self.grow(request, data)
         elif len(data) < request.max_size // 2 and request.max_size > request.initial_max_size:
             # Shrink back toward the subscription's size (spec §3.6).
@@ -435,8 +436,10 @@ class FetchManager:
         elif batch.consumed:
             self._advance(request, base + batch.consumed, batch.last_id)
         control.reset()
-        if batch.consumed and not rolled_back:
-            request.delay_ms = 0  # Progress: fetch again at once (a new failed head included).
+        if (batch.consumed or batch.stopped) and not rolled_back:
+            # Progress, or a listener that stopped the batch to take the rest later (it
+            # waited for its taker already): fetch again at once.
+            request.delay_ms = 0
         else:
             self.backoff(request)
 

@@ -5,7 +5,10 @@
 ``decode_batch`` turns a fetched message set into ``ReceivedMessage`` objects in one loop
 (the consumer's hot path: no intermediate ``Record``), with exactly the checks of
 ``meta.protocol.message.iter_messages`` (a test pins the two to the same results).
-``deliver_batch`` gives a decoded batch to a listener, message by message, until one fails.
+``deliver_batch`` gives a decoded batch to a listener, message by message, until one fails
+or the listener raises ``StopBatch`` (the message it was given is then neither consumed nor
+failed: the next fetch delivers it again; a consumer's ``poll`` ends a batch this way when
+nobody takes the message).
 A ``PartitionControl`` belongs to the fetch thread holding its request: call it only from
 inside the listener call.
 """
@@ -30,6 +33,14 @@ from meta.protocol.message import (
 )
 
 log = logging.getLogger("meta.client")
+
+
+class StopBatch(Exception):
+    """Raised by a listener to end the batch before the message it was given.
+
+    That message does not count as consumed and the listener does not count as failed (no
+    retry is counted, nothing is rejected); the next fetch of the partition starts at it.
+    """
 
 
 class PartitionControl:
@@ -148,6 +159,7 @@ class Delivery:
     consumed: int = 0
     last_id: int | None = None
     failed: bool = False
+    stopped: bool = False
     invalid: InvalidRecordError | None = None
 
 
@@ -187,6 +199,9 @@ def deliver_batch(
         for message, size in decode_batch(data, base, topic, partition, control):
             try:
                 receive(message)
+            except StopBatch:
+                batch.stopped = True
+                break
             except Exception:
                 log.exception("listener failed on %s/%s@%d", topic, partition, message.offset)
                 message.rollback_only = True

@@ -3,7 +3,8 @@
 ``AsyncMessageProducer.async_send_message`` checks the message, takes
 ``max(1, len(data) // 4096)`` permits (capped at the window) from a window of ``window``
 permits, pipelines an ordinary put on the factory's shared connection and returns at once
-with Java's fake success (message id -1, offset -1). Permits come back when the reply or an
+with a queued result (``SendResult.queued``; Java returns a fake success, message id -1 and
+offset -1, which says stored when nothing is stored yet). Permits come back when the reply or an
 error arrives. When the window is exhausted, or a put fails (error, timeout or a failed
 reply), the message is appended to a ``LocalMessageStorage`` backlog
 (``<local_path>/<topic>@-1--1``, the ``RecoverFile`` format) and a ``PeriodicWorker`` re-sends
@@ -17,7 +18,7 @@ Invariants:
   is full (``BACKLOG_MESSAGES_MAX``) or the producer was shut down under it.
 * ``0 <= available permits <= window``.
 
-Differences from Java: the fake result carries no partition (the partition is chosen while
+Differences from Java: the queued result carries no partition (the partition is chosen while
 routing, after the caller got its result); the backlog is per topic, not per partition; the
 order between messages is not kept (use the ordered producer for that).
 
@@ -31,9 +32,10 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
+from typing import Self
 
 from meta.client.cluster import RANDOM_PARTITION
-from meta.client.message import Message, SendResult
+from meta.client.message import Message, SendResult, as_message
 from meta.client.produce.ordered import (
     BACKLOG_MESSAGES_MAX,
     LocalMessageStorage,
@@ -129,14 +131,42 @@ class AsyncMessageProducer:
         cost = permits_of(message, self.window)
         if not self._try_acquire(cost):
             self._to_local(message, "the window is exhausted")
-            return SendResult(True, None, -1, None, -1)
+            return SendResult.queued_result()
         try:
             future = self._inner.send_message_async(message, timeout_s)
         except ClientError:
             self._release(cost)
             raise
         future.add_done_callback(lambda done: self._completed(done, message, cost))
-        return SendResult(True, None, -1, None, -1)
+        return SendResult.queued_result()
+
+    def send(
+        self,
+        topic_or_message: str | Message,
+        data: bytes | None = None,
+        *,
+        attribute: str | None = None,
+        key: str | bytes | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> SendResult:
+        """Queue one message (``async_send_message`` with ``send(topic, data)``'s shape).
+
+        Returns:
+            A queued ``SendResult`` (``queued`` True): the message is on its way or in the
+            local backlog, not stored yet.
+
+        Raises:
+            ClientError, MessageTooLargeError: as ``async_send_message`` (a put that fails
+                later goes to the backlog and is re-sent).
+        """
+        message = as_message(topic_or_message, data, attribute, key)
+        return self.async_send_message(message, timeout_s).raise_for_status()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
 
     def recover_round(self) -> int:
         """Re-send every backlog once (the worker's round); return how many were acknowledged."""

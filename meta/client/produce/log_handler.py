@@ -1,10 +1,13 @@
 """``MetaLogHandler``: a ``logging.Handler`` that sends log records to a topic.
 
 The counterpart of Metamorphosis' log4j appender. ``emit`` formats the record and puts the
-bytes on a bounded queue; one daemon thread sends them with the producer's synchronous
-``send_message``. The application is never blocked: when the queue is full the record is
-dropped and counted (``dropped``), and a failed send is counted (``failed``) and reported on
-stderr at most once per ``REPORT_EVERY_S``. Records logged by the client library itself
+record and its bytes on a bounded queue; one daemon thread sends them with the producer's
+synchronous ``send_message``. The application is never blocked: when the queue is full the
+record is dropped and counted (``dropped``). A failed send (a refused put, an unconfigured
+topic, a broker down) is counted (``failed``) and goes to ``logging``'s own error path,
+``Handler.handleError(record)`` (a traceback on stderr while ``logging.raiseExceptions``
+is true, as for any handler), for the first failure and then at most once per
+``REPORT_EVERY_S``, so an outage does not flood stderr. Records logged by the client library itself
 (``meta.client``, ``kazoo``) and records logged on the sender thread are not sent, so a
 broker outage cannot feed the handler its own errors.
 
@@ -17,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import sys
 import threading
 import time
 from typing import Any
@@ -81,37 +83,31 @@ class MetaLogHandler(logging.Handler):
             self.handleError(record)
             return
         try:
-            self._queue.put_nowait(data)
+            self._queue.put_nowait((record, data))
         except queue.Full:
             self.dropped += 1
 
     def _run(self) -> None:
         """Sender thread: send queued records until the stop marker."""
         while True:
-            data = self._queue.get()
-            if data is _STOP:
+            item = self._queue.get()
+            if item is _STOP:
                 return
+            record, data = item
             try:
-                result = self._producer.send_message(Message(self.topic, data))
-                ok = result.success
-                reason = result.error_message
-            except Exception as error:  # a send failure must not kill the thread
-                ok, reason = False, str(error)
-            if ok:
-                self.sent += 1
-            else:
+                self._producer.send_message(Message(self.topic, data)).raise_for_status()
+            except Exception:  # A send failure must not kill the thread.
                 self.failed += 1
-                self._report(reason)
+                self._report(record)
+            else:
+                self.sent += 1
 
-    def _report(self, reason: str | None) -> None:
+    def _report(self, record: logging.LogRecord) -> None:
+        """Give the failure being handled to ``handleError``, rate-limited."""
         now = time.monotonic()
-        if now - self._last_report >= REPORT_EVERY_S:
+        if self.failed == 1 or now - self._last_report >= REPORT_EVERY_S:
             self._last_report = now
-            print(
-                f"MetaLogHandler: sending to topic {self.topic} failed ({reason}); "
-                f"{self.failed} failed, {self.dropped} dropped so far",
-                file=sys.stderr,
-            )
+            self.handleError(record)
 
     def close(self) -> None:
         """Send what is queued (bounded by ``close_timeout_s``), stop the thread, close."""

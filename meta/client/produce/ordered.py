@@ -6,7 +6,8 @@ expanded to ``B-0 .. B-(count-1)`` and sorted numerically), so a key keeps its p
 while that partition's broker is down. Messages that cannot be sent go to a per-partition
 backlog in ``LocalMessageStorage`` (``<local_path>/<topic>@<B-P>``, a ``RecoverFile`` of
 ``meta.client.local.message_file``: per-record CRC, fsync per append, torn-tail truncation,
-atomic compaction) and ``SendResult(True, partition, -1, "send to local")`` is returned. A
+atomic compaction) and a queued result is returned (``queued`` True, ``success`` False,
+``error_message`` Java's ``"send to local"``; Java says success, though nothing is stored). A
 ``PeriodicWorker`` thread re-sends each backlog in order through the normal synchronous path.
 
 Invariants:
@@ -37,10 +38,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Self
 
 from meta.client.cluster import Partition, validate_topic
 from meta.client.local.message_file import RecoverFile
-from meta.client.message import Message, SendResult, check_message
+from meta.client.message import Message, SendResult, as_message, check_message
 from meta.client.produce.producer import DEFAULT_TIMEOUT_S, MessageProducer
 from meta.client.produce.selectors import PartitionSelector
 from meta.errors import ClientClosedError, ClientError, MessageTooLargeError, NoPartitionError
@@ -351,8 +353,9 @@ class OrderedMessageProducer:
             timeout_s: how long to wait for the broker (a timeout keeps the message locally).
 
         Returns:
-            The broker's ``SendResult``; ``SendResult(True, partition, -1, "send to local")``
-            when stored locally; a failure when the backlog is full (the message is dropped).
+            The broker's ``SendResult``; a queued one (``queued`` True, ``error_message``
+            ``"send to local"``) when stored locally; a failure when the backlog is full
+            (the message is dropped).
 
         Raises:
             ClientError: invalid message, closed producer, or no configured partition.
@@ -376,6 +379,33 @@ class OrderedMessageProducer:
         if not result.success and result.error_message == "403":
             return self._to_local(message, partition)
         return result
+
+    def send(
+        self,
+        topic_or_message: str | Message,
+        data: bytes | None = None,
+        *,
+        attribute: str | None = None,
+        key: str | bytes | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> SendResult:
+        """Send to the message's configured partition, or queue it in that partition's backlog.
+
+        Returns:
+            The stored ``SendResult``, or a queued one (the partition's broker is down).
+
+        Raises:
+            SendFailedError: the broker refused the put, or the backlog is full (dropped).
+            ClientError, MessageTooLargeError: as ``send_message``.
+        """
+        message = as_message(topic_or_message, data, attribute, key)
+        return self.send_message(message, timeout_s).raise_for_status()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
 
     def choose_partition(self, message: Message) -> Partition:
         """The configured partition of ``message`` (the same while the configuration is).
@@ -456,4 +486,4 @@ class OrderedMessageProducer:
             return SendResult(
                 False, partition, -1, f"local backlog {message.topic}@{partition} full"
             )
-        return SendResult(True, partition, -1, SENT_TO_LOCAL)
+        return SendResult(False, partition, -1, SENT_TO_LOCAL, None, True)  # Queued.

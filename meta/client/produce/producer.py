@@ -25,8 +25,8 @@ a transactional put needs an explicit partition, and direct mode sends partition
 The future-based path is the throughput path, so its per-message work is kept small: a
 message of the common shape (no attribute, no key, a topic already checked) is checked by
 types alone, the last connection used is remembered, and the reply is turned into a
-``SendResult`` from the code and body the reader decoded in bulk (``ResultConverter``), with
-``Partition`` values cached (at most ``PARTITIONS_CACHED_MAX``).
+``SendResult`` from the code and body the reader decoded in bulk
+(``meta.client.produce.put_result``).
 
 Thread-safety: a producer may be shared by threads; ``send_message_async`` futures are
 completed in batches on the connection's reader thread (see ``meta.client.net.pipeline``), each
@@ -37,14 +37,15 @@ are per thread.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from meta.client.cluster import RANDOM_PARTITION, BrokerAddress, Partition, validate_topic
-from meta.client.message import Message, SendResult, check_message
-from meta.client.net.pipeline import ResultConverter
+from meta.client.message import Message, SendResult, as_message, check_message
+from meta.client.produce import unroutable
+from meta.client.produce.put_result import SendResultConverter
 from meta.client.produce.selectors import PartitionSelector
 from meta.client.transact.transaction import (
     DEFAULT_TRANSACTION_REQUEST_TIMEOUT_S,
@@ -57,14 +58,12 @@ from meta.errors import (
     ClientClosedError,
     ClientError,
     MessageTooLargeError,
-    NoBrokerError,
     NoPartitionError,
     OperationTimeoutError,
     TransactionError,
 )
-from meta.protocol.commands import Data, Put, Result
+from meta.protocol.commands import Put
 from meta.protocol.message import checksum
-from meta.protocol.put_reply import decode_put_reply
 
 if TYPE_CHECKING:
     from meta.client.factory import ConnectionPool
@@ -113,6 +112,8 @@ class MessageProducer:
         self._session_id: str | None = None  # made on first use: local_host() may be slow
         self._transaction_request_timeout_s = DEFAULT_TRANSACTION_REQUEST_TIMEOUT_S
         self._last_connection: tuple[BrokerAddress | None, Any] = (None, None)
+        # topic -> the brokers of its last snapshot that had partitions (one per topic).
+        self._served: dict[str, Mapping[int, BrokerAddress]] = {}
 
     @property
     def session_id(self) -> str:
@@ -267,6 +268,31 @@ class MessageProducer:
                 ) from None
             return future.result()  # Completed at this very moment.
 
+    def send(
+        self,
+        topic_or_message: str | Message,
+        data: bytes | None = None,
+        *,
+        attribute: str | None = None,
+        key: str | bytes | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> SendResult:
+        """Send one message and wait until a broker stored it; raise if none did.
+
+        ``send("topic", b"data")`` or ``send(Message(...))``. Unlike ``send_message`` (Java's
+        shape, which returns a failed ``SendResult``), a refused or failed put raises.
+
+        Returns:
+            The successful ``SendResult`` (partition, offset, msg_id).
+
+        Raises:
+            SendFailedError: the broker refused or failed the put (its text).
+            ClientError, MessageTooLargeError, OperationTimeoutError, TransactionError:
+                as ``send_message``; ``NoPartitionError`` subclasses say why no partition.
+        """
+        message = as_message(topic_or_message, data, attribute, key)
+        return self.send_message(message, timeout_s).raise_for_status()
+
     def send_message_async(
         self, message: Message, timeout_s: float = DEFAULT_TIMEOUT_S
     ) -> Future[SendResult]:
@@ -302,7 +328,7 @@ class MessageProducer:
             partition, address = self._route(message)
             connection = self._connection(address)
             put = Put(message.topic, partition.partition, payload, flag, 0, checksum(payload))
-            convert = _SendResultConverter(message, partition.broker_id)
+            convert = SendResultConverter(message, partition.broker_id)
             return connection.request(put, timeout_s, convert)
         except ClientError as error:
             failed: Future[SendResult] = Future()
@@ -325,7 +351,7 @@ class MessageProducer:
         connection = self._pool.get(address)
         tx_key = branch.transaction_key(connection, address)
         put = Put(message.topic, partition.partition, payload, flag, 0, checksum(payload), tx_key)
-        convert = _SendResultConverter(message, partition.broker_id)
+        convert = SendResultConverter(message, partition.broker_id)
         return connection.request(put, timeout_s, convert)
 
     def shutdown(self) -> None:
@@ -340,6 +366,12 @@ class MessageProducer:
                     self._view.unpublish(topic)
         if self._on_shutdown is not None:
             self._on_shutdown(self)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
 
     def _check_open(self) -> None:
         if self._shut_down:
@@ -393,20 +425,31 @@ class MessageProducer:
         """Choose the partition and its master broker (spec §2.2).
 
         Raises:
-            NoPartitionError: the topic has no partition (not published, or no broker).
-            NoBrokerError: the chosen partition's broker has no master URI right now.
+            TopicNotPublishedError: ``publish(topic)`` was never called.
+            TopicNotServedError: no broker serves the topic (nothing in ZooKeeper).
+            BrokersUnavailableError: the topic's brokers are down or not registered yet.
         """
         if self._direct_broker is not None:
             return RANDOM_PARTITION, self._direct_broker
-        snapshot = self._snapshot(message.topic)
-        partition = self._selector.get_partition(message.topic, snapshot.partitions, message)
+        topic = message.topic
+        snapshot = self._snapshot(topic)
+        if not snapshot.partitions:
+            raise self._unroutable(topic)
+        self._served[topic] = snapshot.brokers  # The brokers seen, for a later error's text.
+        partition = self._selector.get_partition(topic, snapshot.partitions, message)
         address = snapshot.brokers.get(partition.broker_id)
         if address is None:
-            raise NoBrokerError(
-                f"There is no aviable server right now for topic {message.topic} and "
-                f"partition {partition}"
-            )
+            raise unroutable.no_master(topic, partition, snapshot.brokers)
         return partition, address
+
+    def _unroutable(self, topic: str) -> NoPartitionError:
+        """Why ``topic`` has no partition: not published, not served, or brokers down."""
+        if topic not in self._topics:
+            return unroutable.not_published(topic)
+        assert self._view is not None
+        return unroutable.no_partition(
+            topic, self._view.publish_path(topic), self._served.get(topic, {})
+        )
 
     def _route_to(self, message: Message, pinned: BrokerAddress) -> tuple[Partition, BrokerAddress]:
         """Choose, with the selector, among the partitions of the ``pinned`` broker only.
@@ -436,47 +479,3 @@ class MessageProducer:
         if self._direct_broker is not None:
             return [self._direct_broker]
         return list(self._snapshot(topic).brokers.values())
-
-
-PARTITIONS_CACHED_MAX = 4096
-"""How many ``Partition`` values the reply path keeps, to build none per reply."""
-_partitions: dict[tuple[int, int], Partition] = {}
-
-
-class _SendResultConverter(ResultConverter):
-    """Turns a put reply into a ``SendResult`` (runs on the connection's reader thread).
-
-    Sets the message's ``id``, ``partition`` and ``offset`` before the future completes.
-    """
-
-    __slots__ = ("message", "broker_id")
-
-    def __init__(self, message: Message, broker_id: int) -> None:
-        self.message = message
-        self.broker_id = broker_id
-
-    def __call__(self, reply: Result | Data) -> SendResult:
-        if not isinstance(reply, Result):
-            raise ClientError(f"unexpected value frame in reply to a put of {self.message.topic}")
-        return self.from_result(reply.code, reply.body)
-
-    def from_result(self, code: int, body: bytes) -> SendResult:
-        if code != 200:
-            if code == 403:
-                return SendResult.failure("403")
-            return SendResult.failure(body.decode("utf-8", "replace"))
-        try:
-            msg_id, partition_number, offset = decode_put_reply(body)
-        except ValueError:
-            raise ClientError(f"malformed put reply {body!r} for {self.message.topic}") from None
-        key = (self.broker_id, partition_number)
-        partition = _partitions.get(key)
-        if partition is None:
-            partition = Partition(self.broker_id, partition_number)
-            if len(_partitions) < PARTITIONS_CACHED_MAX:
-                _partitions[key] = partition
-        message = self.message
-        message.id = msg_id
-        message.partition = partition
-        message.offset = offset
-        return SendResult(True, partition, offset, None, msg_id)

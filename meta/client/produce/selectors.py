@@ -8,7 +8,10 @@ The producer passes the topic's partitions in Java's numeric order (``producer_p
 - ``HashPartitionSelector`` maps ``Message.key`` to a partition with CRC-32, so one key always
   lands on one partition (while the list is unchanged), in any process and any language.
 
-Invariants: an empty or missing partition list raises ``NoPartitionError`` with Java's text.
+Invariants: an empty or missing partition list raises ``NoPartitionError`` naming the topic
+(Java's text, "There is no aviable partition ...", is sent on no wire, so it is not kept). The
+producer never hands a selector an empty list: it raises a cause-specific subclass first
+(``meta.client.produce.unroutable``).
 Thread-safe: each selector may be shared by threads (round robin holds a lock).
 """
 
@@ -43,10 +46,12 @@ class PartitionSelector(Protocol):
 
 
 def _require_partitions(topic: str, partitions: Sequence[Partition] | None) -> None:
-    """Raise Java's ``AbstractPartitionSelector`` error when there is nothing to choose from."""
+    """Raise ``NoPartitionError`` when there is nothing to choose from (Java's
+    ``AbstractPartitionSelector`` check)."""
     if not partitions:
         raise NoPartitionError(
-            f"There is no aviable partition for topic {topic}, maybe you don't publish it at first?"
+            f"no partition to choose from for topic {topic!r}: the selector was given an "
+            "empty partition list"
         )
 
 

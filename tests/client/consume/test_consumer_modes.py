@@ -9,7 +9,12 @@ from __future__ import annotations
 import pytest
 
 from meta.client import ConsumerConfig, Message, MetaClientConfig, MetaMessageSessionFactory
-from meta.errors import ClientError, InternalServerError, MessageTooLargeError
+from meta.errors import (
+    ClientClosedError,
+    ClientError,
+    InternalServerError,
+    MessageTooLargeError,
+)
 from tests.integration.broker_process import free_port
 
 
@@ -80,3 +85,19 @@ def test_a_partition_list_is_parsed_sorted_and_deduplicated():
         Partition(0, 10),
         Partition(1, 0),
     ]
+
+
+def test_poll_needs_a_topic_subscribed_without_a_listener(factory):
+    consumer = factory.create_consumer(ConsumerConfig("g-poll", partition="0-0"))
+    consumer.subscribe("orders", 1024, lambda message: None)
+    with pytest.raises(ClientError, match=r"consumer\.subscribe\(topic\)"):
+        consumer.poll(0.01)
+
+
+def test_a_consumer_is_a_context_manager_and_poll_refuses_after_it(factory):
+    with factory.create_consumer(ConsumerConfig("g-with", partition="0-0")) as consumer:
+        consumer.subscribe("orders")
+    with pytest.raises(ClientClosedError):
+        consumer.poll(0.01)
+    with pytest.raises(ClientClosedError):
+        next(consumer.messages(0.01))

@@ -11,7 +11,7 @@ from meta.client.fetch.manager import (
     FetchSettings,
     PartitionControl,
 )
-from meta.client.fetch.received import call_listener
+from meta.client.fetch.received import StopBatch, call_listener
 from meta.errors import ClientError
 from meta.protocol.message import pack_message
 
@@ -183,3 +183,24 @@ def test_listeners_get_a_message_with_the_requests_partition_control():
     seen, fetch = [], request()
     manager(seen.append).process_batch(fetch, ONE)
     assert seen[0].partition_control is fetch.control and seen[0].data == b"m1"
+
+
+def test_stop_batch_ends_the_batch_before_its_message_without_a_failure():
+    def listener(message):
+        if message.data == b"m2":
+            raise StopBatch
+
+    fetch = request()
+    manager(listener).process_batch(fetch, ONE + TWO + THREE)
+    assert (fetch.offset, fetch.msg_id, fetch.retries, fetch.delay_ms) == (100 + len(ONE), 1, 0, 0)
+
+
+def test_stop_batch_on_the_head_counts_no_retry_and_fetches_again_at_once():
+    def listener(message):
+        raise StopBatch
+
+    fetch = request()
+    fetches = manager(listener)
+    for _ in range(5):  # More than max_fetch_retries: a failure would reject the head.
+        fetches.process_batch(fetch, ONE + TWO)
+    assert (fetch.offset, fetch.modified, fetch.retries, fetch.delay_ms) == (100, False, 0, 0)

@@ -15,8 +15,8 @@ from concurrent.futures import Future, as_completed, wait
 import pytest
 
 from meta.client import Message, MetaClientConfig, MetaMessageSessionFactory, Partition
-from meta.client.produce import producer as producer_module
-from meta.client.produce.producer import _SendResultConverter
+from meta.client.produce import put_result as put_result_module
+from meta.client.produce.put_result import SendResultConverter
 from meta.errors import ClientError
 from meta.protocol.commands import Data, Result
 from tests.integration.broker_process import BrokerProcess
@@ -110,7 +110,7 @@ def test_losing_the_broker_fails_every_in_flight_future_exactly_once(tmp_path):
 
 def test_the_converter_maps_codes_like_java_and_sets_the_message():
     message = Message("a-unit", b"x")
-    convert = _SendResultConverter(message, 3)
+    convert = SendResultConverter(message, 3)
     result = convert.from_result(200, b"77 1 4096")
     assert (result.success, result.partition, result.offset, result.msg_id) == (
         True,
@@ -128,11 +128,11 @@ def test_the_converter_maps_codes_like_java_and_sets_the_message():
 
 
 def test_the_partition_cache_of_the_reply_path_is_bounded(monkeypatch):
-    monkeypatch.setattr(producer_module, "_partitions", {})
-    monkeypatch.setattr(producer_module, "PARTITIONS_CACHED_MAX", 4)
+    monkeypatch.setattr(put_result_module, "_partitions", {})
+    monkeypatch.setattr(put_result_module, "PARTITIONS_CACHED_MAX", 4)
     for number in range(10):
-        result = _SendResultConverter(Message("a-unit", b"x"), 1).from_result(
+        result = SendResultConverter(Message("a-unit", b"x"), 1).from_result(
             200, b"1 %d 0" % number
         )
         assert result.partition == Partition(1, number)
-    assert len(producer_module._partitions) == 4
+    assert len(put_result_module._partitions) == 4

@@ -6,11 +6,13 @@ The stand-in records sends and can block or fail on demand; waits are bounded.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 
 from meta.client.message import SendResult
 from meta.client.produce.log_handler import MetaLogHandler
+from meta.errors import NoPartitionError, SendFailedError
 
 DEADLINE_S = 10.0
 
@@ -22,12 +24,15 @@ class Producer:
         self.gate = threading.Event()
         self.gate.set()
         self.fail = False
+        self.raises: Exception | None = None
 
     def publish(self, topic: str) -> None:
         self.published.append(topic)
 
     def send_message(self, message) -> SendResult:
         assert self.gate.wait(DEADLINE_S)
+        if self.raises is not None:
+            raise self.raises
         if self.fail:
             return SendResult(False, None, -1, "broker down")
         self.sent.append(message.data)
@@ -125,3 +130,46 @@ def test_close_sends_what_is_queued_and_stops_the_thread():
     handler.close()
     assert len(producer.sent) == 50
     assert not any(t.name == "meta-log-logs" and t.is_alive() for t in threading.enumerate())
+
+
+class RecordingHandler(MetaLogHandler):
+    """Records what reaches ``logging``'s error path instead of printing it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.errors: list[tuple[logging.LogRecord, BaseException | None]] = []
+        super().__init__(*args, **kwargs)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self.errors.append((record, sys.exc_info()[1]))
+
+
+def test_a_refused_send_reaches_handle_error_with_its_record():
+    producer = Producer()
+    producer.fail = True
+    handler = RecordingHandler(producer, "logs")
+    logger = logger_with(handler, "app.error-path")
+    try:
+        logger.info("refused")
+        wait_until(lambda: handler.errors)
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    [(record, error)] = handler.errors
+    assert record.getMessage() == "refused"
+    assert isinstance(error, SendFailedError) and "broker down" in str(error)
+
+
+def test_a_send_that_raises_reaches_handle_error_once_per_report_period():
+    producer = Producer()
+    producer.raises = NoPartitionError("no broker serves topic 'logs'")
+    handler = RecordingHandler(producer, "logs")
+    logger = logger_with(handler, "app.error-once")
+    try:
+        logger.info("first")
+        logger.info("second")
+        wait_until(lambda: handler.failed == 2)
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    assert [record.getMessage() for record, _error in handler.errors] == ["first"]
+    assert isinstance(handler.errors[0][1], NoPartitionError)

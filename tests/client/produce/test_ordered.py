@@ -109,7 +109,7 @@ def test_a_key_keeps_its_partition_and_goes_local_while_it_is_down(tmp_path):
     producer, inner = ordered(tmp_path, [P20])
     key = key_for(producer, P21)
     result = producer.send_message(Message("t", b"a", key=key))
-    assert result == SendResult(True, P21, -1, SENT_TO_LOCAL)
+    assert result == SendResult(False, P21, -1, SENT_TO_LOCAL, None, True)
     assert inner.sent == [] and producer.backlog_size("t", P21) == 1
     other = producer.send_message(Message("t", b"b", key=key_for(producer, P20)))
     assert other.partition == P20 and inner.sent == [(P20, b"b")]
@@ -132,7 +132,7 @@ def test_a_connection_error_or_a_403_stores_the_message_locally(tmp_path, failur
     else:
         inner.reply = SendResult.failure("403")
     result = producer.send_message(Message("t", b"a", key=key_for(producer, P20)))
-    assert result == SendResult(True, P20, -1, SENT_TO_LOCAL)
+    assert result == SendResult(False, P20, -1, SENT_TO_LOCAL, None, True)
     assert producer.backlog_size("t", P20) == 1
 
 
@@ -163,7 +163,11 @@ def test_a_full_backlog_drops_the_message_with_a_failed_result(tmp_path, caplog)
     producer, _inner = ordered(tmp_path, [P20], messages_max=2)
     key = key_for(producer, P21)
     results = [producer.send_message(Message("t", b"%d" % n, key=key)) for n in range(3)]
-    assert [result.success for result in results] == [True, True, False]
+    assert [(result.queued, result.failed) for result in results] == [
+        (True, False),
+        (True, False),
+        (False, True),
+    ]
     assert "DROPPED" in caplog.text
 
 
@@ -187,7 +191,7 @@ def test_an_exhausted_window_or_a_failed_put_sends_the_message_to_the_backlog(tm
         inner, LocalMessageStorage(tmp_path, 100), window=2, recover_thread=False
     )
     results = [producer.async_send_message(Message("t", b"%d" % n)) for n in range(3)]
-    assert all(result.success and result.offset == -1 for result in results)
+    assert all(result.queued and not result.success for result in results)
     assert len(inner.pending) == 2 and producer.available_permits == 0
     assert producer.storage.count("t", Partition(-1, -1)) == 1  # the window was full
     inner.pending[0].set_exception(ClientError("connection closed"))
