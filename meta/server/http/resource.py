@@ -4,8 +4,9 @@ Every request is turned into the TCP protocol's command (``params``) and handled
 handler (``meta.server.handlers``): a put goes through ``meta.server.puts`` and its
 partition's staging, and its reply is sent only when the store acknowledges it (after the
 fsync in group commit, DECISIONS 1-4). Counters, status codes and texts are the TCP ones
-(H5); a handler's ``result`` frame is decoded with the shared codec and becomes the status
-and a ``text/plain; charset=utf-8`` body (H6). A 301 adds ``X-Meta-Offset`` and no
+(H5), and ``stats http`` counts the HTTP requests among them. A handler's ``result`` frame
+is decoded with the shared codec and becomes the status and a ``text/plain; charset=utf-8``
+body (H6). A 301 adds ``X-Meta-Offset`` and no
 ``Location``. A get's data is ``application/octet-stream``, streamed from the segment in
 chunks by a producer that honours ``pauseProducing`` (twisted.web writes through its own
 channel, so ``os.sendfile`` is not available here).
@@ -134,10 +135,10 @@ class ProtocolResource(resource.Resource):
     def __init__(self, broker: Any) -> None:
         super().__init__()
         self._broker = broker
-        self.requests = 0
 
     def render(self, request: Any) -> Any:
-        self.requests += 1
+        counters = self._broker.counters
+        counters.http_requests += 1
         name = route(request.path)
         if name is None:
             return _text(request, 404, b"Not found: the paths are /get, /put and /offset\n")
@@ -153,13 +154,19 @@ class ProtocolResource(resource.Resource):
         except BadParameter as error:
             return _text(request, 400, f"{error}\n".encode())
         exchange = Exchange(request)
-        handler = handle_get if name == "get" else handle_offset
+        if name == "get":
+            counters.http_get += 1
+            handler = handle_get
+        else:
+            counters.http_offset += 1
+            handler = handle_offset
         exchange.respond(handler(self._broker, command, exchange))
         return server.NOT_DONE_YET
 
     def _put(self, request: Any, params: dict[str, str]) -> Any:
         put = put_parameters(params)
         broker = self._broker
+        broker.counters.http_put += 1  # counted as handle_put and too_large count cmd_put
         if request.body_over_limit is not None or put.length > broker.config.message_bytes_max:
             size = max(request.body_over_limit or 0, put.length)
             event = BodyTooLarge("put", size, 0, put.topic, put.partition)

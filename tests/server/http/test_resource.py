@@ -278,4 +278,10 @@ def test_http_requests_are_counted_like_tcp_commands(setup):
     broker, _files, executor = setup
     put_hello(broker, executor)
     exchange(broker, get(b"/get/0?topic=test&partition=0&offset=0&maxsize=100"))
+    exchange(broker, get(b"/ping"))
     assert (broker.counters.cmd_put, broker.counters.cmd_get) == (1, 1)
+    code, body = broker.render_stats("http")
+    assert code == 200
+    assert body == (
+        b"STATS\r\nhttp_requests 3\r\nhttp_put 1\r\nhttp_get 1\r\nhttp_offset 0\r\nEND\r\n"
+    )
