@@ -8,15 +8,18 @@ Each test module's broker serves HTTP on a free port (``serverPort=0`` in its
 from __future__ import annotations
 
 import http.client
+import os
 import re
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
 
 from meta.protocol.commands import Data, Get, Put, Result
 from meta.protocol.message import iter_messages
-from tests.integration.broker_process import BrokerProcess
+from tests.integration.broker_process import REPO, BrokerProcess, free_port, server_ini
 
 WAIT_S = 30.0
 SERVING = re.compile(r"HTTP protocol serving http://[^:]+:(\d+)/")
@@ -191,3 +194,41 @@ def test_the_plugin_form_starts_the_http_protocol_and_a_taken_port_stops_the_bro
         taken.close()
         broker.stop()
     assert "the HTTP protocol cannot listen on 127.0.0.1:" in broker.log()
+
+
+def test_metaserver_sh_start_http_serves_the_http_protocol(tmp_path):
+    """Goal: ``tools/metaServer.sh start --http``. Method: a private run dir and config; the
+    broker it starts answers a put over HTTP on ``$META_HTTP_CONF``'s port; stop cleans up."""
+    http_port_number = free_port()
+    (tmp_path / "jettyBroker.properties").write_text(f"serverPort={http_port_number}\n")
+    (tmp_path / "server.ini").write_text(server_ini(free_port(), tmp_path / "data"))
+    env = dict(
+        os.environ,
+        META_RUN_DIR=str(tmp_path / "run"),
+        META_CONF=str(tmp_path / "server.ini"),
+        META_HTTP_CONF=str(tmp_path / "jettyBroker.properties"),
+        META_PYTHON=sys.executable,
+        PYTHONPATH=str(REPO),
+    )
+    script = str(REPO / "tools" / "metaServer.sh")
+
+    def run(*arguments: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [script, *arguments], env=env, capture_output=True, text=True, timeout=150, cwd=REPO
+        )
+
+    started = run("start", "--http")
+    try:
+        assert started.returncode == 0, started.stderr
+        log_path = tmp_path / "run" / "meta-server.log"
+        deadline = time.monotonic() + WAIT_S
+        while "HTTP protocol serving" not in log_path.read_text():
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.05)
+        connection = http.client.HTTPConnection("127.0.0.1", http_port_number, timeout=10)
+        connection.request("POST", "/put/0?topic=test&partition=0&flag=0&length=2", b"hi")
+        assert connection.getresponse().status == 200
+        connection.close()
+    finally:
+        stopped = run("stop")
+    assert stopped.returncode == 0, stopped.stderr
