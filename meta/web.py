@@ -29,7 +29,7 @@ def listen_site(
 
     Args:
         reactor: the broker's reactor.
-        site: a ``twisted.web.server.Site``.
+        site: a ``twisted.web.server.Site``, or a factory wrapping one.
         port: the TCP port, 0 for any free one.
         interface: the address to listen on, empty for all interfaces.
         what: names the listener in the error text (``the dashboard``).

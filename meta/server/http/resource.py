@@ -16,6 +16,10 @@ Bodies (H4): ``ProtocolRequest`` keeps at most ``maxMessageSize`` bytes; a body 
 put is answered 413 with ``puts.too_large``'s text. The body is never parsed as a form
 (``parsePOSTFormSubmission=False``), and a body whose size is not ``length`` is 400.
 
+Connections follow the TCP port's settings: at most ``maxConnections`` open on the HTTP port
+(``ConnectionLimit``), and closed after ``idleConnectionTimeoutInSeconds`` without a byte
+(twisted.web's timeout). Header size is twisted.web's bound (16 KiB, 500 headers).
+
 Reactor thread only.
 """
 
@@ -25,6 +29,7 @@ import io
 import logging
 from typing import Any
 
+from twisted.protocols import policies
 from twisted.web import resource, server
 
 from meta.errors import MetaError, StoreError
@@ -51,6 +56,7 @@ TEXT = b"text/plain; charset=utf-8"
 OCTETS = b"application/octet-stream"
 OFFSET_HEADER = b"X-Meta-Offset"
 PORT_KEY = "serverPort"
+REFUSED_LOG_INTERVAL_S = 60.0
 
 
 class HttpListenError(MetaError):
@@ -270,6 +276,38 @@ class SegmentSender:
         self._remaining = -1
 
 
+class ConnectionLimit(policies.WrappingFactory):
+    """The HTTP port's bound on open connections: ``maxConnections``, as the TCP port's.
+
+    A connection beyond it is closed at once; the refusals are counted in ``refused`` and
+    logged at most once per ``REFUSED_LOG_INTERVAL_S``.
+    """
+
+    noisy = False
+
+    def __init__(self, site: ProtocolSite, reactor: Any) -> None:
+        super().__init__(site)
+        self._site = site
+        self._reactor = reactor
+        self.refused = 0
+        self._logged_at_s: float | None = None
+
+    def buildProtocol(self, addr: Any) -> Any:
+        limit = self._site.broker.config.connections_max
+        if len(self.protocols) >= limit:
+            self.refused += 1
+            now = self._reactor.seconds()
+            if self._logged_at_s is None or now - self._logged_at_s >= REFUSED_LOG_INTERVAL_S:
+                self._logged_at_s = now
+                log.warning(
+                    "HTTP connection refused: maxConnections=%d are open (%d refused so far)",
+                    limit,
+                    self.refused,
+                )
+            return None
+        return super().buildProtocol(addr)
+
+
 def _result(frame: bytes) -> Result:
     """The ``result`` frame a TCP handler answered, decoded with the shared codec."""
     (result,) = decode_all(frame)
@@ -294,8 +332,9 @@ def start_http(broker: Any, reactor: Any, port: int) -> Any:
     """
     interface = broker.config.host_name or ""
     advice = f"set {PORT_KEY} in the jettyBroker properties file to a free port"
+    factory = ConnectionLimit(ProtocolSite(broker), reactor)
     listening = listen_site(
-        reactor, ProtocolSite(broker), port, interface, "the HTTP protocol", advice, HttpListenError
+        reactor, factory, port, interface, "the HTTP protocol", advice, HttpListenError
     )
     log.info(
         "HTTP protocol serving http://%s:%d/ (%s=%d)",

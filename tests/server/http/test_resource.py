@@ -17,7 +17,7 @@ from meta.protocol.codec import encode
 from meta.protocol.commands import Put
 from meta.protocol.message import checksum, iter_messages
 from meta.server.broker import Broker
-from meta.server.http.resource import ProtocolRequest, ProtocolSite
+from meta.server.http.resource import ConnectionLimit, ProtocolRequest, ProtocolSite
 from meta.server.protocol import BrokerProtocol
 from meta.store.manager import StoreManager
 from tests.store.conftest import ManualExecutor, RecordingFiles, broker_config, topic_config
@@ -285,3 +285,16 @@ def test_http_requests_are_counted_like_tcp_commands(setup):
     assert body == (
         b"STATS\r\nhttp_requests 3\r\nhttp_put 1\r\nhttp_get 1\r\nhttp_offset 0\r\nEND\r\n"
     )
+
+
+def test_connections_beyond_max_connections_are_refused(setup):
+    broker, _files, _executor = setup
+    limited = ConnectionLimit(ProtocolSite(broker), Clock())
+    broker.config = broker.config.with_overrides(connections_max=2)
+    first, second = (limited.buildProtocol(PEER) for _ in range(2))
+    for protocol in (first, second):
+        protocol.makeConnection(StringTransport())
+    assert limited.buildProtocol(PEER) is None
+    assert limited.refused == 1
+    first.connectionLost(None)
+    assert limited.buildProtocol(PEER) is not None
