@@ -241,7 +241,7 @@ class SegmentSender:
             return  # resumed from inside our own write
         self._sending = True
         try:
-            while self._remaining and not self._paused:
+            while self._remaining > 0 and not self._paused:
                 size = min(self._remaining, CHUNK_BYTES)
                 chunk = self._segment.read(self._position, size)
                 if len(chunk) != size:

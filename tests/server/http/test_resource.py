@@ -298,3 +298,40 @@ def test_connections_beyond_max_connections_are_refused(setup):
     assert limited.refused == 1
     first.connectionLost(None)
     assert limited.buildProtocol(PEER) is not None
+
+
+class PausingTransport(StringTransport):
+    """A transport whose buffer is 'full' after every write: it pauses its producer."""
+
+    paused = False
+
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        if self.producer is not None:
+            self.paused = True
+            self.producer.pauseProducing()
+
+
+def test_a_get_streams_in_chunks_and_waits_while_the_transport_is_paused(setup, monkeypatch):
+    """Goal: STYLE 13 over HTTP. Method: chunks of 100 bytes; the transport pauses the
+    producer after each write; the body grows one chunk per resume and ends complete."""
+    broker, _files, executor = setup
+    monkeypatch.setattr("meta.server.http.resource.CHUNK_BYTES", 100)
+    tcp = BrokerProtocol(broker)
+    tcp.makeConnection(StringTransport())
+    tcp.dataReceived(b"".join(encode(Put("test", 0, b"z" * 280, 0, n)) for n in range(3)))
+    executor.run_all()
+    channel = ProtocolSite(broker).buildProtocol(PEER)
+    transport = PausingTransport()
+    channel.makeConnection(transport)
+    channel.dataReceived(get(b"/get/0?topic=test&partition=0&offset=0&maxsize=100000"))
+    sizes = [len(transport.value())]
+    while transport.paused and transport.producer is not None:
+        transport.paused = False
+        transport.producer.resumeProducing()
+        sizes.append(len(transport.value()))
+    assert sizes == sorted(sizes)
+    assert len(sizes) > 5
+    code, headers, body = parse(transport.value())
+    assert (code, headers[b"content-length"], len(body)) == (200, b"900", 900)
+    assert [len(message.payload) for message in iter_messages(body)] == [280, 280, 280]
