@@ -32,7 +32,7 @@ import argparse
 import logging
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from meta import __version__
@@ -296,7 +296,7 @@ def _load_http(path: str | None) -> Any:
 
 
 def _stop_then_exit(
-    broker: Broker, reactor: Any, replicator: Any = None, listeners: list[Any] = ()
+    broker: Broker, reactor: Any, replicator: Any = None, listeners: Iterable[Any] = ()
 ) -> None:
     for listening in listeners:
         listening.stopListening()  # no new HTTP requests while the broker stops
