@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from meta.client.consume.local_offsets import LocalOffsetStorage
 from meta.client.http import HttpConsumer, HttpProducer, HttpSession
 from meta.client.message import Message
 from tests.integration.broker_process import free_port
@@ -92,3 +93,19 @@ def test_ten_thousand_messages_round_trip_across_a_301_and_a_restart(tmp_path):
         assert received == sent
     finally:
         broker.stop()
+
+
+def test_the_consumer_loads_and_commits_its_offset_in_the_local_offset_storage(broker, tmp_path):
+    storage = LocalOffsetStorage(str(tmp_path / "offsets"))
+    with HttpSession("127.0.0.1", broker.http_port) as session:
+        producer = HttpProducer(session)
+        for data in (b"first", b"second"):
+            assert producer.send_message(Message("test", data), partition=0).success
+        first = HttpConsumer(session, "test", 0, group="g", offset_storage=storage)
+        start = first.offset
+        assert [message.data for message in first][-2:] == [b"first", b"second"]
+        first.commit()
+        assert producer.send_message(Message("test", b"third"), partition=0).success
+        again = HttpConsumer(session, "test", 0, group="g", offset_storage=storage)
+        assert again.offset > start
+        assert [message.data for message in again] == [b"third"]
