@@ -206,7 +206,7 @@ def test_type_checking_imports_are_not_edges(tmp_path: Path):
 
 
 CLIENT_LAYERS = [
-    "factory", "produce", "consume", "zk", "local", "transact", "fetch", "net", "message",
+    "http", "factory", "produce", "consume", "zk", "local", "transact", "fetch", "net", "message",
     "cluster",
 ]  # fmt: skip
 """``meta.client``'s children from the top down (README, Architecture): each imports only

@@ -17,6 +17,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RUN_DIR="${META_RUN_DIR:-$ROOT/run}"
 CONF="${META_CONF:-$ROOT/conf/server.ini}"
 SLAVE_CONF="${META_SLAVE_CONF:-$ROOT/conf/async_slave.properties}"
+HTTP_CONF="${META_HTTP_CONF:-$ROOT/conf/jettyBroker.properties}"
 PID_FILE="$RUN_DIR/meta-server.pid"
 LOG_FILE="$RUN_DIR/meta-server.log"
 ZK_MARKER="$RUN_DIR/zookeeper.started-by-metaServer"
@@ -50,9 +51,11 @@ commands:
                  zk.zkConnect=127.0.0.1:$ZK_LOCAL_PORT)
   start slave    start the broker as an async slave (also reads \$META_SLAVE_CONF or
                  conf/async_slave.properties): it copies the master with the same brokerId
+  start --http   also serve the HTTP protocol (/put, /get, /offset) on serverPort of
+                 \$META_HTTP_CONF or conf/jettyBroker.properties (combines with local|slave)
   stop           stop the broker (SIGTERM; SIGKILL after ${STOP_TIMEOUT_S} s) and the ZooKeeper
                  that 'start local' started
-  restart [local|slave]  stop the broker if it runs, then start [local|slave]
+  restart [local|slave] [--http]  stop the broker if it runs, then start the same way
   reload         make the running broker re-read its config file (SIGHUP); the [topic=...]
                  sections take effect, [system] and [zookeeper] changes wait for a restart
   status         print whether the broker runs, with pid and port, and its /readyz answer
@@ -66,7 +69,7 @@ EOF
 
 usage_start() {
     cat <<EOF
-usage: tools/metaServer.sh start [local|slave]
+usage: tools/metaServer.sh start [local|slave] [--http]
 
 Starts the broker in the background, in its own session:
     $PY -m meta.server -f $CONF
@@ -87,6 +90,10 @@ its serverPort accepts connections. Fails, printing the log tail, if it exits fi
           topic and partition of its master byte for byte (resuming from its local data after
           a restart), serves gets and offsets, and answers puts with 403. To run a master and
           a slave on one machine, give each its own \$META_RUN_DIR.
+  --http  also serve the HTTP protocol (Java: -FjettyBroker=FILE):
+              $PY -m meta.server -f $CONF --http $HTTP_CONF
+          (\$META_HTTP_CONF; key serverPort, default 8080): POST /put/<brokerId>,
+          GET /get/<brokerId> and GET /offset/<brokerId>, on hostName when it is set.
 EOF
 }
 
@@ -102,7 +109,7 @@ EOF
 
 usage_restart() {
     cat <<EOF
-usage: tools/metaServer.sh restart [local|slave]
+usage: tools/metaServer.sh restart [local|slave] [--http]
 
 Stops the broker if it runs (ZooKeeper keeps running), then does 'start [local|slave]'.
 EOF
@@ -264,15 +271,22 @@ stop_broker() {
 }
 
 do_start() {
-    local local_flag=0 slave_flag=0 pid host port log_offset started_zk=0 waited=0
-    case "${1:-}" in
+    local local_flag=0 slave_flag=0 http_flag=0 pid host port log_offset started_zk=0 waited=0
+    local mode="" argument
+    for argument in "$@"; do
+        case "$argument" in
+            --http) http_flag=1 ;;
+            -h|--help) usage_start; exit 0 ;;
+            *) [ -z "$mode" ] || { usage_start >&2; die "too many arguments: $*"; }
+               mode="$argument" ;;
+        esac
+    done
+    case "$mode" in
         "") ;;
         local) local_flag=1 ;;
         slave) slave_flag=1 ;;
-        -h|--help) usage_start; exit 0 ;;
-        *) usage_start >&2; die "unknown start mode: $1" ;;
+        *) usage_start >&2; die "unknown start mode: $mode" ;;
     esac
-    [ "$#" -le 1 ] || { usage_start >&2; die "too many arguments: $*"; }
     if pid="$(running_pid)"; then
         die "meta-server is already running (pid $pid); use 'restart' or 'stop'"
     fi
@@ -283,6 +297,9 @@ do_start() {
     [ -f "$CONF" ] || die "config file $CONF not found (set META_CONF)"
     if [ "$slave_flag" -eq 1 ] && [ ! -f "$SLAVE_CONF" ]; then
         die "slave config file $SLAVE_CONF not found (set META_SLAVE_CONF)"
+    fi
+    if [ "$http_flag" -eq 1 ] && [ ! -f "$HTTP_CONF" ]; then
+        die "HTTP config file $HTTP_CONF not found (set META_HTTP_CONF)"
     fi
     mkdir -p "$RUN_DIR"
     if [ "$local_flag" -eq 1 ]; then
@@ -302,6 +319,7 @@ do_start() {
     local args=(-m meta.server -f "$CONF")
     [ "$local_flag" -eq 0 ] || args+=(--local)
     [ "$slave_flag" -eq 0 ] || args+=(--slave "$SLAVE_CONF")
+    [ "$http_flag" -eq 0 ] || args+=(--http "$HTTP_CONF")
     touch "$LOG_FILE"
     log_offset="$(stat -c %s "$LOG_FILE")"
     printf '=== %s tools/metaServer.sh start: %s %s ===\n' "$(date -Is)" "$PY" "${args[*]}" \
@@ -343,11 +361,14 @@ do_stop() {
 }
 
 do_restart() {
-    case "${1:-}" in
-        ""|local|slave) ;;
-        -h|--help) usage_restart; exit 0 ;;
-        *) usage_restart >&2; die "unknown restart mode: $1" ;;
-    esac
+    local argument
+    for argument in "$@"; do
+        case "$argument" in
+            local|slave|--http) ;;
+            -h|--help) usage_restart; exit 0 ;;
+            *) usage_restart >&2; die "unknown restart mode: $argument" ;;
+        esac
+    done
     stop_broker || say "meta-server was not running"
     do_start "$@"
 }

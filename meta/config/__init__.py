@@ -1,11 +1,13 @@
-"""Broker and slave configuration: ``server.ini`` and ``async_slave.properties`` -> frozen objects.
+"""Broker configuration: ``server.ini``, ``async_slave.properties`` and ``jettyBroker.properties``
+-> frozen objects.
 
 This package is the ONLY place configuration is read (STYLE 14), and this module is its public
 face: import from ``meta.config``. Its modules, each one concept:
 
 * ``settings``: the frozen objects (``BrokerConfig``, ``TopicConfig``, ``ZkConfig``,
-  ``SlaveConfig``, ``FlushMode``) and the topic-name rule;
-* ``loading``: ``load_config`` and ``load_slave_config``, the only code that reads the files;
+  ``SlaveConfig``, ``HttpConfig``, ``FlushMode``) and the topic-name rule;
+* ``loading``: ``load_config``, ``load_slave_config`` and ``load_http_config``, the only code
+  that reads the files;
 * ``keys``: the key tables, one explicit map from every ini key to its field, kind and default;
 * ``sections``: reading an ini section by its table, with errors that name file, section, key;
 * ``grammars``: the value grammars (integer expressions, booleans, ``deletePolicy``, ...);
@@ -21,19 +23,26 @@ from __future__ import annotations
 
 from meta.config.grammars import DeletePolicySpec
 from meta.config.keys import (
+    HTTP_KEYS,
     JAVA_INTERNAL_KEYS,
     SLAVE_KEYS,
     SYSTEM_KEYS,
     TOPIC_KEYS,
     ZOOKEEPER_KEYS,
 )
-from meta.config.loading import load_config, load_slave_config, read_config_bytes
+from meta.config.loading import (
+    load_config,
+    load_http_config,
+    load_slave_config,
+    read_config_bytes,
+)
 from meta.config.settings import (
     FILTER_KEY_PREFIX,
     TOPIC_NAME_CHARS_MAX,
     TOPIC_SECTION_PREFIX,
     BrokerConfig,
     FlushMode,
+    HttpConfig,
     SlaveConfig,
     TopicConfig,
     ZkConfig,
@@ -44,6 +53,7 @@ from meta.config.settings import (
 
 __all__ = [
     "FILTER_KEY_PREFIX",
+    "HTTP_KEYS",
     "JAVA_INTERNAL_KEYS",
     "SLAVE_KEYS",
     "SYSTEM_KEYS",
@@ -54,10 +64,12 @@ __all__ = [
     "BrokerConfig",
     "DeletePolicySpec",
     "FlushMode",
+    "HttpConfig",
     "SlaveConfig",
     "TopicConfig",
     "ZkConfig",
     "load_config",
+    "load_http_config",
     "load_slave_config",
     "journal_flush_mode",
     "read_config_bytes",

@@ -2,9 +2,10 @@
 
 ``KeySpec`` describes one key and ``convert_value`` turns its raw text into a typed,
 range-checked value through the grammar of its kind (``meta.config.grammars``). The tables
-``SYSTEM_KEYS``, ``ZOOKEEPER_KEYS``, ``TOPIC_KEYS`` and ``SLAVE_KEYS`` are the one explicit map
-from ``server.ini`` and ``async_slave.properties`` keys to the fields of the frozen objects of
-``meta.config.settings``. Pure data and pure functions; thread-safe.
+``SYSTEM_KEYS``, ``ZOOKEEPER_KEYS``, ``TOPIC_KEYS``, ``SLAVE_KEYS`` and ``HTTP_KEYS`` are the one
+explicit map from ``server.ini``, ``async_slave.properties`` and ``jettyBroker.properties``
+keys to the fields of the frozen objects of ``meta.config.settings``.
+Pure data and pure functions; thread-safe.
 """
 
 from __future__ import annotations
@@ -145,6 +146,9 @@ SLAVE_KEYS: tuple[_Key, ...] = (
     _Key("slaveMaxDelayInMills", "slave_max_delay_ms", "int", 500, low=0),
     _Key("autoSyncMasterConfig", "auto_sync_master_config", "java_bool", False),
 )
+
+# conf/jettyBroker.properties: the HTTP protocol (spec §2.1).
+HTTP_KEYS: tuple[_Key, ...] = (_Key("serverPort", "server_port", "int", 8080, low=0, high=65535),)
 
 # Field names of Java's MetaConfig that its key check accepts in [system]; ignored here.
 JAVA_INTERNAL_KEYS = frozenset(

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 
 from meta.config.grammars import check_filter_target
 from meta.config.keys import (
+    HTTP_KEYS,
     JAVA_INTERNAL_KEYS,
     SLAVE_KEYS,
     SYSTEM_KEYS,
@@ -45,6 +46,7 @@ from meta.config.settings import (
     FILTER_KEY_PREFIX,
     TOPIC_SECTION_PREFIX,
     BrokerConfig,
+    HttpConfig,
     SlaveConfig,
     TopicConfig,
     ZkConfig,
@@ -118,6 +120,23 @@ def load_slave_config(path: str) -> SlaveConfig:
     Raises:
         ConfigError: unreadable file, duplicate or unknown key, missing ``slaveId``, bad value.
     """
+    values = _read_properties(path, SLAVE_KEYS)
+    if not values["slave_group"]:
+        values["slave_group"] = f"meta-slave-group_{values['slave_id']}"
+    return SlaveConfig(**values)
+
+
+def load_http_config(path: str) -> HttpConfig:
+    """Read and validate a ``jettyBroker.properties`` (the HTTP protocol, spec §2.1).
+
+    Raises:
+        ConfigError: unreadable file, duplicate or unknown key, bad value.
+    """
+    return HttpConfig(**_read_properties(path, HTTP_KEYS))
+
+
+def _read_properties(path: str, keys: tuple) -> dict:
+    """The values of a properties file read by ``keys``'s table, defaults filled in."""
     display = os.fspath(path)
     source = Source(display, os.path.abspath(display))
     items: dict[str, str] = {}
@@ -125,10 +144,7 @@ def load_slave_config(path: str) -> SlaveConfig:
         if key in items:
             raise ConfigError(f"{display}: line {line_number}: duplicate key '{key}'")
         items[key] = value
-    values = with_defaults(SLAVE_KEYS, read_keys(source, None, items, SLAVE_KEYS))
-    if not values["slave_group"]:
-        values["slave_group"] = f"meta-slave-group_{values['slave_id']}"
-    return SlaveConfig(**values)
+    return with_defaults(keys, read_keys(source, None, items, keys))
 
 
 def _read_file(display: str) -> tuple[bytes, str]:

@@ -199,6 +199,13 @@ class SlaveConfig:
     auto_sync_master_config: bool = False
 
 
+@dataclass(frozen=True)
+class HttpConfig:
+    """A validated ``jettyBroker.properties``: the HTTP protocol's settings (spec §2.1)."""
+
+    server_port: int = 8080  # serverPort; 0 picks a free port (logged)
+
+
 def validate_topic_name(topic: str) -> None:
     """Refuse a topic name that DECISIONS 9 does not allow.
 

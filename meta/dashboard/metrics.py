@@ -110,14 +110,20 @@ class BrokerCollector(Collector):
             labels=("cmd", "transport"),
         )
         for cmd, count in (
-            ("put", counters.cmd_put),
-            ("get", counters.cmd_get),
-            ("offset", counters.cmd_offset),
+            ("put", counters.cmd_put - counters.http_put),
+            ("get", counters.cmd_get - counters.http_get),
+            ("offset", counters.cmd_offset - counters.http_offset),
             ("transaction_begin", counters.tx_begin + counters.tx_xa_begin),
             ("transaction_commit", counters.tx_commit),
             ("transaction_rollback", counters.tx_rollback),
         ):
             requests.add_metric((cmd, "tcp"), count)
+        for cmd, count in (
+            ("put", counters.http_put),
+            ("get", counters.http_get),
+            ("offset", counters.http_offset),
+        ):
+            requests.add_metric((cmd, "http"), count)
         yield requests
         yield _topic_counter(
             "metaq_put_failed",

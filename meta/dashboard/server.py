@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer
-from twisted.internet.error import CannotListenError
 from twisted.web import resource, server
 
 from meta.dashboard.actions import ADMIN_HEADER, Actions
@@ -30,6 +29,7 @@ from meta.dashboard.metrics import BrokerMetrics
 from meta.dashboard.routes import Reply, Request, route, text_reply
 from meta.dashboard.zookeeper import ZooKeeperViews
 from meta.errors import MetaError
+from meta.web import listen_site
 
 log = logging.getLogger("meta.dashboard")
 
@@ -83,15 +83,13 @@ class Dashboard:
         Raises:
             DashboardError: the port cannot be taken; the text names the port and the key.
         """
-        try:
-            self._port = self._reactor.listenTCP(port, self.site, interface=interface)
-        except CannotListenError as error:
-            where = f"{interface}:{port}" if interface else f"port {port} (all interfaces)"
-            raise DashboardError(
-                f"the dashboard cannot listen on {where}: {error.socketError}; "
-                f"set [system] {PORT_KEY} to a free port, 0 for any free port, or -1 to turn "
-                "the dashboard off"
-            ) from error
+        advice = (
+            f"set [system] {PORT_KEY} to a free port, 0 for any free port, or -1 to turn "
+            "the dashboard off"
+        )
+        self._port = listen_site(
+            self._reactor, self.site, port, interface, "the dashboard", advice, DashboardError
+        )
         self.history.start()
         return self.port
 

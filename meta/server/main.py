@@ -5,6 +5,10 @@ an async slave (zk spec 6): the broker registers as ``ids/B/slave<N>``, refuses 
 403, and a ``meta.slave.replicator.Replicator`` copies the master once the broker serves;
 at a stop, replication stops first (its batches in progress are appended), then the broker.
 
+``--http [jettyBroker.properties]`` (or Java's ``-FjettyBroker=FILE``) serves the HTTP
+protocol (``meta.server.http``) once the broker serves; a port it cannot take stops the
+broker with status 1.
+
 Parses arguments, loads the config (a ``ConfigError`` exits with status 2 and a message that
 names the file, section and key), sets up logging to stderr, starts the dashboard
 (``meta.dashboard``; a port it cannot take exits with status 1) and the ``Broker`` on the
@@ -28,7 +32,7 @@ import argparse
 import logging
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from meta import __version__
@@ -39,6 +43,9 @@ if TYPE_CHECKING:
     from meta.server.broker import Broker
 
 log = logging.getLogger("meta.server")
+
+PLUGIN_OPTIONS = {"metaslave": "slave", "jettyBroker": "http"}
+"""Java's ``-F<plugin>=FILE`` names -> the option they stand for."""
 
 LOCAL_OVERRIDES = {"system.hostName": "127.0.0.1", "zookeeper.zk.zkConnect": "127.0.0.1:2181"}
 
@@ -57,12 +64,21 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         "master with the same brokerId, serve gets, answer puts with 403",
     )
     parser.add_argument(
+        "--http",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="serve the HTTP protocol (/put, /get, /offset) on serverPort of FILE "
+        "(jettyBroker.properties; without FILE: port 8080)",
+    )
+    parser.add_argument(
         "-F",
         dest="plugins",
         action="append",
         default=[],
         metavar="PLUGIN=FILE",
-        help="Java's plugin form: -Fmetaslave=FILE is --slave FILE (no other plugin exists)",
+        help="Java's plugin form: -Fmetaslave=FILE is --slave FILE, -FjettyBroker=FILE is "
+        "--http FILE",
     )
     parser.add_argument(
         "-l",
@@ -81,11 +97,16 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     arguments = parser.parse_args(argv)
     for plugin in arguments.plugins:
         name, _, path = plugin.partition("=")
-        if name != "metaslave" or not path:
-            parser.error(f"-F{plugin}: the only plugin is metaslave, as -Fmetaslave=FILE")
-        if arguments.slave is not None and arguments.slave != path:
-            parser.error(f"-F{plugin} and --slave {arguments.slave} name different files")
-        arguments.slave = path
+        option = PLUGIN_OPTIONS.get(name)
+        if option is None or not path:
+            parser.error(
+                f"-F{plugin}: the plugins are metaslave and jettyBroker, as -Fmetaslave=FILE "
+                "and -FjettyBroker=FILE"
+            )
+        given = getattr(arguments, option)
+        if given and given != path:
+            parser.error(f"-F{plugin} and --{option} {given} name different files")
+        setattr(arguments, option, path)
     return arguments
 
 
@@ -113,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(arguments.config, overrides)
         slave = _load_slave(config, arguments.slave)
+        http = _load_http(arguments.http)
     except ConfigError as error:
         print(f"meta-server: configuration error: {error}", file=sys.stderr)
         return 2
@@ -139,9 +161,15 @@ def main(argv: list[str] | None = None) -> int:
         replicator = Replicator(broker, slave, reactor)
         broker.replication = replicator  # answers ``stats slave``
     outcome = {"status": 0}
+    listeners: list[Any] = []  # the HTTP protocol's port, closed first at a stop
     reloader = ConfigReloader(broker, lambda running: _load_in_thread(running, overrides))
 
     def started(_: object) -> None:
+        if http is not None:
+            from meta.server.http.resource import start_http
+
+            # A port that cannot be taken fails here, and started_failed stops the broker.
+            listeners.append(start_http(broker, reactor, http.server_port))
         if replicator is not None:
             replicator.start()
 
@@ -152,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def request_stop(signum: int, frame: object) -> None:
         log.info("signal %d received", signum)
-        reactor.callFromThread(_stop_then_exit, broker, reactor, replicator)
+        reactor.callFromThread(_stop_then_exit, broker, reactor, replicator, listeners)
 
     def request_reload(signum: int, frame: object) -> None:
         reactor.callFromThread(reloader.request)
@@ -160,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGHUP, request_reload)
-    reactor.callWhenRunning(lambda: broker.start().addCallbacks(started, started_failed))
+    reactor.callWhenRunning(lambda: broker.start().addCallback(started).addErrback(started_failed))
     reactor.run(installSignalHandlers=False)
     return outcome["status"]
 
@@ -254,7 +282,25 @@ def _load_slave(config: Any, path: str | None) -> Any:
     return slave
 
 
-def _stop_then_exit(broker: Broker, reactor: Any, replicator: Any = None) -> None:
+def _load_http(path: str | None) -> Any:
+    """Read ``jettyBroker.properties`` (None: no HTTP protocol; "": the defaults).
+
+    Raises:
+        ConfigError: the file, a key or its value is wrong.
+    """
+    if path is None:
+        return None
+    from meta.config import HttpConfig, load_http_config
+
+    return load_http_config(path) if path else HttpConfig()
+
+
+def _stop_then_exit(
+    broker: Broker, reactor: Any, replicator: Any = None, listeners: Iterable[Any] = ()
+) -> None:
+    for listening in listeners:
+        listening.stopListening()  # no new HTTP requests while the broker stops
+
     def done(result) -> None:
         if reactor.running:
             reactor.stop()

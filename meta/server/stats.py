@@ -78,6 +78,9 @@ class BrokerCounters:
     ``get_failed`` is kept (Java has it) but never printed. ``put_too_large`` (puts refused
     for their size, DECISIONS 8) and ``put_too_large_last`` (``<topic>-<partition> <bytes>`` of
     the last one, ``-`` before any) are metaq-py's own, printed by the ``rejected`` item.
+    ``http_*`` count the requests of the HTTP protocol (``meta.server.http``), printed by the
+    ``http`` item: every request, and the puts, gets and offsets among them (which the
+    ``cmd_*`` counters include, as Java's plug-in counts them with the TCP commands).
     """
 
     cmd_put: int = 0
@@ -92,6 +95,10 @@ class BrokerCounters:
     put_failed: int = 0
     put_too_large: int = 0
     put_too_large_last: str = "-"
+    http_requests: int = 0
+    http_put: int = 0
+    http_get: int = 0
+    http_offset: int = 0
 
 
 @dataclass(slots=True)
@@ -362,6 +369,8 @@ def render_stats(item: str, view: BrokerView, realtime: RealtimeStats) -> tuple[
         lines = [_line(*transaction) for transaction in view.transactions]
     elif item == "rejected":  # metaq-py's own: puts refused for their size (DECISIONS 8)
         lines = _rejected_lines(view)
+    elif item == "http":  # metaq-py's own: requests of the HTTP protocol
+        lines = _http_lines(view)
     else:
         lines = _topic_lines(item, view, realtime)
     return RESULT_OK, _stats_body(lines)
@@ -400,6 +409,16 @@ def _general_lines(view: BrokerView) -> list[str]:
         ("config_checksum", view.config.checksum),
     )
     return [_line(name, value) for name, value in fields]
+
+
+def _http_lines(view: BrokerView) -> list[str]:
+    counters = view.counters
+    return [
+        _line("http_requests", counters.http_requests),
+        _line("http_put", counters.http_put),
+        _line("http_get", counters.http_get),
+        _line("http_offset", counters.http_offset),
+    ]
 
 
 def _rejected_lines(view: BrokerView) -> list[str]:

@@ -60,6 +60,15 @@ def test_broker_info_uptime_and_requests():
     assert samples["metaq_requests_total"][(("cmd", "put"), ("transport", "tcp"))] == 7
 
 
+def test_http_requests_are_their_own_transport():
+    broker = FakeBroker()
+    broker.counters.cmd_get = 7
+    broker.counters.http_get = 2
+    samples = scrape(broker)
+    assert samples["metaq_requests_total"][(("cmd", "get"), ("transport", "tcp"))] == 5
+    assert samples["metaq_requests_total"][(("cmd", "get"), ("transport", "http"))] == 2
+
+
 def test_failures_and_misses_are_counted_per_topic():
     broker = FakeBroker()
     broker.put_failed_by_topic.add("a")

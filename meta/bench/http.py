@@ -1,0 +1,251 @@
+"""Benchmark of the HTTP protocol beside the TCP protocol on one broker, measured in turns.
+
+``python -m meta.bench.http`` starts one broker (``unflushThreshold=1000``, ``--http``) and
+measures, alternating the two transports ``--rounds`` times so that both see the same
+machine load:
+
+* put: ``--connections`` keep-alive HTTP connections, one put in flight on each, against
+  as many synchronous TCP connections (both driven by one selector loop in this process);
+* get: a ``--backlog-mb`` backlog read from offset 0 with 1 MiB gets over one HTTP
+  keep-alive connection, against the raw TCP consume of ``meta.bench.load.run_consume``.
+
+Targets: HTTP puts at least 30% of the TCP rate, HTTP gets at least 50% of the TCP rate
+(medians of the rounds). Output: a table, or JSON with ``--json``. Single-threaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import selectors
+import statistics
+import time
+from pathlib import Path
+
+from meta.bench.broker import HOST, BenchBroker, BenchError, report_in_work_directory
+from meta.bench.load import (
+    REPLY_TIMEOUT_S,
+    PutFrames,
+    connect,
+    count_records,
+    run_consume,
+    run_pipelined,
+)
+from meta.ports import free_port
+
+PUT_TOPIC = "bench-concurrent"
+GET_TOPIC = "bench-consume"
+GET_BYTES = 1024 * 1024
+PUT_TARGET = 0.30
+GET_TARGET = 0.50
+
+
+class HttpBenchBroker(BenchBroker):
+    """A ``BenchBroker`` that also serves the HTTP protocol on ``http_port``."""
+
+    http_port: int = 0
+
+    def extra_arguments(self) -> list[str]:
+        if not self.http_port:
+            self.http_port = free_port()
+        properties = self.directory / "jettyBroker.properties"
+        properties.write_text(f"serverPort={self.http_port}\n")
+        return ["--http", str(properties)]
+
+    def wait_for_http(self, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while "HTTP protocol serving" not in self.log_tail(100_000):
+            if time.monotonic() > deadline or not self.alive():
+                raise BenchError(f"the HTTP port did not open:\n{self.log_tail()}")
+            time.sleep(0.05)
+
+
+def http_put_request(frames: PutFrames) -> bytes:
+    path = b"/put/0?topic=%s&partition=0&flag=0&length=%d" % (
+        frames.topic.encode(),
+        len(frames.body),
+    )
+    head = b"POST %s HTTP/1.1\r\nHost: b\r\nContent-Length: %d\r\n\r\n" % (path, len(frames.body))
+    return head + frames.body
+
+
+def drive(address: tuple[str, int], requests, connections: int, duration_s: float) -> dict:
+    """``connections`` sockets, one request in flight on each, for ``duration_s``.
+
+    ``requests(number)`` is the bytes of request ``number``; an answer is complete when
+    ``complete(buffer)`` of the transport says so (HTTP: headers and Content-Length body;
+    TCP: one ``result`` frame).
+    """
+    make, complete = requests
+    selector = selectors.DefaultSelector()
+    sockets = [connect(address) for _ in range(connections)]
+    buffers = {sock: bytearray() for sock in sockets}
+    sent = answered = 0
+    start = time.monotonic()
+    deadline = start + duration_s
+    for sock in sockets:
+        sent += 1
+        sock.sendall(make(sent))
+        selector.register(sock, selectors.EVENT_READ)
+    try:
+        open_count = connections
+        while open_count:
+            events = selector.select(REPLY_TIMEOUT_S)
+            if not events:
+                raise BenchError(f"no answer for {REPLY_TIMEOUT_S} s")
+            for key, _ in events:
+                sock = key.fileobj
+                data = sock.recv(65536)
+                if not data:
+                    raise BenchError("the broker closed a connection")
+                buffer = buffers[sock]
+                buffer += data
+                if not complete(buffer):
+                    continue
+                buffer.clear()
+                answered += 1
+                if time.monotonic() < deadline:
+                    sent += 1
+                    sock.sendall(make(sent))
+                else:
+                    selector.unregister(sock)
+                    open_count -= 1
+    finally:
+        selector.close()
+        for sock in sockets:
+            sock.close()
+    seconds = time.monotonic() - start
+    return {"messages": answered, "seconds": seconds, "msg_per_s": answered / seconds}
+
+
+def http_complete(buffer: bytearray) -> bool:
+    end = buffer.find(b"\r\n\r\n")
+    if end < 0:
+        return False
+    if not buffer.startswith(b"HTTP/1.1 200"):
+        raise BenchError(f"HTTP answer {bytes(buffer[:200])!r}")
+    marker = buffer.find(b"Content-Length: ", 0, end)
+    length = int(buffer[marker + 16 : buffer.find(b"\r\n", marker)])
+    return len(buffer) >= end + 4 + length
+
+
+def tcp_complete(buffer: bytearray) -> bool:
+    end = buffer.find(b"\r\n")
+    if end < 0:
+        return False
+    tokens = bytes(buffer[:end]).split(b" ")
+    if tokens[1] != b"200":
+        raise BenchError(f"TCP answer {bytes(buffer[:200])!r}")
+    return len(buffer) >= end + 2 + int(tokens[2])
+
+
+def http_consume(address: tuple[str, int], topic: str, max_bytes: int) -> dict:
+    """Read from offset 0 with 1 MiB HTTP gets on one keep-alive connection until caught up."""
+    offset = records = gets = 0
+    start = time.monotonic()
+    with connect(address) as sock:
+        reader = sock.makefile("rb", buffering=GET_BYTES)
+        while offset < max_bytes:
+            gets += 1
+            sock.sendall(
+                b"GET /get/0?topic=%s&partition=0&offset=%d&maxsize=%d HTTP/1.1\r\nHost: b\r\n\r\n"
+                % (topic.encode(), offset, GET_BYTES)
+            )
+            status = reader.readline()
+            length = 0
+            while (line := reader.readline()) != b"\r\n":
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            body = reader.read(length)
+            if status.startswith(b"HTTP/1.1 404"):
+                break
+            if not status.startswith(b"HTTP/1.1 200"):
+                raise BenchError(f"HTTP get at {offset}: {status!r} {body[:200]!r}")
+            count, used = count_records(body)
+            if count == 0:
+                raise BenchError(f"HTTP get at {offset} returned no complete record")
+            records, offset = records + count, offset + used
+    seconds = max(time.monotonic() - start, 1e-9)
+    return {"messages": records, "bytes": offset, "gets": gets, "mb_per_s": offset / seconds / 1e6}
+
+
+def run(arguments: argparse.Namespace, work: Path) -> dict:
+    broker = HttpBenchBroker(work / "broker", threshold=1000)
+    broker.directory.mkdir(parents=True)
+    with broker:
+        broker.wait_for_http()
+        http_address = (HOST, broker.http_port)
+        frames = PutFrames(PUT_TOPIC, arguments.message_bytes)
+        http_put = http_put_request(frames)
+        tcp_requests = (lambda number: frames.header(number) + frames.body, tcp_complete)
+        http_requests = (lambda number: http_put, http_complete)
+        puts: dict[str, list[float]] = {"tcp": [], "http": []}
+        for _ in range(arguments.rounds):
+            for name, address, requests in (
+                ("tcp", broker.address, tcp_requests),
+                ("http", http_address, http_requests),
+            ):
+                result = drive(address, requests, arguments.connections, arguments.duration_s)
+                puts[name].append(result["msg_per_s"])
+        backlog = arguments.backlog_mb * 1_000_000
+        backlog_frames = PutFrames(GET_TOPIC, 1024)
+        run_pipelined(broker.address, backlog_frames, 600.0, backlog // (1024 + 20) + 1)
+        gets: dict[str, list[float]] = {"tcp": [], "http": []}
+        for _ in range(arguments.rounds):
+            tcp = run_consume(broker.address, GET_TOPIC, 600.0, backlog)
+            gets["tcp"].append(tcp["mb_per_s"])
+            gets["http"].append(http_consume(http_address, GET_TOPIC, backlog)["mb_per_s"])
+    put_ratio = statistics.median(puts["http"]) / statistics.median(puts["tcp"])
+    get_ratio = statistics.median(gets["http"]) / statistics.median(gets["tcp"])
+    return {
+        "connections": arguments.connections,
+        "message_bytes": arguments.message_bytes,
+        "backlog_mb": arguments.backlog_mb,
+        "put_msg_per_s": puts,
+        "get_mb_per_s": gets,
+        "put_ratio": put_ratio,
+        "get_ratio": get_ratio,
+        "put_target_met": put_ratio >= PUT_TARGET,
+        "get_target_met": get_ratio >= GET_TARGET,
+    }
+
+
+def format_report(report: dict) -> str:
+    def rates(values: list[float]) -> str:
+        return " ".join(f"{value:,.0f}" for value in values)
+
+    puts, gets = report["put_msg_per_s"], report["get_mb_per_s"]
+    return "\n".join(
+        [
+            f"put, {report['connections']} connections, {report['message_bytes']} B (msg/s):",
+            f"  tcp   {rates(puts['tcp'])}",
+            f"  http  {rates(puts['http'])}",
+            f"  http/tcp {report['put_ratio']:.2f} (target {PUT_TARGET:.2f}: "
+            f"{'met' if report['put_target_met'] else 'MISSED'})",
+            f"get of a {report['backlog_mb']} MB backlog, 1 MiB gets (MB/s):",
+            f"  tcp   {rates(gets['tcp'])}",
+            f"  http  {rates(gets['http'])}",
+            f"  http/tcp {report['get_ratio']:.2f} (target {GET_TARGET:.2f}: "
+            f"{'met' if report['get_target_met'] else 'MISSED'})",
+        ]
+    )
+
+
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m meta.bench.http", description=__doc__)
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--message-bytes", type=int, default=1024)
+    parser.add_argument("--duration-s", type=float, default=3.0, help="per turn")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--backlog-mb", type=int, default=500)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = parse_arguments(argv)
+    return report_in_work_directory(arguments, "metaq-bench-http-", run, format_report)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
