@@ -19,6 +19,11 @@ Invariants:
     * Records are only appended; a file's bytes up to ``size`` are whole records behind the
       magic. After a failed write or fsync the journal is failed for good (``failed``): every
       waiting and later ``sync`` and every ``append`` fails, as a partition does (DECISIONS 3).
+      In ``GROUP_COMMIT`` each file is first cut back to its fsynced size (what a ``sync`` may
+      have answered), so no record whose ``sync`` failed is replayed after a restart; the
+      other modes answer ``sync`` once written, so their files keep what was written.
+    * A roll that finds no free file descriptor (EMFILE, ENFILE) keeps the current file and
+      is tried again by the next transaction: running out of descriptors is transient.
     * A file is deleted only when it is not the current one, no open transaction counts on it,
       no fsync of it is running, and its records are written (and fsynced, unless ``OS``):
       a crash or power loss that undoes the unlink leaves a file that says how its
@@ -42,10 +47,11 @@ from twisted.internet.task import LoopingCall
 from twisted.python.failure import Failure
 
 from meta.config import FlushMode
-from meta.errors import InvalidRecordError, StoreError
+from meta.errors import DescriptorShortageError, InvalidRecordError, StoreError
 from meta.store.append import append_at
 from meta.store.files import Files
 from meta.store.group_commit import Executor, Flusher, SynchronousExecutor
+from meta.store.tail_cut import is_descriptor_shortage
 from meta.tx.journal_location import JournalLocation
 from meta.tx.records import FILE_MAGIC, FILE_MAGIC_V1, Record, encode, read_record
 from meta.tx.redo_file import RedoFile, RedoSyncTask
@@ -301,14 +307,26 @@ class Journal:
     def _roll(self) -> None:
         assert self._current is not None
         previous = self._current
-        self._current = self._create(previous.number + 1)
+        try:
+            self._current = self._create(previous.number + 1)
+        except DescriptorShortageError as error:
+            logger.warning("journal cannot roll yet, it keeps %s: %s", previous.path, str(error))
+            return
         logger.info("journal rolled to %s", self._current.path)
         self._delete_if_unused(previous)
 
     def _create(self, number: int) -> RedoFile:
+        """Create ``redo.<number>``. Raises DescriptorShortageError (the journal stays
+        usable) when no descriptor is free, JournalError (it failed) on any other error."""
         path = os.path.join(self.directory, f"{PREFIX}{number}")
         try:
             fd = self._files.open(path, create=True)
+        except OSError as error:
+            if is_descriptor_shortage(error):
+                raise DescriptorShortageError(f"cannot create {path}: {error}") from error
+            self._fail(error)
+            raise JournalError(str(self.failed)) from None
+        try:
             self._files.truncate(fd, 0)
             self._write_all(fd, FILE_MAGIC, 0, path)
         except (OSError, StoreError) as error:
@@ -442,9 +460,29 @@ class Journal:
             return
         self.failed = JournalError(f"transaction journal {self.directory} failed: {error}")
         logger.error("%s; transactions are refused until restart", self.failed)
+        if self._flush_mode is FlushMode.GROUP_COMMIT:
+            self._cut_unsynced()
         waiters, self._waiters = self._waiters, []
         for done in waiters:
             done(JournalError(str(self.failed)))
+
+    def _cut_unsynced(self) -> None:
+        """Cut every file back to what a ``sync`` may have answered (``RedoFile.cut_unsynced``);
+        errors are logged (the journal has failed anyway)."""
+        for redo in self._redo.values():
+            try:
+                cut = redo.cut_unsynced(self._files, len(FILE_MAGIC))
+            except OSError as error:
+                logger.error(
+                    "cannot cut %s back to %d: %s; a restart may replay records after it "
+                    "whose sync failed",
+                    redo.path,
+                    redo.flushed_size,
+                    str(error),
+                )
+                continue
+            if cut:
+                logger.error("journal %s: cut %d bytes that were never synced", redo.path, cut)
 
     def close(self) -> None:
         """Stop the timer and close every file (call once the flusher is idle)."""

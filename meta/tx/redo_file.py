@@ -37,6 +37,23 @@ class RedoFile:
         self.references = 0
         self.staged: list[bytes] = []
 
+    def cut_unsynced(self, files: Files, magic_bytes: int) -> int:
+        """Truncate the file to ``flushed_size`` (never into its first ``magic_bytes``) and
+        fsync it; return the bytes cut. A failed journal in group-commit mode calls this: a
+        record after ``flushed_size`` was never answered as durable.
+
+        Raises:
+            OSError: the truncation or the fsync failed.
+        """
+        size = max(self.flushed_size, magic_bytes)
+        cut = self.written_size - size
+        if cut <= 0:
+            return 0
+        files.truncate(self.fd, size)
+        files.fsync(self.fd)
+        self.size = self.written_size = self.flushed_size = size
+        return cut
+
 
 class RedoSyncTask:
     """One flush batch's share: the directory entry and the files to fsync."""
