@@ -434,7 +434,8 @@ class Journal:
     def flush_done(self, task: RedoSyncTask) -> None:
         """Reactor thread: ``task`` is on disk; answer its waiters (FlushClient)."""
         for redo, size in zip(task.redo_files, task.sizes, strict=True):
-            redo.flushed_size = max(redo.flushed_size, size)
+            if self.failed is None:  # a failed journal may have cut the file below ``size``
+                redo.flushed_size = max(redo.flushed_size, size)
         self._end_flush(task)
         for done in task.waiters:
             done(None if self.failed is None else JournalError(str(self.failed)))
