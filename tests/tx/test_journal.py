@@ -802,3 +802,23 @@ def test_a_roll_without_a_free_descriptor_keeps_the_current_file(directory, file
     assert (location.number, syncs(journal), journal.failed) == (1, [None], None)
     files.open = open_file
     assert journal.append(PrepareRecord("TX:s:3")).number == 2
+
+
+def test_a_flush_without_a_free_descriptor_is_retried_and_its_sync_answered(directory, files):
+    """Goal: EMFILE while the journal fsyncs its directory is transient. Method: a new file
+    makes the directory dirty; its fsync fails with EMFILE, so the sync is not answered and
+    the journal stays usable; once descriptors are free the retry answers it."""
+    clock = Clock()
+    journal, _ = open_journal(directory, files, clock=clock)
+    fsync_directory = files.fsync_directory
+
+    def no_descriptor(path):
+        raise OSError(EMFILE, "Too many open files")
+
+    files.fsync_directory = no_descriptor
+    journal.append(PrepareRecord("TX:s:1"))
+    answers = syncs(journal)
+    assert (answers, journal.failed) == ([], None)
+    files.fsync_directory = fsync_directory
+    clock.advance(journal_module.DESCRIPTOR_RETRY_S)
+    assert (answers, journal.failed) == ([None], None)
