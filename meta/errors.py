@@ -94,6 +94,14 @@ class PartitionFailedError(StoreError):
     """The partition stopped taking writes after an I/O failure; an operator must act."""
 
 
+class DescriptorShortageError(StoreError):
+    """The process had no file descriptor to spare (EMFILE, ENFILE) to open a store file.
+
+    Transient: the append was not stored, and the partition takes appends again once
+    descriptors are free.
+    """
+
+
 class InvalidTopicError(InternalServerError):
     """A topic name is not allowed (DECISIONS 9) or not accepted by the configuration.
 

@@ -38,6 +38,12 @@ GRANDFATHERED: dict[str, tuple[int, str]] = {
         "one concept, the sans-I/O decoder and encoder of every command; h11's codec, the "
         "model, is about 800 lines (STYLE 16)",
     ),
+    "meta/store/partition.py": (
+        600,
+        "one concept, a partition's append path: staging, one write per commit, rolls, the "
+        "order of acknowledgements and what a failed write or fsync undoes (the cut itself is "
+        "meta/store/tail_cut); its read side (slice, read, nearest_offset) moves out next",
+    ),
     "meta/server/registry.py": (
         540,
         "one concept, the reactor half of the ZooKeeper registration: one state machine over "

@@ -10,7 +10,8 @@ protocol (``meta.server.http``) once the broker serves; a port it cannot take st
 broker with status 1.
 
 Parses arguments, loads the config (a ``ConfigError`` exits with status 2 and a message that
-names the file, section and key), sets up logging to stderr, starts the dashboard
+names the file, section and key), sets up logging to stderr, raises the open-file limit
+(``meta.server.descriptor_limit``), starts the dashboard
 (``meta.dashboard``; a port it cannot take exits with status 1) and the ``Broker`` on the
 global reactor and installs signal handlers: SIGTERM and SIGINT stop gracefully (flush,
 deregister, close); SIGHUP reloads the config file (``tools/metaServer.sh reload`` sends it).
@@ -138,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"meta-server: configuration error: {error}", file=sys.stderr)
         return 2
+    from meta.server.descriptor_limit import raise_descriptor_limit
+
+    raise_descriptor_limit(config)
     from meta.server.reactor import install
 
     log.info("reactor: %s", install())

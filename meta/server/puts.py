@@ -37,7 +37,7 @@ import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from meta.errors import MetaError, PartitionFailedError, XAError
+from meta.errors import DescriptorShortageError, MetaError, PartitionFailedError, XAError
 from meta.protocol.codec import PutFields, encode_result
 from meta.protocol.commands import BodyTooLarge
 from meta.protocol.message import CHECKSUM_MASK, HEADER, HEADER_SIZE
@@ -208,7 +208,8 @@ def append_failed(
     """The 500 of a put whose append or fsync failed with ``error`` (DECISIONS 3)."""
     if not isinstance(error, MetaError):
         log.error("append to %s-%d failed: %r", topic, partition, error)
-    detail = str(error) if isinstance(error, PartitionFailedError) else None
+    known = isinstance(error, PartitionFailedError | DescriptorShortageError)
+    detail = str(error) if known else None
     return put_failed(broker, topic, partition, opaque, detail)
 
 

@@ -39,7 +39,7 @@ from twisted.internet.task import LoopingCall
 
 from meta.config import BrokerConfig, FlushMode, TopicConfig
 from meta.config.cron import CronError, QuartzCron
-from meta.errors import InvalidTopicError, StoreError
+from meta.errors import DescriptorShortageError, InvalidTopicError, StoreError
 from meta.store import retention
 from meta.store.files import Files
 from meta.store.group_commit import (
@@ -51,6 +51,7 @@ from meta.store.group_commit import (
 )
 from meta.store.partition import PartitionLog
 from meta.store.segment import Segment, segment_name
+from meta.store.tail_cut import is_descriptor_shortage
 
 logger = logging.getLogger("meta.store")
 
@@ -242,7 +243,8 @@ class StoreManager:
         Raises:
             InvalidTopicError: ``The server do not accept topic <topic>``.
             StoreError: ``wrong partition <p>``; the store is closed; or the directory or
-                first segment cannot be created.
+                first segment cannot be created (``DescriptorShortageError`` when no file
+                descriptor was free: the next call tries again).
         """
         key = (topic, partition)
         if key in self._accepted:
@@ -301,7 +303,12 @@ class StoreManager:
         except OSError as error:
             raise StoreError(f"cannot create partition directory {directory}: {error}") from error
         logger.info("created partition %s-%d in %s", topic, partition, directory)
-        return self._open(topic, partition, directory, tuple(new_directories))
+        try:
+            return self._open(topic, partition, directory, tuple(new_directories))
+        except StoreError as error:
+            if is_descriptor_shortage(error):  # transient: the next put tries again
+                raise DescriptorShortageError(str(error)) from error
+            raise
 
     def partitions(self) -> list[PartitionLog]:
         """Every open partition log."""

@@ -12,8 +12,13 @@ Invariants:
       exactly when its producer was answered.
     * A record that must be durable (``should_flush``) is released only once ``durable_end``
       covers it. A record is never released after its partition failed.
-    * After a failed write or fsync the partition is failed for good (DECISIONS 3): every
-      waiting append errbacks with ``PartitionFailedError`` and every later append is refused.
+    * After a failed write or fsync the partition is failed for good (DECISIONS 3): its files
+      are first cut back to ``max_offset`` (``meta.store.tail_cut``), then every waiting
+      append errbacks with ``PartitionFailedError`` and every later append is refused. So no
+      record answered 500, or left unanswered by the failure, is served after a restart.
+    * Running out of file descriptors (EMFILE, ENFILE) is transient: a roll that cannot open
+      the next segment refuses what is staged (500) and is tried again by the next commit; a
+      flush that cannot open the directory cuts back and fails what waits for it, the same way.
     * Records are written in offset order: nothing staged after an unfilled ``Reservation``
       is written (or acknowledged) before the reservation is filled.
 
@@ -33,7 +38,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 
 from meta.config import FlushMode
-from meta.errors import PartitionFailedError, StoreError
+from meta.errors import DescriptorShortageError, PartitionFailedError, StoreError
 from meta.protocol.message import HEADER_SIZE
 from meta.store.files import Files
 from meta.store.flush_task import PartitionFlushTask
@@ -41,6 +46,7 @@ from meta.store.group_commit import Flusher, FlushPolicy, should_flush
 from meta.store.read_slice import AFTER, BEFORE, DATA, SliceResult
 from meta.store.reservation import Reservation, fire, take_written
 from meta.store.segment import Segment, open_segments, segment_name
+from meta.store.tail_cut import cut_back, is_descriptor_shortage
 
 logger = logging.getLogger("meta.store")
 
@@ -119,6 +125,7 @@ class PartitionLog:
         self._unflushed_count = 0
         self._flush_requested_s = clock.seconds()
         self._refusal: str | None = None
+        self._discarded: list[Segment] = []  # cut off while a flush may use them; closed last
 
     @classmethod
     def open(
@@ -259,6 +266,8 @@ class PartitionLog:
         staged = self._staged
         if not staged:
             return
+        if self._segment.written_size >= self.segment_bytes_max and not self._roll():
+            return  # no descriptor for the next segment: what was staged got 500
         data, filled, written = take_written(staged, self._staged_counts, self._reservations)
         self._reservations -= filled
         if not data:
@@ -277,7 +286,7 @@ class PartitionLog:
         dirty = self._dirty_segments
         if not dirty or dirty[-1] is not segment:
             dirty.append(segment)
-        if segment.written_size >= self.segment_bytes_max:
+        if segment.written_size >= self.segment_bytes_max and self.failed is None:
             self._roll()
         sync_ends = self._sync_ends
         if self._always_sync or (sync_ends and sync_ends[0] <= self._written_end):
@@ -294,24 +303,33 @@ class PartitionLog:
             return PartitionFailedError(str(self.failed))
         return StoreError(f"partition {self.name} is {self._refusal}")
 
-    def _roll(self) -> None:
-        """Start a new last segment at the written end; its directory entry needs an fsync."""
+    def _roll(self) -> bool:
+        """Start a new last segment at the written end; its directory entry needs an fsync.
+
+        Returns whether it did. Without a free descriptor the staged appends get 500 and the
+        next commit tries again; any other failure fails the partition.
+        """
         start = self._segment.end
         path = os.path.join(self.directory, segment_name(start))
         try:
             segment = Segment.open(self._files, path, start, create=True)
         except StoreError as error:
-            self._fail(error)
-            return
+            if not is_descriptor_shortage(error):
+                self._fail(error)
+                return False
+            logger.warning("partition %s cannot roll yet: %s", self.name, str(error))
+            self._refuse_after(self._written_end, DescriptorShortageError(str(error)))
+            return False
         if segment.written_size != 0:
             segment.close()
             self._fail(StoreError(f"new segment {path} already holds {segment.written_size} bytes"))
-            return
+            return False
         self._segments.append(segment)
         self._starts.append(start)
         self._segment = segment
         self._pending_directories.append(self.directory)
         logger.info("partition %s rolled to segment %s", self.name, path)
+        return True
 
     def _release(self) -> None:
         """Acknowledge, in append order, every pending append that may be acknowledged now.
@@ -332,19 +350,59 @@ class PartitionLog:
             self.on_visible(self)
 
     def _fail(self, error: BaseException) -> None:
-        """Stop the partition for good and fail every waiting append (DECISIONS 3)."""
+        """Cut back to the acknowledged end, then stop the partition for good and fail every
+        waiting append (DECISIONS 3)."""
         if self.failed is not None:
             return
-        self.failed = PartitionFailedError(f"partition {self.name} failed: {error}")
         self._refusal = "failed"
-        logger.error("%s; it refuses appends until restart", self.failed)
-        pending, self._pending = self._pending, deque()
-        self._sync_ends.clear()
+        cut = self._cut_back(discard_now=False)
+        self.failed = PartitionFailedError(f"partition {self.name} failed: {error}")
+        logger.error("%s; %s; it refuses appends until restart", self.failed, cut)
+        self._refuse_after(self._visible_end, self.failed)
+
+    def _cut_back(self, *, discard_now: bool) -> str:
+        """Truncate the files to the visible end (``tail_cut``); return what happened, for the
+        log. ``discard_now``: close unlinked segments at once (no flush of them runs)."""
+        end = self._visible_end
+        if self._written_end == end:
+            return f"nothing after the acknowledged end {end} was written"
+        segments = self._segments
+        try:
+            keep = cut_back(self._files, segments, end, self.directory)
+        except OSError as error:
+            return (
+                f"cannot cut it back to the acknowledged end {end} ({error}): a restart may "
+                f"serve records of offsets {end} to {self._written_end} that were not acknowledged"
+            )
+        cut = self._written_end - end
+        removed = segments[keep:]
+        del segments[keep:]
+        del self._starts[keep:]
+        self._segment = segments[-1]
+        self._written_end = end
+        self._durable_end = min(self._durable_end, end)
+        self._dirty_segments = [s for s in self._dirty_segments if s not in removed]
+        if discard_now:
+            for segment in removed:
+                segment.close()
+        else:
+            self._discarded.extend(removed)
+        return f"cut {cut} unacknowledged bytes: the log ends at {end} again"
+
+    def _refuse_after(self, offset: int, error: BaseException) -> None:
+        """Fail (in append order) every waiting append at ``offset`` or later and drop what
+        is staged; the next staged record gets ``offset`` again."""
+        pending = self._pending
+        refused = []
+        while pending and pending[-1][1] >= offset:
+            refused.append(pending.pop())
         self._staged.clear()
         self._staged_counts.clear()
         self._reservations = 0
-        for _end, _offset, _must_sync, ack in pending:
-            ack(None, PartitionFailedError(str(self.failed)))
+        self._staged_end = offset
+        self._sync_ends = deque(end for end in self._sync_ends if end <= offset)
+        for _end, _offset, _must_sync, ack in reversed(refused):
+            ack(None, error.__class__(str(error)))
 
     # -- flushing (FlushClient) ------------------------------------------------------------
 
@@ -379,8 +437,20 @@ class PartitionLog:
         self._release()
 
     def flush_failed(self, task: PartitionFlushTask, error: BaseException) -> None:
-        """Reactor thread: the fsync failed; fail the partition (DECISIONS 3)."""
-        self._fail(StoreError(f"fsync failed: {error}"))
+        """Reactor thread: the fsync failed; fail the partition (DECISIONS 3). Without a free
+        descriptor to open the directory, cut back and fail only what waits (transient)."""
+        if self.failed is not None:
+            return
+        if not is_descriptor_shortage(error):
+            self._fail(StoreError(f"fsync failed: {error}"))
+            return
+        self._pending_directories[:0] = task.directories
+        cut = self._cut_back(discard_now=True)
+        if self._written_end != self._visible_end:  # the cut failed: nothing can be trusted
+            self._fail(StoreError(f"fsync failed: {error}; {cut}"))
+            return
+        logger.warning("partition %s: fsync failed: %s; %s", self.name, str(error), cut)
+        self._refuse_after(self._visible_end, DescriptorShortageError(f"fsync failed: {error}"))
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -492,7 +562,7 @@ class PartitionLog:
         error = StoreError(f"partition {self.name} closed before the append was acknowledged")
         for _end, _offset, _must_sync, ack in pending:
             ack(None, error)
-        for segment in self._segments:
+        for segment in (*self._segments, *self._discarded):
             segment.close()
 
     def __repr__(self) -> str:

@@ -15,7 +15,8 @@ Invariants:
       trusted by size, as Java does.
 
 Thread affinity: reactor thread only, except ``fsync``, which the flusher's worker thread
-calls; it touches only the descriptor, never the sizes (``mark_flushed`` runs on the reactor).
+calls; it touches only the descriptor, never the sizes (``mark_flushed`` and ``cut`` run on the
+reactor; a ``cut`` may race a running fsync, which then covers either size).
 """
 
 from __future__ import annotations
@@ -163,6 +164,18 @@ class Segment:
         assert size <= self.written_size
         if size > self.flushed_size:
             self.flushed_size = size
+
+    def cut(self, size: int) -> None:
+        """Truncate the file to ``size`` bytes (a failed partition's unacknowledged tail,
+        ``meta.store.tail_cut``, which then fsyncs it). Reactor thread.
+
+        Raises:
+            OSError: the truncation failed; the sizes are unchanged.
+        """
+        assert 0 <= size <= self.written_size
+        self._files.truncate(self._fd, size)
+        self.written_size = size
+        self.flushed_size = min(self.flushed_size, size)
 
     def recover(self, chunk_bytes: int = RECOVER_CHUNK_BYTES) -> int:
         """Validate the file record by record, truncate at the first bad one, count records.

@@ -19,6 +19,13 @@ Invariants:
     * Records are only appended; a file's bytes up to ``size`` are whole records behind the
       magic. After a failed write or fsync the journal is failed for good (``failed``): every
       waiting and later ``sync`` and every ``append`` fails, as a partition does (DECISIONS 3).
+      In ``GROUP_COMMIT`` each file is first cut back to its fsynced size (what a ``sync`` may
+      have answered), so no record whose ``sync`` failed is replayed after a restart; the
+      other modes answer ``sync`` once written, so their files keep what was written.
+    * A roll that finds no free file descriptor (EMFILE, ENFILE) keeps the current file and
+      is tried again by the next transaction, and a flush that cannot open the directory to
+      fsync it runs again shortly, its ``sync`` callers still waiting: running out of
+      descriptors is transient.
     * A file is deleted only when it is not the current one, no open transaction counts on it,
       no fsync of it is running, and its records are written (and fsynced, unless ``OS``):
       a crash or power loss that undoes the unlink leaves a file that says how its
@@ -42,19 +49,21 @@ from twisted.internet.task import LoopingCall
 from twisted.python.failure import Failure
 
 from meta.config import FlushMode
-from meta.errors import InvalidRecordError, StoreError
+from meta.errors import DescriptorShortageError, InvalidRecordError, StoreError
 from meta.store.append import append_at
 from meta.store.files import Files
 from meta.store.group_commit import Executor, Flusher, SynchronousExecutor
+from meta.store.tail_cut import is_descriptor_shortage
 from meta.tx.journal_location import JournalLocation
 from meta.tx.records import FILE_MAGIC, FILE_MAGIC_V1, Record, encode, read_record
-from meta.tx.redo_file import RedoFile, RedoSyncTask
+from meta.tx.redo_file import RedoFile, RedoSyncTask, cut_unsynced
 
 logger = logging.getLogger("meta.tx")
 
 PREFIX = "redo."
 READ_CHUNK_BYTES = 1 << 20
 FLUSH_EVERY_S = 1.0
+DESCRIPTOR_RETRY_S = 0.1  # a flush that found no free file descriptor runs again after this
 
 SyncDone = Callable[[BaseException | None], None]
 
@@ -106,6 +115,7 @@ class Journal:
         self._doomed: set[int] = set()
         self._timer: LoopingCall | None = None
         self._staged_files: list[RedoFile] = []
+        self._retrying = False  # a flush waits for a free file descriptor
         self.bytes_cut = 0
 
     # -- start-up ----------------------------------------------------------------------------
@@ -301,14 +311,26 @@ class Journal:
     def _roll(self) -> None:
         assert self._current is not None
         previous = self._current
-        self._current = self._create(previous.number + 1)
+        try:
+            self._current = self._create(previous.number + 1)
+        except DescriptorShortageError as error:
+            logger.warning("journal cannot roll yet, it keeps %s: %s", previous.path, str(error))
+            return
         logger.info("journal rolled to %s", self._current.path)
         self._delete_if_unused(previous)
 
     def _create(self, number: int) -> RedoFile:
+        """Create ``redo.<number>``. Raises DescriptorShortageError (the journal stays
+        usable) when no descriptor is free, JournalError (it failed) on any other error."""
         path = os.path.join(self.directory, f"{PREFIX}{number}")
         try:
             fd = self._files.open(path, create=True)
+        except OSError as error:
+            if is_descriptor_shortage(error):
+                raise DescriptorShortageError(f"cannot create {path}: {error}") from error
+            self._fail(error)
+            raise JournalError(str(self.failed)) from None
+        try:
             self._files.truncate(fd, 0)
             self._write_all(fd, FILE_MAGIC, 0, path)
         except (OSError, StoreError) as error:
@@ -415,18 +437,35 @@ class Journal:
 
     def flush_done(self, task: RedoSyncTask) -> None:
         """Reactor thread: ``task`` is on disk; answer its waiters (FlushClient)."""
+        self._retrying = False
         for redo, size in zip(task.redo_files, task.sizes, strict=True):
-            redo.flushed_size = max(redo.flushed_size, size)
+            if self.failed is None:  # a failed journal may have cut the file below ``size``
+                redo.flushed_size = max(redo.flushed_size, size)
         self._end_flush(task)
         for done in task.waiters:
             done(None if self.failed is None else JournalError(str(self.failed)))
 
     def flush_failed(self, task: RedoSyncTask, error: BaseException) -> None:
-        """Reactor thread: the fsync failed; the journal fails (FlushClient)."""
+        """Reactor thread: the fsync failed; the journal fails (FlushClient). Without a free
+        descriptor to open the directory, the same sync is tried again shortly instead."""
+        if self.failed is None and is_descriptor_shortage(error):
+            self._retry_flush(task, error)
+            return
         self._fail(StoreError(f"journal fsync failed: {error}"))
         self._end_flush(task)
         for done in task.waiters:
             done(JournalError(str(self.failed)))
+
+    def _retry_flush(self, task: RedoSyncTask, error: BaseException) -> None:
+        """Put ``task``'s directory entry and waiters back and ask for a flush again in
+        ``DESCRIPTOR_RETRY_S``: nothing was answered, so nothing needs to be cut."""
+        if not self._retrying:
+            logger.warning("journal fsync waits for a free file descriptor: %s", str(error))
+        self._retrying = True
+        self._directory_dirty = self._directory_dirty or task.directory is not None
+        self._waiters[:0] = task.waiters
+        self._end_flush(task)
+        self._reactor.callLater(DESCRIPTOR_RETRY_S, self._flusher.request, self)
 
     def _end_flush(self, task: RedoSyncTask) -> None:
         for redo in task.redo_files:
@@ -442,6 +481,8 @@ class Journal:
             return
         self.failed = JournalError(f"transaction journal {self.directory} failed: {error}")
         logger.error("%s; transactions are refused until restart", self.failed)
+        if self._flush_mode is FlushMode.GROUP_COMMIT:
+            cut_unsynced(self._files, self._redo.values(), len(FILE_MAGIC))
         waiters, self._waiters = self._waiters, []
         for done in waiters:
             done(JournalError(str(self.failed)))

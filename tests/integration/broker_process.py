@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from meta.client.net.connection import BrokerConnection
@@ -86,6 +87,8 @@ class BrokerProcess:
         # ``module`` and ``arguments`` run another entry point (tests.integration.crash_broker).
         self.module = "meta.server"
         self.arguments: list[str] = []
+        # Run in the child before the broker starts (a low ``RLIMIT_NOFILE``, for example).
+        self.preexec_fn: Callable[[], None] | None = None
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
@@ -112,6 +115,7 @@ class BrokerProcess:
             cwd=self.directory,
             env=env,
             start_new_session=True,
+            preexec_fn=self.preexec_fn,
         )
         log.close()
         self.wait_until_serving(timeout_s)

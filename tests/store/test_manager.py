@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
 
 from meta.config import FlushMode
-from meta.errors import InvalidTopicError, StoreError
+from meta.errors import DescriptorShortageError, InvalidTopicError, StoreError
 from meta.store.group_commit import SynchronousExecutor
 from meta.store.manager import StoreManager
 from tests.store.conftest import ManualExecutor, broker_config, collect, record, topic_config
@@ -268,3 +269,18 @@ def test_get_or_create_after_close_fails(data_path, clock):
     collect(manager.close())
     with pytest.raises(StoreError, match="closed"):
         manager.get_or_create("alpha", 0)
+
+
+def test_get_or_create_without_a_free_descriptor_fails_transiently(data_path, clock, files):
+    config = broker_config(str(data_path), topics=(topic_config("alpha", str(data_path)),))
+    manager = manager_for(config, clock, files=files)
+    open_file = files.open
+
+    def no_descriptor(path, *, create=False, writable=True):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    files.open = no_descriptor
+    with pytest.raises(DescriptorShortageError, match="Too many open files"):
+        manager.get_or_create("alpha", 0)
+    files.open = open_file
+    assert collect(manager.get_or_create("alpha", 0).append(record(b"stored"))) == [0]

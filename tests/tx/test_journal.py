@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -24,6 +25,9 @@ from meta.tx.records import (
     encode,
 )
 from tests.store.conftest import EIO, ENOSPC, ManualExecutor, record
+from tests.tx.conftest import journal_records
+
+EMFILE = errno.EMFILE
 
 REDO_1 = "transactions/redo.1"
 REDO_2 = "transactions/redo.2"
@@ -626,7 +630,8 @@ def test_a_failed_write_fails_the_sync_that_wrote_it(directory, files):
 
 
 def test_a_write_failing_after_a_short_write_is_cut_back(directory, files):
-    journal, _ = open_journal(directory, files)
+    # Mode 0 answers a sync once written: the first record stays, only the failed one goes.
+    journal, _ = open_journal(directory, files, mode=0)
     journal.append(PrepareRecord("TX:s:1"))
     journal.write_staged()
     journal.append(PrepareRecord("TX:s:2"))
@@ -743,3 +748,77 @@ def test_records_staged_with_no_flush_requested_are_written_at_the_end_of_the_re
     journal.append(PrepareRecord("TX:s:1"))
     journal.end_of_batch()
     assert file_size(redo(directory, 1)) == len(FILE_MAGIC) + 17
+
+
+def test_a_failed_write_in_group_commit_cuts_every_unsynced_record(directory, files):
+    """Goal: a journal failing in group commit keeps only what a sync answered (DECISIONS 3).
+    Method: sync one PREPARE, write a second without a sync, fail the write of a third; the
+    file is cut back to the end of the synced record and a replay yields only it."""
+    journal, _ = open_journal(directory, files)
+    journal.append(PrepareRecord("TX:s:1"))
+    assert syncs(journal) == [None]
+    synced_size = file_size(redo(directory, 1))
+    journal.append(PrepareRecord("TX:s:2"))
+    journal.write_staged()
+    assert file_size(redo(directory, 1)) > synced_size
+    journal.append(PrepareRecord("TX:s:3"))
+    files.write_error = ENOSPC
+    journal.write_staged()
+    files.write_error = None
+    assert journal.failed is not None
+    assert file_size(redo(directory, 1)) == synced_size
+    assert [record.key for _, record in journal_records(directory)] == ["TX:s:1"]
+
+
+def test_a_failed_fsync_in_group_commit_cuts_the_records_it_covered(directory, files):
+    executor = ManualExecutor()
+    journal, _ = open_journal(directory, files, executor=executor)
+    journal.append(PrepareRecord("TX:s:1"))
+    syncs(journal)
+    executor.run_all()
+    synced_size = file_size(redo(directory, 1))
+    journal.append(PrepareRecord("TX:s:2"))
+    answers = syncs(journal)
+    files.fsync_error = EIO
+    executor.run_all()
+    files.fsync_error = None
+    assert len(answers) == 1 and isinstance(answers[0], JournalError)
+    assert file_size(redo(directory, 1)) == synced_size
+
+
+def test_a_roll_without_a_free_descriptor_keeps_the_current_file(directory, files):
+    """Goal: EMFILE when the journal rolls is transient. Method: a tiny file size makes the
+    second transaction roll; its open fails with EMFILE, the record goes to the current file
+    and syncs; once descriptors are free the next transaction rolls to redo.2."""
+    journal, _ = open_journal(directory, files, file_bytes_max=16)
+    journal.retain(journal.append(PrepareRecord("TX:s:1")).number)
+    open_file = files.open
+
+    def no_descriptor(path, *, create=False, writable=True):
+        raise OSError(EMFILE, "Too many open files")
+
+    files.open = no_descriptor
+    location = journal.append(PrepareRecord("TX:s:2"))
+    assert (location.number, syncs(journal), journal.failed) == (1, [None], None)
+    files.open = open_file
+    assert journal.append(PrepareRecord("TX:s:3")).number == 2
+
+
+def test_a_flush_without_a_free_descriptor_is_retried_and_its_sync_answered(directory, files):
+    """Goal: EMFILE while the journal fsyncs its directory is transient. Method: a new file
+    makes the directory dirty; its fsync fails with EMFILE, so the sync is not answered and
+    the journal stays usable; once descriptors are free the retry answers it."""
+    clock = Clock()
+    journal, _ = open_journal(directory, files, clock=clock)
+    fsync_directory = files.fsync_directory
+
+    def no_descriptor(path):
+        raise OSError(EMFILE, "Too many open files")
+
+    files.fsync_directory = no_descriptor
+    journal.append(PrepareRecord("TX:s:1"))
+    answers = syncs(journal)
+    assert (answers, journal.failed) == ([], None)
+    files.fsync_directory = fsync_directory
+    clock.advance(journal_module.DESCRIPTOR_RETRY_S)
+    assert (answers, journal.failed) == ([None], None)
