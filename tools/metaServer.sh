@@ -73,8 +73,9 @@ Starts the broker in the background, in its own session:
 logging to $LOG_FILE, and waits up to ${START_TIMEOUT_S} s (\$META_START_TIMEOUT_S) until
 its serverPort accepts connections. Fails, printing the log tail, if it exits first.
 
-  local   first run tools/setup-env.sh, start ZooKeeper on 127.0.0.1:$ZK_LOCAL_PORT (data in the
-          run dir; skipped if one already answers there) and pass --local to the broker.
+  local   first run tools/setup-env.sh --broker-only (what the broker and the client need;
+          tools/test installs the rest), start ZooKeeper on 127.0.0.1:$ZK_LOCAL_PORT (data in
+          the run dir; skipped if one already answers there) and pass --local to the broker.
   slave   start an async slave (Java: -Fmetaslave=FILE):
               $PY -m meta.server -f $CONF --slave $SLAVE_CONF
           (\$META_SLAVE_CONF). Keys: slaveId (required, >= 0), slaveGroup (default
@@ -286,7 +287,7 @@ do_start() {
     fi
     mkdir -p "$RUN_DIR"
     if [ "$local_flag" -eq 1 ]; then
-        "$ROOT/tools/setup-env.sh" || die "tools/setup-env.sh failed"
+        "$ROOT/tools/setup-env.sh" --broker-only || die "tools/setup-env.sh --broker-only failed"
         [ -n "${META_PYTHON:-}" ] || PY="$ROOT/.venv/bin/python"
         [ -f "$ZK_MARKER" ] || started_zk=1
         start_local_zookeeper
