@@ -53,8 +53,8 @@ commands:
                  conf/async_slave.properties): it copies the master with the same brokerId
   start --http   also serve the HTTP protocol (/put, /get, /offset) on serverPort of
                  \$META_HTTP_CONF or conf/jettyBroker.properties (combines with local|slave)
-  stop           stop the broker (SIGTERM; SIGKILL after ${STOP_TIMEOUT_S} s) and the ZooKeeper
-                 that 'start local' started
+  stop [broker]  stop the broker (SIGTERM; SIGKILL after ${STOP_TIMEOUT_S} s) and the ZooKeeper
+                 that 'start local' started; 'stop broker' leaves that ZooKeeper running
   restart [local|slave] [--http]  stop the broker if it runs, then start the same way
   reload         make the running broker re-read its config file (SIGHUP); the [topic=...]
                  sections take effect, [system] and [zookeeper] changes wait for a restart
@@ -74,10 +74,13 @@ usage: tools/metaServer.sh start [local|slave] [--http]
 Starts the broker in the background, in its own session:
     $PY -m meta.server -f $CONF
 logging to $LOG_FILE, and waits up to ${START_TIMEOUT_S} s (\$META_START_TIMEOUT_S) until
-its serverPort accepts connections. Fails, printing the log tail, if it exits first.
+its serverPort accepts connections. With serverPort=0 (any free port) it waits instead for
+the broker's "serving meta://HOST:PORT" line in the log (after its registration in
+ZooKeeper) and prints that port. Fails, printing the log tail, if it exits first.
 
-  local   first run tools/setup-env.sh, start ZooKeeper on 127.0.0.1:$ZK_LOCAL_PORT (data in the
-          run dir; skipped if one already answers there) and pass --local to the broker.
+  local   first run tools/setup-env.sh --broker-only (what the broker and the client need;
+          tools/test installs the rest), start ZooKeeper on 127.0.0.1:$ZK_LOCAL_PORT (data in
+          the run dir; skipped if one already answers there) and pass --local to the broker.
   slave   start an async slave (Java: -Fmetaslave=FILE):
               $PY -m meta.server -f $CONF --slave $SLAVE_CONF
           (\$META_SLAVE_CONF). Keys: slaveId (required, >= 0), slaveGroup (default
@@ -99,11 +102,12 @@ EOF
 
 usage_stop() {
     cat <<EOF
-usage: tools/metaServer.sh stop
+usage: tools/metaServer.sh stop [broker]
 
 Sends SIGTERM to the broker (it flushes, leaves ZooKeeper and closes), waits up to
 ${STOP_TIMEOUT_S} s (\$META_STOP_TIMEOUT_S), then SIGKILLs it with a warning. Also stops the
-ZooKeeper that 'start local' started. Exit 1 if nothing was running.
+ZooKeeper that 'start local' started, unless 'broker' is given. Exit 1 if nothing was
+running (with 'broker': if the broker was not running).
 EOF
 }
 
@@ -169,8 +173,10 @@ usage_status() {
 usage: tools/metaServer.sh status
 
 Prints whether the broker runs, with its pid and port, and its readiness as its dashboard's
-/readyz answers it (registered in ZooKeeper, stores open). Exit 0 if it runs, 1 if its pid
-file is stale, 3 if it does not run.
+/readyz answers it (registered in ZooKeeper, stores open). The port is the running broker's:
+from its "serving meta://HOST:PORT" log line since its start (so serverPort=0 shows the port
+it took), else from the config file named on its command line. Exit 0 if it runs, 1 if its
+pid file is stale, 3 if it does not run.
 EOF
 }
 
@@ -185,10 +191,11 @@ running_pid() {
     printf '%s\n' "$pid"
 }
 
-# Prints "HOST PORT" the broker listens on, from the config when meta.config can read it.
+# Prints "HOST PORT" the broker listens on, from config file $2 (default $CONF) when
+# meta.config can read it; PORT is 0 for serverPort=0 (any free port).
 listen_address() {
-    local local_flag="$1" address
-    address="$("$PY" - "$CONF" "$local_flag" 2>/dev/null <<'EOF'
+    local local_flag="$1" conf="${2:-$CONF}" address
+    address="$("$PY" - "$conf" "$local_flag" 2>/dev/null <<'EOF'
 import sys
 from meta.config import load_config
 config = load_config(sys.argv[1])
@@ -218,6 +225,39 @@ except urllib.error.HTTPError as error:
     status, body = error.code, error.read()
 print(f"readiness: {status} " + "; ".join(body.decode(errors="replace").splitlines()))
 EOF
+}
+
+# Prints the port of the last "broker N serving meta://HOST:PORT" line logged after byte $1
+# (the broker logs it once it listens and is registered); nothing if there is none.
+served_port() {
+    tail -c +"$(($1 + 1))" "$LOG_FILE" 2>/dev/null |
+        grep -o 'broker [0-9]* serving meta://[^ ]*' | tail -n 1 | sed -E 's/.*:([0-9]+)$/\1/' ||
+        true
+}
+
+# Prints the byte offset of this run dir's log at the running broker's start (its last
+# "tools/metaServer.sh start" marker), 0 if there is none.
+start_offset() {
+    local offset
+    offset="$(grep -b -a -F ' tools/metaServer.sh start: ' "$LOG_FILE" 2>/dev/null |
+        tail -n 1 | cut -d: -f1 || true)"
+    printf '%s\n' "${offset:-0}"
+}
+
+# Prints the config file named by -f on the command line of process $1, as an absolute path.
+process_conf() {
+    local arg previous=""
+    while IFS= read -r -d '' arg; do
+        if [ "$previous" = "-f" ]; then
+            case "$arg" in
+                /*) printf '%s\n' "$arg" ;;
+                *) printf '%s\n' "$(readlink "/proc/$1/cwd")/$arg" ;;
+            esac
+            return 0
+        fi
+        previous="$arg"
+    done <"/proc/$1/cmdline"
+    return 1
 }
 
 port_open() { timeout 1 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null; }
@@ -270,6 +310,16 @@ stop_broker() {
     say "meta-server stopped"
 }
 
+# Whether a broker started at log offset $3 serves on $1:$2; with port 0, whether it logged
+# its "serving" line (the port it took is only known from there).
+started_on() {
+    if [ "$2" = 0 ]; then
+        [ -n "$(served_port "$3")" ]
+    else
+        port_open "$1" "$2"
+    fi
+}
+
 do_start() {
     local local_flag=0 slave_flag=0 http_flag=0 pid host port log_offset started_zk=0 waited=0
     local mode="" argument
@@ -303,7 +353,7 @@ do_start() {
     fi
     mkdir -p "$RUN_DIR"
     if [ "$local_flag" -eq 1 ]; then
-        "$ROOT/tools/setup-env.sh" || die "tools/setup-env.sh failed"
+        "$ROOT/tools/setup-env.sh" --broker-only || die "tools/setup-env.sh --broker-only failed"
         [ -n "${META_PYTHON:-}" ] || PY="$ROOT/.venv/bin/python"
         [ -f "$ZK_MARKER" ] || started_zk=1
         start_local_zookeeper
@@ -312,7 +362,7 @@ do_start() {
     "$PY" -c 'import meta.server.main' 2>/dev/null ||
         die "$PY cannot import meta.server.main; run tools/setup-env.sh (or set META_PYTHON)"
     read -r host port <<<"$(listen_address "$local_flag")"
-    if port_open "$host" "$port"; then
+    if [ "$port" != 0 ] && port_open "$host" "$port"; then
         die "$host:$port already accepts connections (another broker?)"
     fi
 
@@ -329,7 +379,7 @@ do_start() {
     setsid nohup bash -c 'printf "%s\n" "$$" >"$1"; shift; exec "$@"' _ "$PID_FILE" \
         "$PY" "${args[@]}" </dev/null >>"$LOG_FILE" 2>&1 &
 
-    while ! port_open "$host" "$port"; do
+    while ! started_on "$host" "$port" "$log_offset"; do
         if [ "$waited" -ge 5 ] && ! running_pid >/dev/null; then
             log_tail_since "$log_offset"
             rm -f "$PID_FILE"
@@ -340,23 +390,29 @@ do_start() {
             log_tail_since "$log_offset"
             stop_broker || true
             [ "$started_zk" -eq 0 ] || stop_local_zookeeper || true
+            [ "$port" != 0 ] ||
+                die "meta-server (serverPort=0) logged no serving line in ${START_TIMEOUT_S} s"
             die "meta-server did not accept connections on $host:$port within ${START_TIMEOUT_S} s"
         fi
         sleep 0.1
         waited=$((waited + 1))
     done
+    [ "$port" != 0 ] || port="$(served_port "$log_offset")"
     say "meta-server started (pid $(running_pid || cat "$PID_FILE"), $host:$port, log $LOG_FILE)"
 }
 
 do_stop() {
+    local broker_only=0
     case "${1:-}" in
         "") ;;
+        broker) broker_only=1 ;;
         -h|--help) usage_stop; exit 0 ;;
-        *) usage_stop >&2; die "stop takes no arguments (got $*)" ;;
+        *) usage_stop >&2; die "unknown stop target: $1 (only 'broker')" ;;
     esac
+    [ "$#" -le 1 ] || { usage_stop >&2; die "too many arguments: $*"; }
     local stopped=0
     if stop_broker; then stopped=1; else say "meta-server is not running"; fi
-    if stop_local_zookeeper; then stopped=1; fi
+    if [ "$broker_only" -eq 0 ] && stop_local_zookeeper; then stopped=1; fi
     [ "$stopped" -eq 1 ] || exit 1
 }
 
@@ -451,13 +507,19 @@ do_status() {
         -h|--help) usage_status; exit 0 ;;
         *) usage_status >&2; die "status takes no arguments (got $*)" ;;
     esac
-    local pid host port local_flag=0
+    local pid host port served conf local_flag=0
     if pid="$(running_pid)"; then
         tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- " --local" && local_flag=1
-        read -r host port <<<"$(listen_address "$local_flag")"
+        conf="$(process_conf "$pid")" || conf="$CONF"
+        read -r host port <<<"$(listen_address "$local_flag" "$conf")"
+        served="$(served_port "$(start_offset)")"
+        [ -z "$served" ] || port="$served"
         if port_open "$host" "$port"; then
             say "meta-server is running (pid $pid, port $port)"
             say "$(readiness)"
+        elif [ "$port" = 0 ]; then
+            say "meta-server is running (pid $pid) but not serving yet (serverPort=0 and no" \
+                "'serving meta://HOST:PORT' line in $LOG_FILE since its start)"
         else
             say "meta-server is running (pid $pid) but $host:$port does not accept connections"
         fi

@@ -5,13 +5,17 @@
 #      python3 + python3-venv   when `python3 -m venv` cannot work
 #      default-jre-headless     when `java` is missing (ZooKeeper and pyspark need Java 17+)
 #      zookeeper                when Debian's zookeeper package is not installed
-#      chromium                 when `chromium` is missing (the dashboard's browser test)
+#      chromium                 when `chromium` is missing (the dashboard's browser test;
+#                               not with --broker-only)
 #    `apt-get update` runs only when a package has no install candidate yet.
 #    Not root and something missing: prints the exact command and exits 1.
 # 2. <checkout>/.venv: created when absent, reused when present.
-# 3. pip install -e '.[test]' --config-settings editable_mode=compat into it, skipped while
-#    the install command, setup.cfg, pyproject.toml and the checkout path are unchanged since
-#    the last successful install and the install is still path-based (--force reinstalls).
+# 3. pip install -e '.[test,spark]' --config-settings editable_mode=compat into it (with
+#    --broker-only: -e . alone, what the broker and the client need; no PySpark, pyarrow,
+#    pandas or test tools), skipped while the install command, setup.cfg, pyproject.toml and
+#    the checkout path are unchanged since the last successful install and the install is
+#    still path-based (--force reinstalls). --broker-only is also satisfied by a full
+#    install, so `start local` after `tools/test` installs nothing.
 #    Why compat: setuptools' default editable mode serves a flat layout through an import
 #    finder, and PySpark finds Python data sources with pkgutil.iter_modules(), which lists
 #    only sys.path directories. compat puts the checkout on sys.path with a plain .pth line,
@@ -27,23 +31,29 @@ STAMP="$VENV/.metaq-install-stamp"
 PYTHON="${PYTHON:-python3}"
 ZOOKEEPER_JAR=/usr/share/java/zookeeper.jar
 FORCE=0
+BROKER_ONLY=0
 # Every argument of the install; the stamp covers them, so changing them reinstalls.
-INSTALL_ARGS=(-e '.[test]' --config-settings editable_mode=compat)
+FULL_ARGS=(-e '.[test,spark]' --config-settings editable_mode=compat)
+BROKER_ARGS=(-e . --config-settings editable_mode=compat)
 
 usage() {
     cat <<EOF
-usage: tools/setup-env.sh [--force] [--help]
+usage: tools/setup-env.sh [--broker-only] [--force] [--help]
 
 Installs what metaq-py needs to run and test, and is safe to run again:
   - as root, with apt-get, only what is missing: python3 python3-venv, default-jre-headless
-    (Java for ZooKeeper and pyspark), zookeeper (Debian's ZooKeeper server package);
+    (Java for ZooKeeper and pyspark), zookeeper (Debian's ZooKeeper server package),
+    chromium (the dashboard's browser test; not with --broker-only);
   - a virtualenv at $VENV (reused when present);
-  - pip install -e '.[test]' --config-settings editable_mode=compat (package, test tools
-    and the spark extra) into it; the compat mode adds the checkout to sys.path with a .pth
-    file, so PySpark's lookup of pyspark_* modules finds the metaq data source.
+  - pip install -e '.[test,spark]' --config-settings editable_mode=compat (package, test
+    tools and the spark extra) into it; the compat mode adds the checkout to sys.path with a
+    .pth file, so PySpark's lookup of pyspark_* modules finds the metaq data source.
 
-  --force   reinstall the Python packages even if nothing changed
-  --help    show this help
+  --broker-only  install only what the broker and the client need (pip install -e .): no
+                 PySpark, pyarrow, pandas or test tools ('tools/metaServer.sh start local'
+                 uses it); an existing full install is kept as it is
+  --force        reinstall the Python packages even if nothing changed
+  --help         show this help
 
 Environment: PYTHON (interpreter used to create the venv, default python3).
 EOF
@@ -56,6 +66,7 @@ for arg in "$@"; do
     case "$arg" in
         -h|--help) usage; exit 0 ;;
         --force) FORCE=1 ;;
+        --broker-only) BROKER_ONLY=1 ;;
         *) usage >&2; die "unknown argument: $arg" ;;
     esac
 done
@@ -81,7 +92,7 @@ command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 # /etc/zookeeper. Our own tools start the server from those jars on a loopback port.
 { [ -f "$ZOOKEEPER_JAR" ] && dpkg -s zookeeper >/dev/null 2>&1; } || missing+=(zookeeper)
 # Debian's `chromium`: the dashboard's browser test loads every page in it, headless.
-command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+[ "$BROKER_ONLY" -eq 1 ] || command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
@@ -122,8 +133,8 @@ fi
 # --- 3. Python packages -----------------------------------------------------------------
 
 stamp_value() {
-    # Anything that changes what the install would produce.
-    { printf '%s\n' "$ROOT" "${INSTALL_ARGS[@]}"; cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml"; } |
+    # Anything that changes what the install would produce; the arguments are the install's.
+    { printf '%s\n' "$ROOT" "$@"; cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml"; } |
         sha256sum | cut -d' ' -f1
 }
 
@@ -134,9 +145,19 @@ spark_lookup_ok() {
 sys.exit(not any(m.name == "pyspark_metaq" for m in pkgutil.iter_modules()))' 2>/dev/null
 }
 
-wanted="$(stamp_value)"
-if [ "$FORCE" -eq 0 ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$wanted" ] &&
-    "$VENV/bin/python" -c 'import meta, pytest, kazoo, twisted' 2>/dev/null && spark_lookup_ok; then
+if [ "$BROKER_ONLY" -eq 1 ]; then
+    INSTALL_ARGS=("${BROKER_ARGS[@]}")
+    imports='import meta, kazoo, twisted'
+else
+    INSTALL_ARGS=("${FULL_ARGS[@]}")
+    imports='import meta, pytest, kazoo, twisted, pyspark'
+fi
+wanted="$(stamp_value "${INSTALL_ARGS[@]}")"
+full="$(stamp_value "${FULL_ARGS[@]}")"
+stamped="$(cat "$STAMP" 2>/dev/null || true)"
+# A full install also serves --broker-only.
+if [ "$FORCE" -eq 0 ] && { [ "$stamped" = "$wanted" ] || [ "$stamped" = "$full" ]; } &&
+    "$VENV/bin/python" -c "$imports" 2>/dev/null && spark_lookup_ok; then
     say "python packages up to date"
 else
     say "pip install ${INSTALL_ARGS[*]} (this can take a few minutes the first time)"

@@ -10,8 +10,9 @@ protocol (``meta.server.http``) once the broker serves; a port it cannot take st
 broker with status 1.
 
 Parses arguments, loads the config (a ``ConfigError`` exits with status 2 and a message that
-names the file, section and key), sets up logging to stderr, raises the open-file limit
-(``meta.server.descriptor_limit``), starts the dashboard
+names the file, section and key), sets up logging (stderr, or a file rotated by size or
+reopened for logrotate, as text or JSON lines: ``meta.server.log_output``), raises the
+open-file limit (``meta.server.descriptor_limit``), starts the dashboard
 (``meta.dashboard``; a port it cannot take exits with status 1) and the ``Broker`` on the
 global reactor and installs signal handlers: SIGTERM and SIGINT stop gracefully (flush,
 deregister, close); SIGHUP reloads the config file (``tools/metaServer.sh reload`` sends it).
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from meta import __version__
 from meta.errors import ConfigError
-from meta.server.log_limits import EscapingFormatter
+from meta.server.log_output import LogOutput
 
 if TYPE_CHECKING:
     from meta.server.broker import Broker
@@ -94,8 +95,12 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="logging level (default INFO)",
     )
+    _add_log_arguments(parser)
     parser.add_argument("--version", action="version", version=f"metaq-py {__version__}")
     arguments = parser.parse_args(argv)
+    problem = log_output(arguments).problem()
+    if problem is not None:
+        parser.error(problem)
     for plugin in arguments.plugins:
         name, _, path = plugin.partition("=")
         option = PLUGIN_OPTIONS.get(name)
@@ -111,10 +116,51 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     return arguments
 
 
-def configure_logging(level: str) -> None:
+def _add_log_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log-file", metavar="PATH", help="append the log to PATH instead of stderr"
+    )
+    parser.add_argument(
+        "--log-max-bytes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="rotate --log-file past N bytes to PATH.1, PATH.2... (default 0: never)",
+    )
+    parser.add_argument(
+        "--log-backups",
+        type=int,
+        default=5,
+        metavar="K",
+        help="rotated files kept with --log-max-bytes (default 5)",
+    )
+    parser.add_argument(
+        "--log-reopen",
+        action="store_true",
+        help="reopen --log-file when it was moved or removed (for logrotate without copytruncate)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="text lines (default) or one JSON object per line",
+    )
+
+
+def log_output(arguments: argparse.Namespace) -> LogOutput:
+    """The log destination and format that ``arguments`` ask for."""
+    return LogOutput(
+        path=arguments.log_file,
+        max_bytes=arguments.log_max_bytes,
+        backups=arguments.log_backups,
+        reopen=arguments.log_reopen,
+        json=arguments.log_format == "json",
+    )
+
+
+def configure_logging(level: str, output: LogOutput | None = None) -> None:
     # Messages may quote bytes from peers: no raw control character reaches the log.
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler = (output or LogOutput()).handler()
     logging.basicConfig(level=level, handlers=[handler])
     logging.getLogger("kazoo.client").setLevel(logging.WARNING)
     # Twisted's own events (unhandled errors in Deferreds, protocol exceptions) go to the
@@ -128,7 +174,7 @@ def configure_logging(level: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_arguments(argv)
-    configure_logging(arguments.log_level)
+    configure_logging(arguments.log_level, log_output(arguments))
     from meta.config import load_config
 
     overrides = LOCAL_OVERRIDES if arguments.local else None
