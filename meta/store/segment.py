@@ -38,9 +38,10 @@ SEGMENT_NAME_DIGITS = 20
 # into memory at start-up; a record larger than this is read whole on its own.
 RECOVER_CHUNK_BYTES = 4 * 1024 * 1024
 # After a crash of the process, the bytes it wrote but did not fsync are still in the page
-# cache: they read back intact, yet a power loss can drop them. Only the segment being
-# written and the one a roll has just left can hold such bytes (a flush covers every
-# written segment), so these last segments load as not yet durable.
+# cache: they read back intact, yet a power loss can drop them. A flush covers every
+# written segment, so only the segment being written and the one a roll has just left can
+# hold such bytes while rolls are at most one per fsync (README, Durability); these last
+# segments load as not yet durable.
 SEGMENTS_UNSYNCED_AT_LOAD = 2
 
 
