@@ -64,6 +64,10 @@ class MetaClientConfig:
         zk_root: the MetaQ root in ZooKeeper.
         zk_session_timeout_ms: ZooKeeper session timeout.
         zk_connection_timeout_ms: how long the factory waits for ZooKeeper when created.
+        zk_operation_timeout_ms: how long a later call waits for each ZooKeeper read it
+            makes (a producer's first ``publish`` of a topic, ``get_partitions_for_topic``);
+            past it the call raises ``ClientError`` naming ZooKeeper. Sends never wait for
+            ZooKeeper: they use the brokers last read.
         server_url: ``meta://host:port`` of one broker (direct mode, no ZooKeeper).
         max_message_bytes: largest encoded payload a producer sends; the default fits a
             default broker's ``maxTransferSize`` (1 MiB) minus the 20-byte record header, so
@@ -78,6 +82,7 @@ class MetaClientConfig:
     zk_root: str = "/meta"
     zk_session_timeout_ms: int = 30000
     zk_connection_timeout_ms: int = 30000
+    zk_operation_timeout_ms: int = 10000
     server_url: str | None = None
     max_message_bytes: int = 1048576 - 20
     connect_timeout_s: float = 10.0
@@ -95,7 +100,12 @@ class MetaClientConfig:
             BrokerAddress.parse_uri(self.server_url)  # raises ClientError naming the URL
         if not isinstance(self.zk_root, str) or not self.zk_root.strip("/ "):
             raise ClientError(f"MetaClientConfig.zk_root must name a path, got {self.zk_root!r}")
-        for name in ("zk_session_timeout_ms", "zk_connection_timeout_ms", "max_message_bytes"):
+        for name in (
+            "zk_session_timeout_ms",
+            "zk_connection_timeout_ms",
+            "zk_operation_timeout_ms",
+            "max_message_bytes",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ClientError(f"MetaClientConfig.{name} must be a positive int, got {value!r}")
@@ -160,7 +170,8 @@ class MetaMessageSessionFactory:
             self._zk_client,
             config.zk_root,
             on_change=self._snapshot_changed,
-            operation_timeout_s=config.zk_connection_timeout_ms / 1000,
+            operation_timeout_s=config.zk_operation_timeout_ms / 1000,
+            connect=config.zk_connect,
         )
 
     def _snapshot_changed(self, topic: str, snapshot: TopicSnapshot) -> None:
@@ -372,7 +383,8 @@ class MetaMessageSessionFactory:
             The partitions in numeric order; ``[]`` when no broker publishes the topic.
 
         Raises:
-            ClientError: direct mode (no ZooKeeper), a closed factory, or ZooKeeper unreadable.
+            ClientError: direct mode (no ZooKeeper), a closed factory, or ZooKeeper did not
+                answer a read within ``zk_operation_timeout_ms``.
         """
         with self._lock:
             if self._closed:

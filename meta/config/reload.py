@@ -25,7 +25,8 @@ NEW_PARTITIONS_ONLY = tuple(
 
 
 class ReloadRefused(MetaError):
-    """A reload was not applied (the broker is stopping); the running config is kept."""
+    """A reload was not applied (the broker is stopping, or a new topic ``dataPath`` is
+    another broker's); the running config is kept."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -57,6 +57,7 @@ from meta.server.reload import (  # re-exported: callers import them from here
     RELOAD_FAILED,
     ReloadOutcome,
     ReloadRefused,
+    lock_data_paths,
     log_reload,
     reload_outcome,
     reload_registry,
@@ -277,6 +278,7 @@ class Broker:
         running = self.config
         open_topics = {partition_log.topic for partition_log in self.store.partitions()}
         outcome = reload_outcome(running, reread, open_topics)
+        lock_data_paths(self._data_lock, reread)
         for change in outcome.at_restart:
             log.warning("config reload: %s, takes effect at restart", change)
         config = running.with_overrides(topics=reread.topics, checksum=reread.checksum)

@@ -1,14 +1,15 @@
-"""Applying a config reload to a running broker: its ZooKeeper half and its log lines.
+"""Applying a config reload to a running broker: its data-directory locks, its ZooKeeper half
+and its log lines.
 
-What lives here: ``reload_registry`` (register the topics again after a reload),
-``log_reload`` and the two log prefixes ``tools/metaServer.sh reload`` looks for. What a reload
-changes is computed by ``meta.config.reload`` (``reload_outcome``, ``ReloadOutcome``,
-``ReloadRefused``, re-exported here for the broker). ``Broker.reload``
-(``meta.server.broker``) applies a reload with these; the rules for what takes effect are in
-that module's docstring.
+What lives here: ``lock_data_paths`` (a new topic ``dataPath`` is locked as at start-up),
+``reload_registry`` (register the topics again after a reload), ``log_reload`` and the two
+log prefixes ``tools/metaServer.sh reload`` looks for. What a reload changes is computed by
+``meta.config.reload`` (``reload_outcome``, ``ReloadOutcome``, ``ReloadRefused``, re-exported
+here for the broker). ``Broker.reload`` (``meta.server.broker``) applies a reload with these;
+the rules for what takes effect are in that module's docstring.
 
-Thread affinity: ``reload_registry`` and ``log_reload`` run on the reactor thread (the
-registry's methods return Deferreds).
+Thread affinity: everything runs on the reactor thread (``lock_data_paths`` makes a few local
+system calls per new ``dataPath``; the registry's methods return Deferreds).
 """
 
 from __future__ import annotations
@@ -18,12 +19,15 @@ from typing import Any
 
 from meta.config import BrokerConfig
 from meta.config.reload import ReloadOutcome, ReloadRefused, reload_outcome
+from meta.errors import StoreError
+from meta.store.lock import DataPathLock
 
 __all__ = [
     "RELOAD_DONE",
     "RELOAD_FAILED",
     "ReloadOutcome",
     "ReloadRefused",
+    "lock_data_paths",
     "log_reload",
     "reload_outcome",
     "reload_registry",
@@ -35,6 +39,21 @@ RELOAD_DONE = "config reload done"
 """Starts the log line of every applied reload (``tools/metaServer.sh reload`` looks for it)."""
 RELOAD_FAILED = "config reload failed"
 """Starts the log line of every refused reload (the running configuration is kept)."""
+
+
+def lock_data_paths(lock: DataPathLock, config: BrokerConfig) -> None:
+    """Lock the ``dataPath`` of every topic of ``config`` that ``lock`` does not hold yet,
+    before a reload lets those topics take puts: a second broker on it is refused, as at
+    start-up.
+
+    Raises:
+        ReloadRefused: a new ``dataPath`` is another broker's or cannot be locked; the text
+            names it (the running configuration is kept).
+    """
+    try:
+        lock.acquire(topic.data_path for topic in config.topics)
+    except StoreError as error:
+        raise ReloadRefused(str(error)) from None
 
 
 async def reload_registry(

@@ -11,9 +11,14 @@ The lock is the kernel's: it goes with the process, so a broker killed with ``ki
 leaves no stale lock (the file stays, empty of meaning). The lock file is a plain file, which
 the partition scan (``StoreManager``, and Java's broker) skips.
 
-Invariants: either every root is locked or none is (a failed ``acquire`` releases what it
-took). Thread affinity: any one thread (the reactor thread in the broker); blocking calls
-are a few local system calls at start and stop.
+A reload that adds a topic ``dataPath`` locks it too (``acquire`` again), before the topic
+takes puts.
+
+Invariants: an ``acquire`` locks every root it names that was not held yet, or none of them
+(a failed one releases what it took, and only that).
+
+Thread affinity: any one thread (the reactor thread in the broker); blocking calls are a few
+local system calls at start, reload and stop.
 """
 
 from __future__ import annotations
@@ -40,18 +45,25 @@ class DataPathLock:
         return list(self._held)
 
     def acquire(self, roots: Iterable[str]) -> None:
-        """Lock every root (created if missing), or none.
+        """Lock every root not held yet (created if missing), or none of them.
+
+        Roots held before the call stay held either way: a reload that adds a topic
+        ``dataPath`` calls this again with the new roots.
 
         Raises:
             StoreError: a root is locked by another process (or another broker of this one),
                 or cannot be created or locked; the text names the directory.
         """
+        taken: list[str] = []
         try:
             for root in dict.fromkeys(os.path.normpath(root) for root in roots):
                 if root not in self._held:
                     self._held[root] = _lock(root)
+                    taken.append(root)
         except BaseException:
-            self.release()
+            for root in taken:
+                with contextlib.suppress(OSError):
+                    os.close(self._held.pop(root))
             raise
 
     def release(self) -> None:

@@ -346,6 +346,18 @@ class StoreManager:
             ):
                 log.request_flush()
 
+    def flush_all(self) -> Deferred:
+        """Request a flush of every dirty partition; fire once the flusher is idle.
+
+        Start-up calls this before the transaction journal may let go of a COMMIT record:
+        what the partitions loaded (``segment.SEGMENTS_UNSYNCED_AT_LOAD``) is then on disk,
+        or its partition has failed.
+        """
+        for log in self._partitions.values():
+            if log.failed is None and log.is_dirty:
+                log.request_flush()
+        return self.flusher.wait_idle()
+
     def close(self) -> Deferred:
         """Refuse new appends, flush everything, release waiters, then close every file.
 

@@ -45,7 +45,7 @@ from meta.store.flush_task import PartitionFlushTask
 from meta.store.group_commit import Flusher, FlushPolicy, should_flush
 from meta.store.read_slice import AFTER, BEFORE, DATA, SliceResult
 from meta.store.reservation import Reservation, fire, take_written
-from meta.store.segment import Segment, open_segments, segment_name
+from meta.store.segment import Segment, durable_end, open_segments, segment_name
 from meta.store.tail_cut import cut_back, is_descriptor_shortage
 
 logger = logging.getLogger("meta.store")
@@ -106,9 +106,10 @@ class PartitionLog:
         self._segment = segments[-1]
         end = self._segment.end
         self._written_end = end
-        self._durable_end = end
         self._visible_end = end
-        self._dirty_segments: list[Segment] = []
+        # Loaded bytes not known to be fsynced (segment.SEGMENTS_UNSYNCED_AT_LOAD) are dirty.
+        self._dirty_segments = [s for s in segments if s.flushed_size < s.written_size]
+        self._durable_end = durable_end(segments)
         self._pending_directories = list(new_directories)
         # Each entry: (end offset, offset, must be durable, ack), in append order; ack is
         # called as ack(offset, None) when released or ack(None, error) when failed.

@@ -1,9 +1,9 @@
 """One segment file of a partition log: ``%020d.meta``, named by its start offset.
 
 What lives here: ``Segment`` (append / read / fsync / recover / close), ``segment_name``,
-``parse_segment_name``, and ``load_segments`` / ``open_segments``, which open a partition
-directory's segments (contiguity checked, the last one recovered; ``open_segments`` creates
-the first one when there is none). A segment is a plain concatenation of
+``parse_segment_name``, ``durable_end``, and ``load_segments`` / ``open_segments``, which
+open a partition directory's segments (contiguity checked, the last one recovered;
+``open_segments`` creates the first one when there is none). A segment is a plain concatenation of
 Metamorphosis records (spec 3.3) with no header, index or trailer, so a file written by a
 Java broker opens here unchanged.
 
@@ -13,6 +13,8 @@ Invariants:
     * A failed append leaves ``written_size`` unchanged and truncates the file back to it.
     * Only the last segment of a partition is validated at load (``recover``); earlier ones are
       trusted by size, as Java does.
+    * The last ``SEGMENTS_UNSYNCED_AT_LOAD`` segments load as not yet durable
+      (``flushed_size`` 0): the first flush of the partition fsyncs them.
 
 Thread affinity: reactor thread only, except ``fsync``, which the flusher's worker thread
 calls; it touches only the descriptor, never the sizes (``mark_flushed`` and ``cut`` run on the
@@ -36,6 +38,12 @@ SEGMENT_NAME_DIGITS = 20
 # Recovery reads the last segment in pieces of this size, so a 1 GiB segment is not loaded
 # into memory at start-up; a record larger than this is read whole on its own.
 RECOVER_CHUNK_BYTES = 4 * 1024 * 1024
+# After a crash of the process, the bytes it wrote but did not fsync are still in the page
+# cache: they read back intact, yet a power loss can drop them. A flush covers every
+# written segment, so only the segment being written and the one a roll has just left can
+# hold such bytes while rolls are at most one per fsync (README, Durability); these last
+# segments load as not yet durable.
+SEGMENTS_UNSYNCED_AT_LOAD = 2
 
 
 def segment_name(start: int) -> str:
@@ -66,7 +74,8 @@ class Segment:
         path: the file's path.
         start: offset of the file's first byte in the partition log.
         written_size: bytes written to the file.
-        flushed_size: bytes known to be on disk (fsynced, or found at load).
+        flushed_size: bytes known to be on disk (fsynced, or found at load in a segment
+            older than the last ``SEGMENTS_UNSYNCED_AT_LOAD``).
     """
 
     __slots__ = ("_fd", "_files", "flushed_size", "message_count", "path", "start", "written_size")
@@ -293,7 +302,17 @@ def load_segments(files: Files, directory: str) -> tuple[list[Segment], int]:
         raise
     if segments:
         segments[-1].message_count = count
+    for segment in segments[-SEGMENTS_UNSYNCED_AT_LOAD:]:
+        segment.flushed_size = 0
     return segments, count
+
+
+def durable_end(segments: list[Segment]) -> int:
+    """The offset up to which every byte of the contiguous ``segments`` is on disk."""
+    for segment in segments:
+        if segment.flushed_size < segment.written_size:
+            return segment.start + segment.flushed_size
+    return segments[-1].end
 
 
 def open_segments(files: Files, directory: str) -> tuple[list[Segment], bool]:

@@ -14,6 +14,7 @@ What lives here: ``recover`` (zk spec §4.6 with DECISIONS 11 and 17), run once 
    so the whole batch is appended; the partition holds a prefix of the batch (a crash tore the
    append), so the rest is appended. Anything else is logged and the batch is appended at the
    end: no committed message is lost. Appends go to the live partition log (DECISIONS 17).
+   Then every partition is flushed: a batch found in place may be in the page cache only.
 3. Roll back every transaction still open that was not prepared (a ROLLBACK record each),
    and restore each prepared XA branch so that RECOVER lists it.
 
@@ -164,8 +165,12 @@ def _finish_commits(journal, store, commits: list, report: RecoveryReport):
     """Check every committed batch, per partition in offset order, and append what is missing.
 
     A batch that cannot go at its recorded offset gets a relocation record (fsynced in mode 1)
-    before it is appended, so a crash during recovery never appends it twice. Every partition
-    appended to is flushed before the journal files that named the batches may be deleted.
+    before it is appended, so a crash during recovery never appends it twice. Every dirty
+    partition, those holding batches found in place included, is flushed before the journal
+    files that named the batches may be deleted.
+
+    Raises (through the Deferred):
+        StoreError: a batch cannot be stored, or the flush of a partition holding one failed.
     """
     checks = [
         (b.topic, b.partition, b.offset, record, t, b)
@@ -173,7 +178,6 @@ def _finish_commits(journal, store, commits: list, report: RecoveryReport):
         for b in record.batches
     ]
     checks.sort(key=lambda check: check[:3])
-    appended_to = {}
     for _topic, _partition, _offset, record, transaction, batch in checks:
         # One at a time: the next check reads what this append wrote.
         missing = _missing(store, record.key, batch, transaction)
@@ -194,10 +198,13 @@ def _finish_commits(journal, store, commits: list, report: RecoveryReport):
                 f"recovery could not store the batch of {record.key} in {log.name}: {error}"
             ) from None
         report.batches_appended += 1
-        appended_to[log.name] = log
-    for log in appended_to.values():
-        log.request_flush()
-    yield store.flusher.wait_idle()
+    # The batches found in place may never have been fsynced (a crash leaves written bytes
+    # in the page cache): make them durable, with those appended, before the sweep or a
+    # checkpoint lets go of the records naming them.
+    yield store.flush_all()
+    for log in {store.get(check[0], check[1]) for check in checks} - {None}:
+        if log.failed is not None:
+            raise StoreError(f"recovery could not make committed batches durable: {log.failed}")
 
 
 def _synced(journal) -> defer.Deferred:

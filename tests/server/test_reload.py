@@ -18,13 +18,14 @@ from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
 from meta.config import BrokerConfig, load_config
-from meta.errors import ConfigError, InvalidTopicError
+from meta.errors import ConfigError, InvalidTopicError, StoreError
 from meta.protocol.codec import decode_all, encode
 from meta.protocol.commands import Put, Result, Transaction
 from meta.server.broker import Broker, ReloadRefused, reload_outcome
 from meta.server.main import ConfigReloader
 from meta.server.protocol import BrokerProtocol
 from meta.server.registry import RegistryError
+from meta.store.lock import DataPathLock
 from meta.store.manager import StoreManager
 from tests.integration.broker_process import server_ini
 from tests.store.conftest import ManualExecutor, RecordingFiles
@@ -383,3 +384,26 @@ def test_a_config_error_from_the_loader_is_not_raised(setup):
     reloader.request()
 
     assert not reloader.running
+
+
+def test_a_topic_data_path_added_by_a_reload_is_locked_against_a_second_broker(setup, tmp_path):
+    other = tmp_path / "other-disk"
+    setup.reload(topics={"test": {"numPartitions": 2}, "idle": {}, "fresh": {"dataPath": other}})
+
+    with pytest.raises(StoreError, match="in use by another broker"):
+        DataPathLock().acquire([other])
+
+
+def test_a_reload_whose_new_data_path_is_another_brokers_is_refused(setup, tmp_path):
+    other = tmp_path / "other-disk"
+    second_broker = DataPathLock()
+    second_broker.acquire([other])
+    running = setup.broker.config
+
+    with pytest.raises(ReloadRefused, match="in use by another broker"):
+        setup.reload(topics={"test": {"numPartitions": 2}, "fresh": {"dataPath": other}})
+
+    assert setup.broker.config is running
+    with pytest.raises(StoreError, match="in use by another broker"):
+        DataPathLock().acquire([setup.data_path])  # the running roots stay locked
+    second_broker.release()

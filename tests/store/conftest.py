@@ -1,5 +1,6 @@
-"""Shared helpers for the store tests: a recording, fault-injecting file layer, a manual
-executor that runs flush batches only when a test steps it, and configuration builders."""
+"""Shared helpers for the store tests: a recording, fault-injecting file layer (and one that
+can lose power), a manual executor that runs flush batches only when a test steps it, and
+configuration builders."""
 
 from __future__ import annotations
 
@@ -80,6 +81,46 @@ class RecordingFiles(Files):
 
     def count(self, kind: str) -> int:
         return sum(1 for event in self.events if event[0] == kind)
+
+
+class PowerLossFiles(RecordingFiles):
+    """``RecordingFiles`` that can lose power: ``power_loss`` drops every byte not fsynced.
+
+    Each file opened through it keeps its contents as of its last fsync (or as found when
+    first opened: what existed before the test is durable). ``power_loss`` puts every such
+    file that still exists back to those contents, as a machine that lost power and
+    rebooted would find it. Directory entries (creations, renames, removals) are kept.
+    Call it only once every descriptor is closed (after a crash).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paths: dict[int, str] = {}
+        self.durable: dict[str, bytes] = {}
+
+    def open(self, path: str, *, create: bool = False, writable: bool = True) -> int:
+        if path not in self.durable:
+            exists = os.path.exists(path)
+            self.durable[path] = _contents(path) if exists else b""
+        fd = super().open(path, create=create, writable=writable)
+        self.paths[fd] = path
+        return fd
+
+    def fsync(self, fd: int) -> None:
+        super().fsync(fd)
+        self.durable[self.paths[fd]] = _contents(self.paths[fd])
+
+    def power_loss(self) -> None:
+        """Put every file back to its durable contents."""
+        for path, data in self.durable.items():
+            if os.path.exists(path):
+                with open(path, "wb") as handle:
+                    handle.write(data)
+
+
+def _contents(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
 
 
 class ManualExecutor:

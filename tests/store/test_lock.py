@@ -48,3 +48,20 @@ def test_a_root_that_cannot_be_created_is_named(tmp_path):
     (tmp_path / "file").write_text("not a directory")
     with pytest.raises(StoreError, match="cannot lock data directory .*file/data"):
         DataPathLock().acquire([tmp_path / "file" / "data"])
+
+
+def test_a_refusal_keeps_the_roots_held_before_it(tmp_path):
+    """A reload locks new topic roots with a second ``acquire``: its refusal must not
+    unlock the roots the broker already runs on."""
+    holder = DataPathLock()
+    holder.acquire([tmp_path / "taken"])
+    lock = DataPathLock()
+    lock.acquire([tmp_path / "running"])
+    with pytest.raises(StoreError):
+        lock.acquire([tmp_path / "new", tmp_path / "taken"])
+    assert lock.roots == [os.path.normpath(tmp_path / "running")]
+    with pytest.raises(StoreError):
+        DataPathLock().acquire([tmp_path / "running"])
+    DataPathLock().acquire([tmp_path / "new"])  # not left locked by the refused call
+    lock.release()
+    holder.release()

@@ -8,7 +8,7 @@ import pytest
 
 from meta.errors import StoreError
 from meta.protocol.message import iter_messages
-from tests.store.conftest import collect, open_partition, record
+from tests.store.conftest import PowerLossFiles, collect, open_partition, record
 
 # The spec's example record (section 3.3): payload "hello", id 4194316293, flag 0.
 JAVA_HELLO_RECORD = bytes.fromhex("00000005 3610a686 00000000fa003005 00000000 68656c6c6f")
@@ -133,3 +133,53 @@ def test_every_acknowledged_record_survives_a_crash(tmp_path):
     reopened = open_partition(directory)
     messages = list(iter_messages(reopened.read(reopened.slice(0, 1 << 20))))
     assert [(m.offset, m.payload) for m in messages] == list(zip(acked, payloads, strict=True))
+
+
+def crash(log) -> None:
+    """Stop as a crashed process would: close the descriptors, flush nothing."""
+    for segment in log.segments:
+        segment.close()
+
+
+def test_records_found_at_load_are_fsynced_by_the_first_flush(tmp_path):
+    """Goal: records a crashed process wrote but never fsynced are durable once the
+    partition's first flush after the restart has run.
+
+    Method: append in threshold mode (no fsync), crash, open again, flush, lose power, open
+    again and read.
+    """
+    files = PowerLossFiles()
+    directory = str(tmp_path / "test-0")
+    log = open_partition(directory, files=files, threshold=1000)
+    for payload in (b"one", b"two"):
+        collect(log.append(record(payload)))
+    crash(log)
+    reopened = open_partition(directory, files=files, threshold=1000)
+    reopened.request_flush()
+    crash(reopened)
+    files.power_loss()
+    after = open_partition(directory, files=files)
+    assert after.max_offset == 2 * len(record(b"one"))
+
+
+def test_a_segment_a_roll_just_left_is_fsynced_by_the_first_flush(tmp_path):
+    """Goal: a crash right after a roll leaves the full segment unsynced; the first flush
+    after the restart fsyncs it too.
+
+    Method: fill a one-record segment in threshold mode (it rolls; no fsync), crash, open
+    again, flush, lose power, open again.
+    """
+    files = PowerLossFiles()
+    directory = str(tmp_path / "test-0")
+    size = len(record(b"one"))
+    log = open_partition(directory, files=files, threshold=1000, segment_bytes_max=size)
+    collect(log.append(record(b"one")))
+    assert len(log.segments) == 2
+    crash(log)
+    reopened = open_partition(directory, files=files, threshold=1000, segment_bytes_max=size)
+    assert (reopened.is_dirty, reopened.durable_end) == (True, 0)
+    reopened.request_flush()
+    crash(reopened)
+    files.power_loss()
+    after = open_partition(directory, files=files, segment_bytes_max=size)
+    assert after.read(after.slice(0, size)) == record(b"one")

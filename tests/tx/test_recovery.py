@@ -9,6 +9,7 @@ cache is simulated by truncating files.
 
 from __future__ import annotations
 
+import errno
 import os
 import zlib
 
@@ -31,7 +32,7 @@ from meta.tx.records import (
     PrepareRecord,
     encode,
 )
-from tests.store.conftest import ManualExecutor, collect, record
+from tests.store.conftest import ManualExecutor, PowerLossFiles, collect, record
 from tests.tx.conftest import LOCAL, XID, Done, EventFiles, TxBroker, journal_records, tx_config
 
 XID_OTHER = "XID:1:0c:0d:q1"
@@ -196,6 +197,55 @@ def test_a_commit_whose_journal_fsync_never_ran_is_completed_at_restart(tmp_path
     restarted = broker.restart()
     assert restarted.segment_bytes(0) == b"".join(records)
     assert restarted.report.batches_appended == 1
+
+
+def test_a_commit_found_in_place_survives_a_power_loss_after_the_restart(tmp_path):
+    """Goal: a committed batch that a crash left written but never fsynced, which recovery
+    then finds in place, survives a power loss soon after the restart.
+
+    Method: hold the flush batches, commit, run only the journal's fsync (the batch is then
+    written, its partition's fsync still queued), crash; start again (the journal lets go of
+    the COMMIT record once recovery is done); lose power; start again and read.
+    """
+    files = PowerLossFiles()
+    config = tx_config(tmp_path)
+    broker = TxBroker(config, files=files, manual=True)
+    broker.transactions.begin(LOCAL, "c1", 0)
+    records = broker.put(LOCAL, [b"a", b"b"])
+    broker.log(0)
+    broker.run()
+    broker.commit(LOCAL)
+    broker.executor.run_next()  # the journal's fsync; the batch is written after it
+    assert broker.segment_bytes(0) == b"".join(records)
+    broker.crash()
+    restarted = TxBroker(config, files=files, manual=True)
+    assert restarted.report.batches_appended == 0
+    restarted.crash()
+    files.power_loss()
+    assert TxBroker(config, files=files, manual=True).segment_bytes(0) == b"".join(records)
+
+
+def test_a_failed_fsync_of_a_batch_found_in_place_fails_recovery(tmp_path):
+    """Goal: recovery does not let go of a COMMIT record whose batch it could not fsync.
+
+    Method: as above, but every segment fsync fails at the restart: opening fails with
+    ``StoreError`` and the journal still holds the COMMIT record.
+    """
+    files = PowerLossFiles()
+    config = tx_config(tmp_path)
+    broker = TxBroker(config, files=files, manual=True)
+    broker.transactions.begin(LOCAL, "c1", 0)
+    broker.put(LOCAL, [b"a"])
+    broker.log(0)
+    broker.run()
+    broker.commit(LOCAL)
+    broker.executor.run_next()
+    broker.crash()
+    files.fsync_error, files.fsync_error_only = errno.EIO, "test-0"
+    with pytest.raises(AssertionError, match="recovery could not make committed batches"):
+        TxBroker(config, files=files, manual=True)
+    kinds = [type(entry).__name__ for _location, entry in journal_records(broker.journal_directory)]
+    assert "CommitDataRecord" in kinds
 
 
 def test_a_commit_whose_batch_is_missing_is_appended_at_restart(broker):

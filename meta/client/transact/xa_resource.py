@@ -10,7 +10,9 @@ reply within the transaction request timeout, a connection that is down or canno
 de-duplicated xids (the full list on every call, whatever the scan flags, as Java does); a
 later ``commit``/``rollback``/``forget`` of a recovered xid goes to the broker that listed it.
 
-Departures from Java, on purpose: ``start`` associates the xid only once ``BEGIN`` succeeded;
+Departures from Java, on purpose: ``start`` associates the xid only once ``BEGIN`` succeeded,
+and a ``BEGIN`` (``TMNOFLAGS``) that gets no reply in time is followed by a one-way
+``ROLLBACK``, so the broker does not keep an empty branch nobody will finish;
 ``end`` clears the association even when it fails with ``XAER_RMFAIL`` (the transaction
 manager rolls back next); ``TMRESUME`` accepts the xid suspended on this resource, so
 suspend/resume works (Java always answers ``XAER_NOTA`` or ``XAER_DUPID``); ``TMJOIN`` of an
@@ -149,13 +151,33 @@ class XAResource:
             if self._slots.active() is not None:
                 raise XAError(jta.XAER_PROTO, "another XA resource is associated on this thread")
         if flags == jta.TMNOFLAGS or (flags == jta.TMJOIN and not known):
-            self._request(BEGIN, xid, self._timeout)
+            try:
+                self._request(BEGIN, xid, self._timeout)
+            except XAError as error:
+                if flags == jta.TMNOFLAGS and isinstance(error.__cause__, OperationTimeoutError):
+                    self._roll_back_unanswered_begin(xid)
+                raise
         with self._lock:
             self._associated = xid
             self.associated_thread = threading.get_ident()
             self._detached = None
             self._suspended = False
         self._slots.xa = self  # This thread's sends join ``xid`` until ``end``.
+
+    def _roll_back_unanswered_begin(self, xid: Xid) -> None:
+        """``BEGIN`` of ``xid`` got no reply in time, so the broker may hold an empty branch
+        that no transaction manager will finish (``start`` failed: this resource is not
+        enlisted); it would stay open until its timeout, or for ever with timeout 0.
+
+        Send ``ROLLBACK`` one-way on the same connection, behind the ``BEGIN``: the broker
+        drops the branch, or answers ``XAER_NOTA`` (never read) when it never saw the
+        ``BEGIN``. ``TMJOIN`` never gets here: its branch may be another resource's.
+        """
+        command = self._command(ROLLBACK, xid)
+        try:
+            send_one_way(self._connection(), command, self._request_timeout_s())
+        except (ClientError, XAError) as error:
+            log.warning("ROLLBACK of %s after its unanswered BEGIN not sent: %s", xid, error)
 
     def end(self, xid: Xid, flags: int = jta.TMSUCCESS) -> None:
         """Dissociate ``xid`` and send ``END`` one-way (no reply is awaited).

@@ -17,6 +17,8 @@ Invariants:
   changes, and with ``EMPTY_SNAPSHOT`` when its last publisher unpublishes. It runs on
   kazoo's event thread or the publishing thread and must only hand work over (the producer
   updates pool bookkeeping; brokers are connected lazily by senders, never from here).
+* A caller never waits for ZooKeeper longer than the operation timeout per read; kazoo's
+  own unbounded waits (a ``ChildrenWatch`` being set up) run on kazoo's worker threads.
 * SUSPENDED or LOST: the last snapshots stay in use (logged). On the next CONNECTED every
   published topic is rebuilt on a kazoo worker thread, because kazoo's ``ChildrenWatch``
   re-arms itself after a reconnect but skips its callback when the child names did not
@@ -119,6 +121,7 @@ class ZkClusterView:
         root: the MetaQ root (``zk.zkRoot``), normalised as Java does.
         on_change: called as ``on_change(topic, snapshot)``; see the module invariants.
         operation_timeout_s: bound on each ZooKeeper read done for a caller.
+        connect: the connect string, named in errors.
     """
 
     def __init__(
@@ -127,8 +130,10 @@ class ZkClusterView:
         root: str,
         on_change: SnapshotCallback | None = None,
         operation_timeout_s: float = 10.0,
+        connect: str = "",
     ) -> None:
         self._client = client
+        self._connect = connect
         self._root = normalize_root(root)
         self._on_change = on_change
         self._timeout_s = operation_timeout_s
@@ -147,8 +152,13 @@ class ZkClusterView:
     def publish(self, topic: str) -> None:
         """Watch ``topic`` (one more reference) and load its snapshot before returning.
 
+        The first publish of a topic reads ZooKeeper: each read waits at most the operation
+        timeout (a few reads: the topic node, its publishers, their brokers' master nodes).
+        Later ones only count the reference.
+
         Raises:
-            ClientError: ZooKeeper could not be read in time, or the view is closed.
+            ClientError: ZooKeeper did not answer in time (the text names ZooKeeper, its
+                connect string and the timeout), or the view is closed.
         """
         with self._lock:
             if self._closed:
@@ -159,15 +169,29 @@ class ZkClusterView:
                 return
             try:
                 self._wait(self._client.ensure_path_async(self.publish_path(topic)), topic)
-                if entry.watched:
-                    self._rebuild(topic)  # the old watch is still armed: reuse it
-                else:
-                    entry.watched = True
-                    callback = partial(self._children_changed, topic)
-                    ChildrenWatch(self._client, self.publish_path(topic), callback)
+                self._rebuild(topic)
             except ZK_ERRORS as error:
                 entry.references -= 1
                 raise ClientError(f"cannot publish topic {topic}: {error}") from error
+            if not entry.watched:  # else the old watch is still armed: reuse it
+                entry.watched = True
+                # A new ChildrenWatch reads the children at once with no time bound (kazoo
+                # waits for ZooKeeper to come back): a kazoo worker thread creates it, so
+                # this caller's wait stays bounded. Its first call rebuilds once more.
+                self._client.handler.spawn(self._watch, topic)
+
+    def _watch(self, topic: str) -> None:
+        """Watch ``topic``'s publishers (a kazoo worker thread, spawned by ``publish``)."""
+        try:
+            ChildrenWatch(
+                self._client, self.publish_path(topic), partial(self._children_changed, topic)
+            )
+        except ZK_ERRORS as error:
+            with self._lock:
+                entry = self._topics.get(topic)
+                if entry is not None:
+                    entry.watched = False
+            log.warning("cannot watch topic %s in ZooKeeper: %s", topic, error)
 
     def unpublish(self, topic: str) -> None:
         """Drop one reference; the last one clears the snapshot (``on_change`` gets it)."""
@@ -295,4 +319,8 @@ class ZkClusterView:
         try:
             return async_result.get(timeout=self._timeout_s)
         except KazooTimeoutError:
-            raise ClientError(f"ZooKeeper did not answer about {what} in time") from None
+            where = f" at {self._connect}" if self._connect else ""
+            raise ClientError(
+                f"ZooKeeper{where} did not answer about {what} within {self._timeout_s:g} s "
+                "(is it down or unreachable?)"
+            ) from None

@@ -506,3 +506,36 @@ def test_resume_and_completion_follow_the_branch_state(producer):
     with pytest.raises(XAError) as caught:
         resource.start(XID, jta.TMRESUME)
     assert caught.value.error_code == jta.XAER_NOTA
+
+
+def test_a_begin_without_reply_is_followed_by_a_one_way_rollback(producer, brokers):
+    """Goal: a BEGIN whose reply never comes may still have opened an empty branch on the
+    broker, which no transaction manager will finish (start failed: the resource is not
+    enlisted). Method: the pinned broker never answers BEGIN; start fails with XAER_RMFAIL
+    in time, and a ROLLBACK of the same key follows the BEGIN on the wire."""
+    producer.set_transaction_request_timeout(0.3)
+    resource = producer.get_xa_resource()
+    broker, sid = broker_of(resource, brokers), producer.session_id
+    broker.script["BEGIN"] = no_reply
+    with pytest.raises(XAError) as caught:
+        resource.start(XID, jta.TMNOFLAGS)
+    assert caught.value.error_code == jta.XAER_RMFAIL
+    assert resource.associated_xid is None
+    wait_until(lambda: len(transaction_frames(broker)) == 2, what="the ROLLBACK")
+    assert transaction_frames(broker)[1] == (
+        f"transaction {KEY} {sid} ROLLBACK {QUALIFIER} 2\r\n".encode()
+    )
+
+
+def test_a_join_without_reply_rolls_nothing_back(producer, brokers):
+    """A TMJOIN's branch may be another resource's: a BEGIN of it that gets no reply must
+    not roll it back. Method: as above with TMJOIN; then a later request shows the wire."""
+    producer.set_transaction_request_timeout(0.3)
+    resource = producer.get_xa_resource()
+    broker = broker_of(resource, brokers)
+    broker.script["BEGIN"] = no_reply
+    with pytest.raises(XAError):
+        resource.start(XID, jta.TMJOIN)
+    resource.forget(XID)  # answered: every frame sent before it has arrived
+    kinds = [frame.split(b" ")[3] for frame in transaction_frames(broker)]
+    assert kinds == [b"BEGIN", b"FORGET"]
