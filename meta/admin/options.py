@@ -9,6 +9,9 @@ it is given.
 * cluster options (every command that reads ZooKeeper): ``--zk-connect HOST:PORT[,...]``,
   ``--zk-root PATH``, ``--timeout SECONDS``, and ``--json``.
 
+Commands that change ZooKeeper (``reset-offsets``, ``groups delete``) are dry runs unless
+``--execute`` is given (``add_execute_options``), as Kafka's ``kafka-consumer-groups`` is.
+
 Pure argparse; no I/O. Single-threaded.
 """
 
@@ -132,3 +135,17 @@ def cluster_options() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print JSON (stable keys) instead of a table"
     )
     return options
+
+
+def add_execute_options(parser: argparse.ArgumentParser, execute_help: str, dry_help: str) -> None:
+    """``--execute`` (sets ``execute``) and ``--dry-run`` (the default, still accepted), which
+    exclude each other."""
+    choice = parser.add_mutually_exclusive_group()
+    choice.add_argument("--execute", action="store_true", default=False, help=execute_help)
+    choice.add_argument(
+        "--dry-run",
+        dest="execute",
+        action="store_false",
+        default=False,
+        help=f"{dry_help} (the default without --execute)",
+    )

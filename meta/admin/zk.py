@@ -3,9 +3,10 @@
 ``ZkAdmin`` is a short-lived kazoo session of one CLI run: it reads the broker registrations
 (``R/brokers/ids/B`` with ``master``, ``slave<N>``, ``master_config_checksum``), the topic
 registrations (``R/brokers/topics-pub|topics-sub|topics/T/B-m|B-s<N>``) and the consumer
-groups (``R/consumers/G/ids|owners|offsets``), and writes offset nodes (``<msgId>-<offset>``,
-the only write the tool makes). Every node is parsed with the client's own rules
-(``meta.client.cluster``), so the tool sees what consumers and producers see.
+groups (``R/consumers/G/ids|owners|offsets``); it writes offset nodes (``<msgId>-<offset>``)
+and deletes a stopped group's tree, the only changes the tool makes. Every node is parsed
+with the client's own rules (``meta.client.cluster``), so the tool sees what consumers and
+producers see.
 
 Errors name what is wrong: an unreachable ZooKeeper names the connect string, a missing root
 names the path (``ZooKeeperUnreachableError`` / ``NotFoundError``). Every call is bounded by
@@ -23,7 +24,13 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from meta.admin.client import AdminError, NotFoundError, UsageError, ZooKeeperUnreachableError
+from meta.admin.client import (
+    AdminError,
+    NotFoundError,
+    RefusedError,
+    UsageError,
+    ZooKeeperUnreachableError,
+)
 from meta.client.cluster import (
     BrokerAddress,
     consumer_partition_strings,
@@ -269,6 +276,21 @@ class ZkAdmin:
                 members[name] = sorted(topic for topic in text.split(",") if topic)
         return members
 
+    def check_stopped(self, group: str, reason: str) -> None:
+        """``RefusedError`` naming the live members of ``group``, if it has any.
+
+        Args:
+            group: the consumer group.
+            reason: why they must stop, e.g. "their next commit would overwrite the reset
+                offsets".
+        """
+        members = self.members(group)
+        if members:
+            raise RefusedError(
+                f"consumer group {group} has {len(members)} live member(s): "
+                f"{', '.join(members)}; stop them first ({reason})"
+            )
+
     def group_topics(self, group: str) -> list[str]:
         """Topics the group has offsets or owners for, or that a live member subscribes."""
         names: set[str] = set()
@@ -313,6 +335,22 @@ class ZkAdmin:
             parent = path.rsplit("/", 1)[0]
             self._call(self._client.ensure_path_async(parent), parent)
             self._call(self._client.create_async(path, data), path)
+
+    def delete_group(self, group: str) -> None:
+        """Delete ``R/consumers/G`` with everything under it (ids, owners, offsets).
+
+        Raises:
+            AdminError: a node could not be deleted (a member created one meanwhile).
+        """
+        self._delete_tree(self.group_path(group))
+
+    def _delete_tree(self, path: str) -> None:
+        for name in self.children(path):
+            self._delete_tree(f"{path}/{name}")
+        try:
+            self._call(self._client.delete_async(path), path)
+        except NoNodeError:
+            pass  # Deleted meanwhile: what this call wanted.
 
     # --- plumbing --------------------------------------------------------------------------
 
