@@ -16,6 +16,7 @@ connection.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -242,12 +243,11 @@ class ZkAdmin:
         return consumer_partition_strings(self._children_data(f"brokers/topics-sub/{topic}"))
 
     def check_topic(self, topic: str) -> None:
-        """``NotFoundError`` naming ``topic`` when no tree registers it."""
-        if topic not in self.topics():
-            known = ", ".join(self.topics()) or "none"
-            raise NotFoundError(
-                f"unknown topic {topic}: not registered under {self.root} (topics: {known})"
-            )
+        """``NotFoundError`` naming ``topic`` when no tree registers it: one line with the
+        registered topics and, when one is close, a "did you mean"."""
+        topics = self.topics()
+        if topic not in topics:
+            raise NotFoundError(unknown_topic_text(topic, topics, self.root))
 
     # --- consumer groups -------------------------------------------------------------------
 
@@ -386,6 +386,14 @@ class ZkAdmin:
                 f"ZooKeeper at {self._connect_string} failed on {path}: "
                 f"{type(error).__name__} {error}"
             ) from None
+
+
+def unknown_topic_text(topic: str, topics: list[str], root: str) -> str:
+    """The one-line error of a command naming a topic that is not registered."""
+    close = difflib.get_close_matches(topic, topics, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    known = ", ".join(topics) or "none"
+    return f"unknown topic {topic}: not registered under {root} (topics: {known}){hint}"
 
 
 def _num_parts(data: bytes) -> int | None:
