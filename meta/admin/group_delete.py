@@ -16,7 +16,7 @@ import argparse
 import sys
 
 from meta.admin.client import EXIT_OK, EXIT_REFUSED
-from meta.admin.options import add_execute_options
+from meta.admin.options import add_execute_options, cluster_options
 from meta.admin.output import table, to_json
 from meta.admin.session import ClusterSession
 from meta.admin.zk import ZkAdmin
@@ -24,11 +24,13 @@ from meta.admin.zk import ZkAdmin
 DRY_RUN_TEXT = "dry run: nothing deleted; add --execute to delete the group"
 
 
-def add_delete_parser(group_commands: argparse._SubParsersAction, options) -> None:
+def add_delete_parser(group_commands: argparse._SubParsersAction) -> None:
     """Register ``groups delete`` under the ``groups`` command."""
     delete = group_commands.add_parser(
         "delete",
-        parents=[options],
+        # Without a default of its own, "groups --json delete G" keeps the --json given
+        # before the subcommand (argparse copies every value the subcommand parsed over).
+        parents=[cluster_options(json_default=argparse.SUPPRESS)],
         help="delete a stopped consumer group's offsets and owners",
         description="Delete R/consumers/GROUP with its committed offsets and partition "
         "owners. Refused while the group has live members. A dry run unless --execute "

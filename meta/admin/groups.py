@@ -99,7 +99,7 @@ def add_parser(commands: argparse._SubParsersAction, connection: argparse.Argume
     )
     groups.set_defaults(run=run_groups, open_session=ClusterSession.from_arguments)
     group_commands = groups.add_subparsers(dest="group_command", metavar="SUBCOMMAND")
-    add_delete_parser(group_commands, options)
+    add_delete_parser(group_commands)
     lag = commands.add_parser(
         "lag",
         parents=[options],

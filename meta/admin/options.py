@@ -127,12 +127,20 @@ def zookeeper_options(with_defaults: bool) -> argparse.ArgumentParser:
     return options
 
 
-def cluster_options() -> argparse.ArgumentParser:
-    """The options of every cluster command: ZooKeeper, ``--timeout`` and ``--json``."""
+def cluster_options(json_default: object = False) -> argparse.ArgumentParser:
+    """The options of every cluster command: ZooKeeper, ``--timeout`` and ``--json``.
+
+    Args:
+        json_default: the default of ``--json``; ``argparse.SUPPRESS`` on a subcommand
+            keeps a ``--json`` given before it.
+    """
     options = argparse.ArgumentParser(add_help=False, parents=[zookeeper_options(False)])
     _timeout_option(options, with_defaults=False)
     options.add_argument(
-        "--json", action="store_true", help="print JSON (stable keys) instead of a table"
+        "--json",
+        action="store_true",
+        default=json_default,
+        help="print JSON (stable keys) instead of a table",
     )
     return options
 

@@ -118,6 +118,15 @@ def test_groups_delete_with_execute_removes_offsets_and_owners(cli, zk, admin_cl
     assert "g-del" not in {group["group"] for group in json.loads(out)["groups"]}
 
 
+def test_groups_delete_takes_json_before_or_after_the_subcommand(cli, zk, admin_cluster):
+    lay_out_group(zk, admin_cluster.root, "g-del-json", "reset")
+    for argv in (("groups", "--json", "delete", "g-del-json"), ("groups", "delete", "g-del-json",
+                 "--json")):  # fmt: skip
+        status, out, err = cli(*argv)
+        assert status == 0, err
+        assert json.loads(out)["dry_run"] is True
+
+
 def test_groups_delete_refuses_a_group_with_live_members_and_names_them(cli, zk, admin_cluster):
     path = lay_out_group(zk, admin_cluster.root, "g-del-live", "reset", ("g-del-live_host-1",))
     before = tree(zk, path)
