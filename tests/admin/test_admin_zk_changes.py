@@ -66,10 +66,11 @@ def test_reset_without_execute_changes_nothing_in_zookeeper(cli, zk, admin_clust
 
 
 def test_reset_of_a_new_group_without_execute_creates_nothing(cli, zk, admin_cluster):
-    argv = ["reset-offsets", "g-never", "--topic", "reset", "--to", "latest", "--allow-new-group"]
+    argv = ["reset-offsets", "g-not-yet-run", "--topic", "reset", "--to", "latest"]
+    argv.append("--allow-new-group")
     status, out, err = cli(*argv)
     assert status == 0, err
-    assert not zk.exists(f"{admin_cluster.root}/consumers/g-never")
+    assert not zk.exists(f"{admin_cluster.root}/consumers/g-not-yet-run")
     assert "add --execute" in out
 
 
