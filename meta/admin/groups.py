@@ -1,5 +1,7 @@
 """``meta-admin groups|lag|reset-offsets``: consumer groups and their offsets (zk spec §1.5, §3.5).
 
+``groups delete`` lives in ``meta.admin.group_delete``.
+
 * ``groups``: each ``R/consumers/G`` with its live members (``ids``, data = their topics) and
   the topics it has offsets or owners for.
 * ``lag GROUP [--topic T]``: per partition the committed offset (``offsets/T/B-P``), the
@@ -15,7 +17,8 @@
   record boundary. The group must be stopped: live members (children of ``ids``) make the
   tool refuse, naming them, because their next commit would overwrite the reset. A group
   without ``R/consumers/G`` is refused unless ``--allow-new-group`` is given: then its offsets
-  are written (with their parents) before it first runs, as Kafka's tool allows.
+  are written (with their parents) before it first runs, as Kafka's tool allows. Nothing is
+  written unless ``--execute`` is given (``--dry-run``, the default, prints the plan).
 
 Single-threaded.
 """
@@ -34,12 +37,15 @@ from meta.admin.client import (
     NotFoundError,
     RefusedError,
 )
-from meta.admin.options import cluster_options, positive_int
+from meta.admin.group_delete import add_delete_parser
+from meta.admin.options import add_execute_options, cluster_options, positive_int
 from meta.admin.output import Progress, format_time_ms, parse_time, table, to_json
 from meta.admin.reads import PartitionReader, PartitionStats, locate_time
 from meta.admin.session import ClusterSession
 from meta.client.cluster import Partition, format_offset
 from meta.errors import ClientError
+
+DRY_RUN_TEXT = "dry run: nothing written; add --execute to write these offsets"
 
 COUNT_BYTES_MAX = 1024 * 1024
 """Default bound on the lag read to count its messages."""
@@ -88,9 +94,12 @@ def add_parser(commands: argparse._SubParsersAction, connection: argparse.Argume
         parents=[options],
         help="list consumer groups, their members and topics",
         description="List each consumer group under R/consumers with its live members "
-        "(and the topics each subscribes) and the topics it has offsets for.",
+        "(and the topics each subscribes) and the topics it has offsets for; "
+        "'groups delete GROUP' deletes a stopped group.",
     )
     groups.set_defaults(run=run_groups, open_session=ClusterSession.from_arguments)
+    group_commands = groups.add_subparsers(dest="group_command", metavar="SUBCOMMAND")
+    add_delete_parser(group_commands)
     lag = commands.add_parser(
         "lag",
         parents=[options],
@@ -119,7 +128,8 @@ def _add_reset_parser(commands: argparse._SubParsersAction, options) -> None:
         description="Write the offsets nodes of a stopped group for one topic: to the "
         "first offset (earliest), the end (latest), a byte OFFSET, or the first message "
         "whose id time is at or after TIME. Refused while the group has live members, and "
-        "for a group that does not exist yet unless --allow-new-group is given.",
+        "for a group that does not exist yet unless --allow-new-group is given. A dry run "
+        "unless --execute is given.",
         epilog="TIME is ISO-8601 (2024-05-01T12:00:00+00:00; local time without a zone) or "
         "epoch milliseconds written @1714564800000 or 1714564800000ms (a bare number is a "
         "byte offset).",
@@ -147,7 +157,7 @@ def _add_reset_parser(commands: argparse._SubParsersAction, options) -> None:
         "node: it has never run), so that it starts there; without it such a group is refused "
         "as a likely misspelling",
     )
-    reset.add_argument("--dry-run", action="store_true", help="show what would be written")
+    add_execute_options(reset, "write the offsets", "show the new offsets and write nothing")
     reset.set_defaults(run=run_reset, open_session=ClusterSession.from_arguments)
 
 
@@ -350,7 +360,7 @@ def run_reset(arguments: argparse.Namespace, session: ClusterSession) -> int:
             hint = "--allow-new-group writes the offsets of a group that has not run yet"
             raise NotFoundError(f"{error}; {hint}") from None
     zk.check_topic(topic)
-    _refuse_live_members(session, group)
+    zk.check_stopped(group, "their next commit would overwrite the reset offsets")
     names = _partitions_of(session, group, topic)
     if arguments.partition:
         missing = sorted(set(arguments.partition) - set(names))
@@ -376,13 +386,13 @@ def run_reset(arguments: argparse.Namespace, session: ClusterSession) -> int:
                 }
             )
             progress.advance()
-    if not arguments.dry_run:
+    if arguments.execute:
         for entry in plan:
             zk.write_offset(
                 group, topic, entry["partition"], entry["new_msg_id"], entry["new_offset"]
             )
     _print_reset(arguments, session, plan)
-    late = zk.members(group) if not arguments.dry_run else {}
+    late = zk.members(group) if arguments.execute else {}
     if late:
         # Checked before computing the plan too; a member that joined meanwhile may have
         # loaded the old offsets, and its next commit overwrites the new ones.
@@ -393,15 +403,6 @@ def run_reset(arguments: argparse.Namespace, session: ClusterSession) -> int:
         )
         return EXIT_REFUSED
     return EXIT_OK
-
-
-def _refuse_live_members(session: ClusterSession, group: str) -> None:
-    members = session.zk.members(group)
-    if members:
-        raise RefusedError(
-            f"consumer group {group} has {len(members)} live member(s): {', '.join(members)}; "
-            "stop them first (their next commit would overwrite the reset offsets)"
-        )
 
 
 def _new_offset(
@@ -429,13 +430,13 @@ def _new_offset(
 
 
 def _print_reset(arguments: argparse.Namespace, session: ClusterSession, plan) -> None:
-    written = not arguments.dry_run
+    written = arguments.execute
     if arguments.json:
         document = {
             "group": arguments.group,
             "topic": arguments.topic,
             "to": arguments.to.text,
-            "dry_run": arguments.dry_run,
+            "dry_run": not arguments.execute,
             "partitions": plan,
         }
         print(to_json(document))
@@ -449,4 +450,4 @@ def _print_reset(arguments: argparse.Namespace, session: ClusterSession, plan) -
         if arguments.to.kind == "time":
             print(f"first messages at or after {format_time_ms(arguments.to.value)}")
         path = f"{session.zk.group_path(arguments.group)}/offsets/{arguments.topic}"
-        print(f"wrote {len(plan)} offsets under {path}" if written else "dry run: nothing written")
+        print(f"wrote {len(plan)} offsets under {path}" if written else DRY_RUN_TEXT)

@@ -9,6 +9,9 @@ it is given.
 * cluster options (every command that reads ZooKeeper): ``--zk-connect HOST:PORT[,...]``,
   ``--zk-root PATH``, ``--timeout SECONDS``, and ``--json``.
 
+Commands that change ZooKeeper (``reset-offsets``, ``groups delete``) are dry runs unless
+``--execute`` is given (``add_execute_options``), as Kafka's ``kafka-consumer-groups`` is.
+
 Pure argparse; no I/O. Single-threaded.
 """
 
@@ -124,11 +127,33 @@ def zookeeper_options(with_defaults: bool) -> argparse.ArgumentParser:
     return options
 
 
-def cluster_options() -> argparse.ArgumentParser:
-    """The options of every cluster command: ZooKeeper, ``--timeout`` and ``--json``."""
+def cluster_options(json_default: object = False) -> argparse.ArgumentParser:
+    """The options of every cluster command: ZooKeeper, ``--timeout`` and ``--json``.
+
+    Args:
+        json_default: the default of ``--json``; ``argparse.SUPPRESS`` on a subcommand
+            keeps a ``--json`` given before it.
+    """
     options = argparse.ArgumentParser(add_help=False, parents=[zookeeper_options(False)])
     _timeout_option(options, with_defaults=False)
     options.add_argument(
-        "--json", action="store_true", help="print JSON (stable keys) instead of a table"
+        "--json",
+        action="store_true",
+        default=json_default,
+        help="print JSON (stable keys) instead of a table",
     )
     return options
+
+
+def add_execute_options(parser: argparse.ArgumentParser, execute_help: str, dry_help: str) -> None:
+    """``--execute`` (sets ``execute``) and ``--dry-run`` (the default, still accepted), which
+    exclude each other."""
+    choice = parser.add_mutually_exclusive_group()
+    choice.add_argument("--execute", action="store_true", default=False, help=execute_help)
+    choice.add_argument(
+        "--dry-run",
+        dest="execute",
+        action="store_false",
+        default=False,
+        help=f"{dry_help} (the default without --execute)",
+    )

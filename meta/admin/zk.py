@@ -3,9 +3,10 @@
 ``ZkAdmin`` is a short-lived kazoo session of one CLI run: it reads the broker registrations
 (``R/brokers/ids/B`` with ``master``, ``slave<N>``, ``master_config_checksum``), the topic
 registrations (``R/brokers/topics-pub|topics-sub|topics/T/B-m|B-s<N>``) and the consumer
-groups (``R/consumers/G/ids|owners|offsets``), and writes offset nodes (``<msgId>-<offset>``,
-the only write the tool makes). Every node is parsed with the client's own rules
-(``meta.client.cluster``), so the tool sees what consumers and producers see.
+groups (``R/consumers/G/ids|owners|offsets``); it writes offset nodes (``<msgId>-<offset>``)
+and deletes a stopped group's tree, the only changes the tool makes. Every node is parsed
+with the client's own rules (``meta.client.cluster``), so the tool sees what consumers and
+producers see.
 
 Errors name what is wrong: an unreachable ZooKeeper names the connect string, a missing root
 names the path (``ZooKeeperUnreachableError`` / ``NotFoundError``). Every call is bounded by
@@ -15,6 +16,7 @@ connection.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -23,7 +25,13 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from meta.admin.client import AdminError, NotFoundError, UsageError, ZooKeeperUnreachableError
+from meta.admin.client import (
+    AdminError,
+    NotFoundError,
+    RefusedError,
+    UsageError,
+    ZooKeeperUnreachableError,
+)
 from meta.client.cluster import (
     BrokerAddress,
     consumer_partition_strings,
@@ -235,12 +243,11 @@ class ZkAdmin:
         return consumer_partition_strings(self._children_data(f"brokers/topics-sub/{topic}"))
 
     def check_topic(self, topic: str) -> None:
-        """``NotFoundError`` naming ``topic`` when no tree registers it."""
-        if topic not in self.topics():
-            known = ", ".join(self.topics()) or "none"
-            raise NotFoundError(
-                f"unknown topic {topic}: not registered under {self.root} (topics: {known})"
-            )
+        """``NotFoundError`` naming ``topic`` when no tree registers it: one line with the
+        registered topics and, when one is close, a "did you mean"."""
+        topics = self.topics()
+        if topic not in topics:
+            raise NotFoundError(unknown_topic_text(topic, topics, self.root))
 
     # --- consumer groups -------------------------------------------------------------------
 
@@ -268,6 +275,21 @@ class ZkAdmin:
             if text is not None:
                 members[name] = sorted(topic for topic in text.split(",") if topic)
         return members
+
+    def check_stopped(self, group: str, reason: str) -> None:
+        """``RefusedError`` naming the live members of ``group``, if it has any.
+
+        Args:
+            group: the consumer group.
+            reason: why they must stop, e.g. "their next commit would overwrite the reset
+                offsets".
+        """
+        members = self.members(group)
+        if members:
+            raise RefusedError(
+                f"consumer group {group} has {len(members)} live member(s): "
+                f"{', '.join(members)}; stop them first ({reason})"
+            )
 
     def group_topics(self, group: str) -> list[str]:
         """Topics the group has offsets or owners for, or that a live member subscribes."""
@@ -314,6 +336,22 @@ class ZkAdmin:
             self._call(self._client.ensure_path_async(parent), parent)
             self._call(self._client.create_async(path, data), path)
 
+    def delete_group(self, group: str) -> None:
+        """Delete ``R/consumers/G`` with everything under it (ids, owners, offsets).
+
+        Raises:
+            AdminError: a node could not be deleted (a member created one meanwhile).
+        """
+        self._delete_tree(self.group_path(group))
+
+    def _delete_tree(self, path: str) -> None:
+        for name in self.children(path):
+            self._delete_tree(f"{path}/{name}")
+        try:
+            self._call(self._client.delete_async(path), path)
+        except NoNodeError:
+            pass  # Deleted meanwhile: what this call wanted.
+
     # --- plumbing --------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -348,6 +386,14 @@ class ZkAdmin:
                 f"ZooKeeper at {self._connect_string} failed on {path}: "
                 f"{type(error).__name__} {error}"
             ) from None
+
+
+def unknown_topic_text(topic: str, topics: list[str], root: str) -> str:
+    """The one-line error of a command naming a topic that is not registered."""
+    close = difflib.get_close_matches(topic, topics, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    known = ", ".join(topics) or "none"
+    return f"unknown topic {topic}: not registered under {root} (topics: {known}){hint}"
 
 
 def _num_parts(data: bytes) -> int | None:

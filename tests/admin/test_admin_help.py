@@ -4,6 +4,10 @@ real ZooKeeper."""
 
 from __future__ import annotations
 
+import argparse
+import re
+from collections.abc import Iterator
+
 import pytest
 
 from meta.admin.main import COMMAND_GROUPS, build_parser, main
@@ -15,7 +19,7 @@ COMMANDS = {
     "partitions": ("TOPIC",),
     "groups": (),
     "lag": ("GROUP", "--topic", "--count-bytes-max"),
-    "reset-offsets": ("GROUP", "--topic", "--to", "--dry-run", "--partition", "TIME"),
+    "reset-offsets": ("GROUP", "--topic", "--to", "--execute", "--dry-run", "--partition", "TIME"),
     "browse": ("TOPIC", "PARTITION", "--from", "--count", "--broker", "--raw"),
     "find-message": ("ID", "--topic", "--scan-bytes-max"),
     "stats": ("BROKER", "--topics"),
@@ -69,6 +73,47 @@ def test_every_command_has_help_with_its_options(capsys, command: str):
     assert f"usage: meta-admin {command}" in out
     for option in ("--zk-connect", "--zk-root", "--timeout", "--json", *COMMANDS[command]):
         assert option in out
+
+
+INTERNAL_REFERENCE = re.compile(
+    r"\bspec\b|\bDECISIONS\b|§|\bissue \d|\bwork (?:item|period)s?\b", re.IGNORECASE
+)
+"""What a help text must not show: references into the project's own design notes."""
+
+
+def every_parser(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """The parser and every subcommand's, recursively, each with its command words."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from every_parser(child, (*path, name))
+
+
+PARSERS = dict(every_parser(build_parser()))
+COMMAND_PATHS = sorted(path for path, parser in PARSERS.items() if parser.get_default("run"))
+
+
+def test_the_walk_finds_every_command():
+    assert ("groups", "delete") in COMMAND_PATHS and ("tx", "list") in COMMAND_PATHS
+    assert len(COMMAND_PATHS) >= len(COMMANDS) + 4
+
+
+@pytest.mark.parametrize("path", sorted(PARSERS), ids=" ".join)
+def test_no_help_text_shows_internal_references(capsys, path: tuple[str, ...]):
+    status, out, _ = run(capsys, *path, "--help")
+    assert status == 0
+    text = " ".join(out.split())
+    assert INTERNAL_REFERENCE.findall(text) == []
+
+
+@pytest.mark.parametrize("path", COMMAND_PATHS, ids=" ".join)
+def test_every_command_takes_json(capsys, path: tuple[str, ...]):
+    status, out, _ = run(capsys, *path, "--help")
+    assert status == 0
+    assert "--json" in out
 
 
 def test_the_parser_builds_once_per_call():
