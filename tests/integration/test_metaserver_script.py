@@ -6,56 +6,23 @@ script's view of the process, its port and its log.
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.integration.broker_process import REPO, free_port, server_ini
-
-SCRIPT = REPO / "tools" / "metaServer.sh"
-SCRIPT_TIMEOUT_S = 120.0  # metaServer.sh waits at most 60 s to start and 30 s to stop.
+from tests.integration.broker_process import free_port, server_ini
+from tests.integration.script_run import SCRIPT, ScriptRun
 
 
-class RunDir:
+class RunDir(ScriptRun):
     """A config file and a run dir for one broker the script starts and stops."""
 
     def __init__(self, directory: Path, port: int) -> None:
-        self.run_dir = directory / "run"
-        self.conf = directory / "server.ini"
+        super().__init__(directory)
         self.conf.write_text(server_ini(port, directory / "data"))
-        self.env = dict(
-            os.environ,
-            META_RUN_DIR=str(self.run_dir),
-            META_CONF=str(self.conf),
-            META_PYTHON=sys.executable,
-            PYTHONPATH=str(REPO),
-        )
-
-    def run(self, *arguments: str, **env: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(SCRIPT), *arguments],
-            env={**self.env, **env},
-            capture_output=True,
-            text=True,
-            timeout=SCRIPT_TIMEOUT_S,
-            cwd=REPO,
-        )
-
-    def pid(self) -> int | None:
-        pid_file = self.run_dir / "meta-server.pid"
-        return int(pid_file.read_text()) if pid_file.exists() else None
-
-    def kill_leftover(self) -> None:
-        """After a failed test: kill the broker this test started, by its pid."""
-        pid = self.pid()
-        if pid is not None and Path(f"/proc/{pid}").exists():
-            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture

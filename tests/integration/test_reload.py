@@ -9,22 +9,19 @@ process serves before and after. Every wait polls with a deadline.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import zlib
 from pathlib import Path
 
 import pytest
 
 from meta.protocol.commands import Data, Get, Put
-from tests.integration.broker_process import REPO, BrokerProcess, free_port, server_ini
+from tests.integration.broker_process import BrokerProcess, free_port, server_ini
 from tests.integration.client_helpers import wait_for
+from tests.integration.script_run import SCRIPT, ScriptRun
 
 TOPICS = {"test": {"numPartitions": 2}, "idle": {}}
-SCRIPT = REPO / "tools" / "metaServer.sh"
-SCRIPT_TIMEOUT_S = 150.0  # metaServer.sh waits at most 60 s to start and 60 s to reload.
 
 
 @pytest.fixture
@@ -211,47 +208,21 @@ def rewrite(broker: BrokerProcess, topics: dict) -> None:
 # --- tools/metaServer.sh reload --------------------------------------------------------------
 
 
-class ScriptBroker:
+class ScriptBroker(ScriptRun):
     """A broker started, reloaded and stopped by tools/metaServer.sh in a private run dir."""
 
+    timeout_s = 150.0  # metaServer.sh waits at most 60 s to start and 60 s to reload.
+
     def __init__(self, directory: Path, keywords: dict) -> None:
-        self.run_dir = directory / "run"
-        self.conf = directory / "server.ini"
+        super().__init__(directory)
         self.data_path = directory / "data"
         self.port = free_port()
         self.keywords = keywords
         self.write(keywords["topics"])
-        self.env = dict(
-            os.environ,
-            META_RUN_DIR=str(self.run_dir),
-            META_CONF=str(self.conf),
-            META_PYTHON=sys.executable,
-            PYTHONPATH=str(REPO),
-        )
 
     def write(self, topics: dict) -> None:
         keywords = {**self.keywords, "topics": topics}
         self.conf.write_text(server_ini(self.port, self.data_path, **keywords))
-
-    def run(self, *arguments: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(SCRIPT), *arguments],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=SCRIPT_TIMEOUT_S,
-            cwd=REPO,
-        )
-
-    def pid(self) -> int | None:
-        pid_file = self.run_dir / "meta-server.pid"
-        return int(pid_file.read_text()) if pid_file.exists() else None
-
-    def kill_leftover(self) -> None:
-        """After a failed test: kill the broker this test started, by its pid."""
-        pid = self.pid()
-        if pid is not None and Path(f"/proc/{pid}").exists():
-            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture
