@@ -129,7 +129,7 @@ def test_shipped_server_ini_uses_zookeeper_on_localhost():
 
 def test_shipped_server_ini_declares_the_test_topics_in_file_order():
     config = load_config(str(CONF / "server.ini"))
-    assert [topic.name for topic in config.topics] == ["test", "meta-test"]
+    assert [topic.name for topic in config.topics] == ["test", "meta-test", "orders"]
     assert config.topic_config("meta-test").flush_mode is FlushMode.GROUP_COMMIT
 
 
