@@ -139,7 +139,9 @@ def test_the_readme_has_examples_that_run():
 def test_examples_run_as_written(name, local_cluster, tmp_path):
     zookeeper, broker = local_cluster
     (tmp_path / "home").mkdir()
-    (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)
+    venv = Path(sys.executable).parent.parent
+    assert (venv / "bin" / "meta-admin").exists(), f"{venv} has no meta-admin: use tools/test"
+    (tmp_path / ".venv").symlink_to(venv)
     for block in blocks((REPO / name).read_text()):
         if not block.runs:
             continue
