@@ -2,12 +2,12 @@
 
 What users and readers of the code see must stand on its own: the README, ``docs/``, the
 sample configuration, the scripts under ``tools/`` with their help texts, the help of
-``meta-admin`` and ``meta-server``, and the source of ``meta/`` (module docstrings, other
-docstrings and comments). None of it may point at things outside the repository or at the
-work that made it: numbered issues, work periods or items, work sessions, or the numbered
-sections of specifications that are not shipped ("DECISIONS 8", "zk spec §1.3"). The
-compatibility contract such references used to cite is ``docs/compatibility.md``; formats are
-in ``docs/formats.md``.
+``meta-admin`` and ``meta-server``, the package metadata, the examples, and the source of
+``meta/`` (module docstrings, other docstrings and comments). None of it may point at things
+outside the repository or at the work that made it: numbered issues, work periods or items,
+work sessions, or the numbered sections of specifications that are not shipped
+("DECISIONS 8", "zk spec §1.3"). The compatibility contract such references used to cite
+is ``docs/compatibility.md``; formats are in ``docs/formats.md``.
 """
 
 from __future__ import annotations
@@ -44,11 +44,14 @@ def offending_lines(text: str) -> list[str]:
 
 
 def shipped_text_files() -> list[Path]:
-    """README.md, docs/*.md, conf/*, tools/* and every Python file under meta/."""
+    """README.md, docs/*.md, conf/*, tools/*, the Python files of meta/ and examples/, and
+    setup.cfg."""
     files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
     files += sorted(path for path in (REPO / "conf").iterdir() if path.is_file())
     files += sorted(path for path in (REPO / "tools").iterdir() if path.is_file())
     files += sorted((REPO / "meta").rglob("*.py"))
+    files += sorted((REPO / "examples").rglob("*.py"))
+    files += [REPO / "setup.cfg"]
     return files
 
 
