@@ -1,4 +1,4 @@
-"""XA producer (zk spec §4.8; DECISIONS 5); its ``XAResource`` is in ``transact.xa_resource``.
+"""XA producer (Java's ``XAMessageProducer``); its ``XAResource`` is in ``transact.xa_resource``.
 
 ``MetaMessageSessionFactory.create_xa_producer`` returns an ``XAMessageProducer``, whose
 ``get_xa_resource()`` hands each thread an ``XAResource`` pinned to one broker chosen at random
@@ -89,7 +89,7 @@ class XAMessageProducer(MessageProducer):
         self._unique_qualifier = validate_unique_qualifier(f"{prefix}-{self._hostname}")
 
     def candidate_brokers(self) -> list[BrokerAddress]:
-        """The masters common to every published topic, sorted by URI (spec §4.8)."""
+        """The masters common to every published topic, sorted by URI."""
         common: dict[str, BrokerAddress] | None = None
         for topic in sorted(self.published_topics):
             brokers = {address.uri: address for address in self._snapshot(topic).brokers.values()}

@@ -1,9 +1,9 @@
-"""twisted.web serving the HTTP protocol (spec §2, decisions H1-H6) on the broker's reactor.
+"""twisted.web serving the HTTP protocol (docs/http.md) on the broker's reactor.
 
 Every request is turned into the TCP protocol's command (``params``) and handled by the TCP
 handler (``meta.server.handlers``): a put goes through ``meta.server.puts`` and its
 partition's staging, and its reply is sent only when the store acknowledges it (after the
-fsync in group commit, DECISIONS 1-4). Counters, status codes and texts are the TCP ones
+fsync in group commit, docs/durability.md). Counters, status codes and texts are the TCP ones
 (H5), and ``stats http`` counts the HTTP requests among them. A handler's ``result`` frame
 is decoded with the shared codec and becomes the status and a ``text/plain; charset=utf-8``
 body (H6). A 301 adds ``X-Meta-Offset`` and no
