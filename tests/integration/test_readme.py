@@ -44,6 +44,7 @@ NOT_RUN = {
     "docs/operations.md": 1,
     # Spark: a SparkSession and, for the pipeline and the stream, a cluster and /data paths.
     "docs/spark-datasource.md": 3,
+    "docs/spark-exactly-once.md": 1,
     # tools/test runs the whole suite.
     "docs/architecture.md": 1,
 }
