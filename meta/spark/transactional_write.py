@@ -2,8 +2,8 @@
 
 With ``transactional=true`` (``meta.spark.options.TransactionOptions``) a write task sends
 nothing that a consumer can see. It writes its rows inside XA branches of the brokers' XA
-transactions (a transaction's records are visible only once it commits), ends and prepares each branch, and
-returns the prepared branches in its commit message. The driver
+transactions (a transaction's records are visible only once it commits), ends and prepares
+each branch, and returns the prepared branches in its commit message. The driver
 (``meta.spark.transaction_log``) commits them once for the whole batch, or rolls them back.
 
 Branches: one broker per row, chosen among the topic's brokers (sorted by URI): by the
