@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("meta.server")
 
-PLUGIN_OPTIONS = {"metaslave": "slave", "jettyBroker": "http"}
+PLUGIN_OPTIONS = {"metaslave": "slave", "jettyBroker": "http", "samsa": "samsa", "gregor": "gregor"}
 """Java's ``-F<plugin>=FILE`` names -> the option they stand for."""
 
 LOCAL_OVERRIDES = {"system.hostName": "127.0.0.1", "zookeeper.zk.zkConnect": "127.0.0.1:2181"}
@@ -74,13 +74,25 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         "(jettyBroker.properties; without FILE: port 8080)",
     )
     parser.add_argument(
+        "--samsa",
+        metavar="FILE",
+        help="run as a synchronous-replication master configured by FILE "
+        "(samsa_master.properties): a put is answered 200 only once its gregor slave has it too",
+    )
+    parser.add_argument(
+        "--gregor",
+        metavar="FILE",
+        help="run as a synchronous-replication slave configured by FILE "
+        "(gregor_slave.properties): take sync from a samsa master, answer puts with 403",
+    )
+    parser.add_argument(
         "-F",
         dest="plugins",
         action="append",
         default=[],
         metavar="PLUGIN=FILE",
         help="Java's plugin form: -Fmetaslave=FILE is --slave FILE, -FjettyBroker=FILE is "
-        "--http FILE",
+        "--http FILE, -Fsamsa=FILE is --samsa FILE, -Fgregor=FILE is --gregor FILE",
     )
     parser.add_argument(
         "-l",
@@ -106,14 +118,36 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         option = PLUGIN_OPTIONS.get(name)
         if option is None or not path:
             parser.error(
-                f"-F{plugin}: the plugins are metaslave and jettyBroker, as -Fmetaslave=FILE "
-                "and -FjettyBroker=FILE"
+                f"-F{plugin}: the plugins are metaslave, jettyBroker, samsa and gregor, as "
+                "-Fmetaslave=FILE, -FjettyBroker=FILE, -Fsamsa=FILE and -Fgregor=FILE"
             )
         given = getattr(arguments, option)
         if given and given != path:
             parser.error(f"-F{plugin} and --{option} {given} name different files")
         setattr(arguments, option, path)
+    problem = _role_conflict(arguments)
+    if problem is not None:
+        parser.error(problem)
     return arguments
+
+
+def _role_conflict(arguments: argparse.Namespace) -> str | None:
+    """Why the HA roles asked for cannot be combined (Java drops some silently), or None."""
+    roles = [
+        f"--{name} ({role})"
+        for name, role in (
+            ("slave", "async slave"),
+            ("samsa", "synchronous master"),
+            ("gregor", "synchronous slave"),
+        )
+        if getattr(arguments, name)
+    ]
+    if len(roles) <= 1:
+        return None
+    return (
+        f"{' and '.join(roles)} cannot be combined: a broker is a plain master, an async "
+        "slave, a samsa master or a gregor slave"
+    )
 
 
 def _add_log_arguments(parser: argparse.ArgumentParser) -> None:
@@ -182,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(arguments.config, overrides)
         slave = _load_slave(config, arguments.slave)
         http = _load_http(arguments.http)
+        samsa, gregor = _load_sync_replication(arguments.samsa, arguments.gregor)
     except ConfigError as error:
         print(f"meta-server: configuration error: {error}", file=sys.stderr)
         return 2
@@ -343,6 +378,20 @@ def _load_http(path: str | None) -> Any:
     from meta.config import HttpConfig, load_http_config
 
     return load_http_config(path) if path else HttpConfig()
+
+
+def _load_sync_replication(samsa: str | None, gregor: str | None) -> tuple[Any, Any]:
+    """Read ``samsa_master.properties`` and ``gregor_slave.properties`` (None when not given).
+
+    Raises:
+        ConfigError: the file, a key or its value is wrong.
+    """
+    from meta.config import load_gregor_config, load_samsa_config
+
+    return (
+        None if samsa is None else load_samsa_config(samsa),
+        None if gregor is None else load_gregor_config(gregor),
+    )
 
 
 def _stop_then_exit(
