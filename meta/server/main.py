@@ -113,6 +113,15 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     problem = log_output(arguments).problem()
     if problem is not None:
         parser.error(problem)
+    _apply_plugins(parser, arguments)
+    problem = _role_conflict(arguments)
+    if problem is not None:
+        parser.error(problem)
+    return arguments
+
+
+def _apply_plugins(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> None:
+    """Turn Java's ``-F<plugin>=FILE`` forms into the options they stand for."""
     for plugin in arguments.plugins:
         name, _, path = plugin.partition("=")
         option = PLUGIN_OPTIONS.get(name)
@@ -125,10 +134,6 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         if given and given != path:
             parser.error(f"-F{plugin} and --{option} {given} name different files")
         setattr(arguments, option, path)
-    problem = _role_conflict(arguments)
-    if problem is not None:
-        parser.error(problem)
-    return arguments
 
 
 def _role_conflict(arguments: argparse.Namespace) -> str | None:
