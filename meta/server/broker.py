@@ -156,6 +156,8 @@ class Broker:
         # The synchronous-replication role (``meta.sync``; set by main): a samsa master or a
         # gregor slave, None on a plain broker. It answers ``stats sync``.
         self.sync: Any = None
+        # Every put gets 403: an async slave, or a gregor slave (main sets it with ``sync``).
+        self.refuses_puts = slave_id >= 0
         # True from the end of a successful start (stores open, registered) until stop.
         self.serving = False
         self._port = None

@@ -35,6 +35,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from meta import __version__
@@ -214,14 +215,9 @@ def configure_logging(level: str, output: LogOutput | None = None) -> None:
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_arguments(argv)
     configure_logging(arguments.log_level, log_output(arguments))
-    from meta.config import load_config
-
     overrides = LOCAL_OVERRIDES if arguments.local else None
     try:
-        config = load_config(arguments.config, overrides)
-        slave = _load_slave(config, arguments.slave)
-        http = _load_http(arguments.http)
-        samsa, gregor = _load_sync_replication(arguments.samsa, arguments.gregor)
+        config, slave, http, samsa, gregor = _load_configuration(arguments, overrides)
     except ConfigError as error:
         print(f"meta-server: configuration error: {error}", file=sys.stderr)
         return 2
@@ -236,13 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     from meta.server.broker import Broker
 
     broker = Broker(config, reactor, slave_id=-1 if slave is None else slave.slave_id)
-    from meta.dashboard.server import DashboardError, start_dashboard
-
-    try:
-        # Before the start: /readyz answers 503 until the broker serves.
-        start_dashboard(broker, reactor, lambda: _reload(broker, overrides))
-    except DashboardError as error:
-        log.error("broker failed to start: %s", error)
+    is_gregor = gregor is not None
+    if is_gregor:
+        _become_gregor(broker, reactor)
+    if not _dashboard_started(broker, reactor, overrides, is_gregor):
         return 1
     replicator = None
     if slave is not None:
@@ -252,7 +245,9 @@ def main(argv: list[str] | None = None) -> int:
         broker.replication = replicator  # answers ``stats slave``
     outcome = {"status": 0}
     listeners: list[Any] = []  # the HTTP protocol's port, closed first at a stop
-    reloader = ConfigReloader(broker, lambda running: _load_in_thread(running, overrides))
+    reloader = ConfigReloader(
+        broker, partial(_load_in_thread, overrides=overrides, gregor=is_gregor)
+    )
 
     def started(_: object) -> None:
         if http is not None:
@@ -262,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
             listeners.append(start_http(broker, reactor, http.server_port))
         if replicator is not None:
             replicator.start()
+        if is_gregor:
+            _gregor_started(broker)
 
     def started_failed(failure) -> None:
         log.error("broker failed to start: %s", failure.value)
@@ -281,6 +278,21 @@ def main(argv: list[str] | None = None) -> int:
     reactor.callWhenRunning(lambda: broker.start().addCallback(started).addErrback(started_failed))
     reactor.run(installSignalHandlers=False)
     return outcome["status"]
+
+
+def _dashboard_started(
+    broker: Any, reactor: Any, overrides: dict[str, str] | None, gregor: bool
+) -> bool:
+    """Start the dashboard (before the broker: /readyz answers 503 until the broker serves);
+    False (logged) when it cannot start."""
+    from meta.dashboard.server import DashboardError, start_dashboard
+
+    try:
+        start_dashboard(broker, reactor, lambda: _reload(broker, overrides, gregor))
+    except DashboardError as error:
+        log.error("broker failed to start: %s", error)
+        return False
+    return True
 
 
 class ConfigReloader:
@@ -342,18 +354,66 @@ class ConfigReloader:
             self._running = False
 
 
-def _reload(broker: Any, overrides: dict[str, str] | None) -> Any:
+def _reload(broker: Any, overrides: dict[str, str] | None, gregor: bool = False) -> Any:
     """Re-read the config file and apply it; a Deferred of the ``ReloadOutcome``."""
-    return _load_in_thread(broker.config, overrides).addCallback(broker.reload)
+    return _load_in_thread(broker.config, overrides, gregor).addCallback(broker.reload)
 
 
-def _load_in_thread(running: Any, overrides: dict[str, str] | None) -> Any:
-    """Re-read ``running.path`` on the reactor's thread pool (it is blocking file I/O)."""
+def _load_in_thread(running: Any, overrides: dict[str, str] | None, gregor: bool = False) -> Any:
+    """Re-read ``running.path`` on the reactor's thread pool (it is blocking file I/O); a
+    gregor slave keeps its status-test topic."""
     from twisted.internet import threads
 
     from meta.config import load_config
 
-    return threads.deferToThread(load_config, running.path, overrides, running)
+    loaded = threads.deferToThread(load_config, running.path, overrides, running)
+    if gregor:
+        from meta.sync.gregor import with_status_topic
+
+        loaded.addCallback(with_status_topic)
+    return loaded
+
+
+def _become_gregor(broker: Any, reactor: Any) -> None:
+    """Make ``broker`` a gregor slave: it takes ``sync``, refuses puts, answers ``stats sync``."""
+    from meta.sync.gregor import GregorSlave
+
+    broker.sync = GregorSlave(
+        broker.store.partitions,
+        lambda connection: connection in broker.connections,
+        reactor.seconds,
+    )
+    broker.refuses_puts = True
+    log.info("synchronous replication: gregor slave (no ZooKeeper registration)")
+
+
+def _gregor_started(broker: Any) -> None:
+    """Create the status-test partition of a started gregor slave (a samsa master probes it)."""
+    from meta.sync.gregor import STATUS_TEST_TOPIC
+
+    broker.partition_for_put(STATUS_TEST_TOPIC, 0)
+
+
+def _load_configuration(
+    arguments: argparse.Namespace, overrides: dict[str, str] | None
+) -> tuple[Any, Any, Any, Any, Any]:
+    """The broker's config and its roles' (async slave, HTTP, samsa, gregor; None when not
+    asked for). A gregor slave's config has the status-test topic and no ZooKeeper.
+
+    Raises:
+        ConfigError: a file, a key or its value is wrong, or the set-up cannot work.
+    """
+    from meta.config import load_config
+
+    config = load_config(arguments.config, overrides)
+    slave = _load_slave(config, arguments.slave)
+    http = _load_http(arguments.http)
+    samsa, gregor = _load_sync_replication(arguments.samsa, arguments.gregor)
+    if gregor is not None:
+        from meta.sync.gregor import with_status_topic, without_zookeeper
+
+        config = without_zookeeper(with_status_topic(config))
+    return config, slave, http, samsa, gregor
 
 
 def _load_slave(config: Any, path: str | None) -> Any:

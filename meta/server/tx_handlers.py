@@ -81,7 +81,7 @@ def handle_transactional_put(broker: BrokerServices, command: Put, connection) -
     broker.counters.cmd_put += 1
     partition = command.partition
     opaque = command.opaque
-    if broker.slave_id >= 0:
+    if broker.refuses_puts:
         return refused_by_slave(broker, command.topic, partition, opaque)
     try:
         transaction = broker.transactions.check_put(canonical_key(command.tx_key), connection)
