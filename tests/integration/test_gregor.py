@@ -117,6 +117,13 @@ def test_a_plain_put_gets_403_naming_the_gregor_role(connection):
         assert b"gregor (synchronous replication) slave of broker 0" in reply.body
 
 
+def test_transaction_commands_get_javas_unsupported_texts(connection):
+    opaque = connection.next_opaque()
+    connection.send_bytes(b"transaction TX:s:1 s BEGIN %d\r\n" % opaque)
+    reply = connection.receive()
+    assert (reply.code, reply.body) == (500, b"Unsupported beginTransaction")
+
+
 def test_syncs_of_one_partition_keep_their_order_across_reconnects(gregor):
     """Goal: order per partition, not per connection. Method: three connections in turn
     (each closed before the next opens) pipeline 300 syncs each over both partitions; the

@@ -17,7 +17,7 @@ from twisted.internet.testing import StringTransport
 import meta.sync.gregor
 from meta.config import ZkConfig
 from meta.protocol.codec import decode_all, encode
-from meta.protocol.commands import Put, Stats, Sync
+from meta.protocol.commands import Put, Stats, Sync, Transaction
 from meta.protocol.message import iter_messages
 from meta.server.broker import Broker
 from meta.server.protocol import BrokerProtocol
@@ -141,6 +141,27 @@ def test_plain_and_transactional_puts_get_403(slave):
         encode(Put("test", 0, b"a", 0, 1)) + encode(Put("test", 0, b"a", 0, 2, tx_key="TX:s:1"))
     )
     assert [reply.code for reply in replies(transport)] == [403, 403]
+
+
+def test_every_transaction_type_gets_500_unsupported_and_end_gets_nothing(slave):
+    protocol, transport = slave.connect()
+    types = {
+        "BEGIN": "beginTransaction",
+        "PREPARE": "prepareTransaction",
+        "COMMIT_ONE_PHASE": "commitTransaction",
+        "COMMIT_TWO_PHASE": "commitTransaction",
+        "ROLLBACK": "rollbackTransaction",
+        "FORGET": "forgetTransaction",
+    }
+    for opaque, type_ in enumerate(types):
+        protocol.dataReceived(encode(Transaction("TX:s:1", "s", type_, opaque)))
+    protocol.dataReceived(encode(Transaction("XID:1:0a:0b:q", "s", "END", 90)))
+    protocol.dataReceived(encode(Transaction("TX:s:1", "s", "RECOVER", 91, unique_qualifier="q")))
+    got = [(reply.code, reply.body.decode(), reply.opaque) for reply in replies(transport)]
+    expected = [
+        (500, f"Unsupported {method}", opaque) for opaque, method in enumerate(types.values())
+    ]
+    assert got == [*expected, (500, "Unsupported getPreparedTransactions", 91)]
 
 
 def test_stats_sync_lists_every_partition_with_its_end_and_last_sync_time(slave):
