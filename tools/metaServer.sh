@@ -3,13 +3,16 @@
 # shellcheck disable=SC2016
 # Start, stop and inspect a metaq-py broker, like Metamorphosis' bin/metaServer.sh.
 #
-#   tools/metaServer.sh start [local|slave] | stop | restart [local|slave] | reload | status
-#                       | promote   (--help on each)
+#   tools/metaServer.sh start [local|slave|samsa|gregor] | stop
+#                       | restart [local|slave|samsa|gregor] | reload | status | promote
+#                       (--help on each)
 #
 # Run dir: $META_RUN_DIR or <checkout>/run (meta-server.pid, meta-server.log, and for `start
 # local` the ZooKeeper files plus the marker zookeeper.started-by-metaServer).
 # Config:  $META_CONF or <checkout>/conf/server.ini; for `start slave` also
-#          $META_SLAVE_CONF or <checkout>/conf/async_slave.properties.
+#          $META_SLAVE_CONF or <checkout>/conf/async_slave.properties, for `start samsa`
+#          $META_SAMSA_CONF or <checkout>/conf/samsa_master.properties, for `start gregor`
+#          $META_GREGOR_CONF or <checkout>/conf/gregor_slave.properties.
 # Python:  $META_PYTHON, else <checkout>/.venv/bin/python, else python3.
 set -euo pipefail
 
@@ -18,6 +21,8 @@ RUN_DIR="${META_RUN_DIR:-$ROOT/run}"
 CONF="${META_CONF:-$ROOT/conf/server.ini}"
 SLAVE_CONF="${META_SLAVE_CONF:-$ROOT/conf/async_slave.properties}"
 HTTP_CONF="${META_HTTP_CONF:-$ROOT/conf/jettyBroker.properties}"
+SAMSA_CONF="${META_SAMSA_CONF:-$ROOT/conf/samsa_master.properties}"
+GREGOR_CONF="${META_GREGOR_CONF:-$ROOT/conf/gregor_slave.properties}"
 PID_FILE="$RUN_DIR/meta-server.pid"
 LOG_FILE="$RUN_DIR/meta-server.log"
 ZK_MARKER="$RUN_DIR/zookeeper.started-by-metaServer"
@@ -51,11 +56,18 @@ commands:
                  zk.zkConnect=127.0.0.1:$ZK_LOCAL_PORT)
   start slave    start the broker as an async slave (also reads \$META_SLAVE_CONF or
                  conf/async_slave.properties): it copies the master with the same brokerId
+  start samsa    start the broker as a synchronous-replication master (also reads
+                 \$META_SAMSA_CONF or conf/samsa_master.properties): a put is answered 200 only
+                 once its gregor slave stored it too
+  start gregor   start the broker as a synchronous-replication slave (also reads
+                 \$META_GREGOR_CONF or conf/gregor_slave.properties): it takes 'sync' from its
+                 samsa master, refuses puts and registers nothing in ZooKeeper
   start --http   also serve the HTTP protocol (/put, /get, /offset) on serverPort of
-                 \$META_HTTP_CONF or conf/jettyBroker.properties (combines with local|slave)
+                 \$META_HTTP_CONF or conf/jettyBroker.properties (combines with every mode)
   stop [broker]  stop the broker (SIGTERM; SIGKILL after ${STOP_TIMEOUT_S} s) and the ZooKeeper
                  that 'start local' started; 'stop broker' leaves that ZooKeeper running
-  restart [local|slave] [--http]  stop the broker if it runs, then start the same way
+  restart [local|slave|samsa|gregor] [--http]
+                 stop the broker if it runs, then start the given way
   reload         make the running broker re-read its config file (SIGHUP); the [topic=...]
                  sections take effect, [system] and [zookeeper] changes wait for a restart
   status         print whether the broker runs, with pid and port, and its /readyz answer
@@ -69,7 +81,7 @@ EOF
 
 usage_start() {
     cat <<EOF
-usage: tools/metaServer.sh start [local|slave] [--http]
+usage: tools/metaServer.sh start [local|slave|samsa|gregor] [--http]
 
 Starts the broker in the background, in its own session:
     $PY -m meta.server -f $CONF
@@ -93,6 +105,23 @@ ZooKeeper) and prints that port. Fails, printing the log tail, if it exits first
           topic and partition of its master byte for byte (resuming from its local data after
           a restart), serves gets and offsets, and answers puts with 403. To run a master and
           a slave on one machine, give each its own \$META_RUN_DIR.
+  samsa   start a synchronous-replication master (Java: -Fsamsa=FILE):
+              $PY -m meta.server -f $CONF --samsa $SAMSA_CONF
+          (\$META_SAMSA_CONF). Keys: slave (required: the gregor slave's host:port),
+          sendToSlaveTimeoutInMills (2000), slaveContinuousFailureThreshold (100),
+          checkSlaveIntervalInMills (100), recoverOffset (false: when true, the consumer
+          offsets in ZooKeeper are remapped to this broker's data before it registers, as
+          'meta-admin recover-offsets --execute' does). A put gets 200 only once the
+          record is stored here and on the slave; while the slave is down, puts get 500 and
+          the broker stops advertising itself to producers (consumers keep reading).
+          'stats sync' (or 'meta-admin replication') shows the replication state.
+  gregor  start a synchronous-replication slave (Java: -Fgregor=FILE):
+              $PY -m meta.server -f $CONF --gregor $GREGOR_CONF
+          (\$META_GREGOR_CONF; the file has no keys). server.ini must have the master's
+          brokerId and accept every topic of the master, with at least as many partitions,
+          and its own serverPort and dataPath. The slave takes 'sync' from its samsa master,
+          serves gets and offsets, answers puts with 403 and needs no ZooKeeper. Start it
+          before its master. 'promote' turns it into a master after its master is lost.
   --http  also serve the HTTP protocol (Java: -FjettyBroker=FILE):
               $PY -m meta.server -f $CONF --http $HTTP_CONF
           (\$META_HTTP_CONF; key serverPort, default 8080): POST /put/<brokerId>,
@@ -113,9 +142,10 @@ EOF
 
 usage_restart() {
     cat <<EOF
-usage: tools/metaServer.sh restart [local|slave] [--http]
+usage: tools/metaServer.sh restart [local|slave|samsa|gregor] [--http]
 
-Stops the broker if it runs (ZooKeeper keeps running), then does 'start [local|slave]'.
+Stops the broker if it runs (ZooKeeper keeps running), then does
+'start [local|slave|samsa|gregor] [--http]'.
 EOF
 }
 
@@ -321,7 +351,8 @@ started_on() {
 }
 
 do_start() {
-    local local_flag=0 slave_flag=0 http_flag=0 pid host port log_offset started_zk=0 waited=0
+    local local_flag=0 slave_flag=0 http_flag=0 samsa_flag=0 gregor_flag=0
+    local pid host port log_offset started_zk=0 waited=0
     local mode="" argument
     for argument in "$@"; do
         case "$argument" in
@@ -335,6 +366,8 @@ do_start() {
         "") ;;
         local) local_flag=1 ;;
         slave) slave_flag=1 ;;
+        samsa) samsa_flag=1 ;;
+        gregor) gregor_flag=1 ;;
         *) usage_start >&2; die "unknown start mode: $mode" ;;
     esac
     if pid="$(running_pid)"; then
@@ -347,6 +380,12 @@ do_start() {
     [ -f "$CONF" ] || die "config file $CONF not found (set META_CONF)"
     if [ "$slave_flag" -eq 1 ] && [ ! -f "$SLAVE_CONF" ]; then
         die "slave config file $SLAVE_CONF not found (set META_SLAVE_CONF)"
+    fi
+    if [ "$samsa_flag" -eq 1 ] && [ ! -f "$SAMSA_CONF" ]; then
+        die "samsa config file $SAMSA_CONF not found (set META_SAMSA_CONF)"
+    fi
+    if [ "$gregor_flag" -eq 1 ] && [ ! -f "$GREGOR_CONF" ]; then
+        die "gregor config file $GREGOR_CONF not found (set META_GREGOR_CONF)"
     fi
     if [ "$http_flag" -eq 1 ] && [ ! -f "$HTTP_CONF" ]; then
         die "HTTP config file $HTTP_CONF not found (set META_HTTP_CONF)"
@@ -369,6 +408,8 @@ do_start() {
     local args=(-m meta.server -f "$CONF")
     [ "$local_flag" -eq 0 ] || args+=(--local)
     [ "$slave_flag" -eq 0 ] || args+=(--slave "$SLAVE_CONF")
+    [ "$samsa_flag" -eq 0 ] || args+=(--samsa "$SAMSA_CONF")
+    [ "$gregor_flag" -eq 0 ] || args+=(--gregor "$GREGOR_CONF")
     [ "$http_flag" -eq 0 ] || args+=(--http "$HTTP_CONF")
     touch "$LOG_FILE"
     log_offset="$(stat -c %s "$LOG_FILE")"
@@ -420,7 +461,7 @@ do_restart() {
     local argument
     for argument in "$@"; do
         case "$argument" in
-            local|slave|--http) ;;
+            local|slave|samsa|gregor|--http) ;;
             -h|--help) usage_restart; exit 0 ;;
             *) usage_restart >&2; die "unknown restart mode: $argument" ;;
         esac
