@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from meta import __version__
 from meta.errors import ConfigError
 from meta.server.log_output import LogOutput
+from meta.server.sync_roles import become_gregor, gregor_started, offsets_recovered
 
 if TYPE_CHECKING:
     from meta.server.broker import Broker
@@ -221,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"meta-server: configuration error: {error}", file=sys.stderr)
         return 2
+    if samsa is not None and samsa.recover_offset and not offsets_recovered(config):
+        return 1
     from meta.server.descriptor_limit import raise_descriptor_limit
 
     raise_descriptor_limit(config)
@@ -234,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     broker = Broker(config, reactor, slave_id=-1 if slave is None else slave.slave_id)
     is_gregor = gregor is not None
     if is_gregor:
-        _become_gregor(broker, reactor)
+        become_gregor(broker, reactor)
     if not _dashboard_started(broker, reactor, overrides, is_gregor):
         return 1
     replicator = None
@@ -258,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         if replicator is not None:
             replicator.start()
         if is_gregor:
-            _gregor_started(broker)
+            gregor_started(broker)
 
     def started_failed(failure) -> None:
         log.error("broker failed to start: %s", failure.value)
@@ -372,26 +375,6 @@ def _load_in_thread(running: Any, overrides: dict[str, str] | None, gregor: bool
 
         loaded.addCallback(with_status_topic)
     return loaded
-
-
-def _become_gregor(broker: Any, reactor: Any) -> None:
-    """Make ``broker`` a gregor slave: it takes ``sync``, refuses puts, answers ``stats sync``."""
-    from meta.sync.gregor import GregorSlave
-
-    broker.sync = GregorSlave(
-        broker.store.partitions,
-        lambda connection: connection in broker.connections,
-        reactor.seconds,
-    )
-    broker.refuses_puts = True
-    log.info("synchronous replication: gregor slave (no ZooKeeper registration)")
-
-
-def _gregor_started(broker: Any) -> None:
-    """Create the status-test partition of a started gregor slave (a samsa master probes it)."""
-    from meta.sync.gregor import STATUS_TEST_TOPIC
-
-    broker.partition_for_put(STATUS_TEST_TOPIC, 0)
 
 
 def _load_configuration(
