@@ -10,7 +10,7 @@ Two kinds of leaves:
   (accepted before the group or after the command); ``run`` gets an ``AdminClient``;
 * the cluster commands (``brokers``, ``topics``, ``partitions``, ``groups``, ``lag``,
   ``reset-offsets``, ``browse``, ``find-message``, ``stats``, ``slaves``, ``produce``,
-  ``consume``, ``recover-offsets``) find brokers through ZooKeeper:
+  ``consume``, ``recover-offsets``, ``replication``) find brokers through ZooKeeper:
   ``--zk-connect HOST:PORT[,...]``, ``--zk-root PATH`` and ``--timeout`` (also accepted before
   the command) and ``--json``; they set ``open_session`` and ``run`` gets a
   ``meta.admin.session.ClusterSession``.
@@ -27,7 +27,18 @@ import argparse
 import sys
 
 from meta import __version__
-from meta.admin import cluster, consume, groups, messages, migrate, produce, recover, slaves, tx
+from meta.admin import (
+    cluster,
+    consume,
+    groups,
+    messages,
+    migrate,
+    produce,
+    recover,
+    replication,
+    slaves,
+    tx,
+)
 from meta.admin.client import EXIT_USAGE, AdminClient, AdminError
 from meta.admin.options import (
     broker_argument,
@@ -36,7 +47,18 @@ from meta.admin.options import (
     zookeeper_options,
 )
 
-COMMAND_GROUPS = (tx, cluster, groups, messages, slaves, produce, consume, migrate, recover)
+COMMAND_GROUPS = (
+    tx,
+    cluster,
+    groups,
+    messages,
+    slaves,
+    produce,
+    consume,
+    migrate,
+    recover,
+    replication,
+)
 """Modules registering commands; add new groups here."""
 
 EPILOG = (

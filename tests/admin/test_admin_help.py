@@ -24,6 +24,7 @@ COMMANDS = {
     "find-message": ("ID", "--topic", "--scan-bytes-max"),
     "stats": ("BROKER", "--topics"),
     "slaves": ("BROKER",),
+    "replication": ("BROKER",),
     "recover-offsets": ("--config", "--zk-from-config", "--execute", "--dry-run"),
     "produce": ("TOPIC", "--file", "--attribute", "--partition", "--count", "--rate"),
     "consume": (
@@ -57,6 +58,7 @@ def test_every_command_group_is_registered():
         "consume",
         "migrate",
         "recover",
+        "replication",
     }
 
 
