@@ -9,6 +9,7 @@ client's connection, and checks the reply bytes and what the slave stored.
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 
@@ -196,3 +197,23 @@ def read_replies(raw: socket.socket, count: int) -> list:
 def test_the_slave_logs_that_it_runs_without_zookeeper(gregor):
     assert "gregor slave (no ZooKeeper registration)" in gregor.log()
     assert "zookeeper disabled" in gregor.log()
+
+
+JAVA_PROBE = b"sync _metaq_slave_status_test 0 4 0 %d 1484750348 %d\r\ntest"
+
+
+def test_a_java_masters_status_probe_is_stored_also_after_a_reload(gregor):
+    """Goal: a samsa master's probe (Java's bytes) reaches the status-test topic, which a
+    config reload keeps (it is not in server.ini). Method: probe, SIGHUP, wait for the
+    reload's outcome in the log (bounded), probe again."""
+    expected = b"result 200 7 31\r\n501 0 0"
+    assert raw_exchange(gregor, JAVA_PROBE % (501, 31), len(expected)) == expected
+    since = len(gregor.log())
+    gregor.process.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while "config reload done" not in gregor.log()[since:]:
+        assert "config reload failed" not in gregor.log()[since:]
+        assert time.monotonic() < deadline, gregor.log()[since:]
+        time.sleep(0.05)
+    expected = b"result 200 8 32\r\n502 0 24"
+    assert raw_exchange(gregor, JAVA_PROBE % (502, 32), len(expected)) == expected
