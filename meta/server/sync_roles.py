@@ -9,7 +9,10 @@ slave and ``gregor_started`` creates its status-test partition once it serves. C
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from meta.server.broker import Broker
 
 log = logging.getLogger("meta.server")
 
@@ -31,7 +34,7 @@ def offsets_recovered(config: Any) -> bool:
     return True
 
 
-def become_gregor(broker: Any, reactor: Any) -> None:
+def become_gregor(broker: Broker, reactor: Any) -> None:
     """Make ``broker`` a gregor slave: it takes ``sync``, refuses puts, answers ``stats sync``."""
     from meta.sync.gregor import GregorSlave
 
@@ -44,7 +47,7 @@ def become_gregor(broker: Any, reactor: Any) -> None:
     log.info("synchronous replication: gregor slave (no ZooKeeper registration)")
 
 
-def gregor_started(broker: Any) -> None:
+def gregor_started(broker: Broker) -> None:
     """Create the status-test partition of a started gregor slave (a samsa master probes it)."""
     from meta.sync.gregor import STATUS_TEST_TOPIC
 
