@@ -92,10 +92,13 @@ def handle_put(broker: BrokerServices, command: Put, connection) -> Reply:
 
 
 def handle_body_too_large(broker: BrokerServices, event: BodyTooLarge, connection) -> Reply:
-    """A put over ``maxMessageSize`` gets 500 (DECISIONS 8); other frames are dropped."""
+    """A put over ``maxMessageSize`` gets 500 (DECISIONS 8), and so does a sync on a gregor
+    slave (elsewhere 503: no sync processor); other frames are dropped."""
     if event.command == "put":
         return too_large(broker, event)
     if event.command == "sync":
+        if broker.sync is not None and broker.sync.role == "gregor":
+            return too_large(broker, event)
         return _no_processor("SyncCommand", event.opaque)
     return None
 

@@ -197,3 +197,12 @@ def test_a_gregor_master_address_shows_ipv6_hosts_in_brackets():
     connection = SimpleNamespace(transport=SimpleNamespace(getPeer=lambda: peer))
     assert gregor.admit("test", 0, 1, connection)
     assert gregor.master == "[::1]:9"
+
+
+def test_a_sync_over_max_message_size_gets_500_and_the_connection_goes_on(slave):
+    protocol, transport = slave.connect()
+    limit = slave.broker.config.message_bytes_max
+    protocol.dataReceived(sync(1, 1, body=b"x" * (limit + 1)) + sync(2, 2))
+    slave.executor.run_all()
+    got = sorted((reply.opaque, reply.code) for reply in replies(transport))
+    assert got == [(1, 500), (2, 200)]
