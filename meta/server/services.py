@@ -37,6 +37,9 @@ class BrokerServices(Protocol):
         ids: the message id generator.
         store: the partition logs.
         transactions: open and prepared transactions (``transaction`` and transactional puts).
+        refuses_puts: every put gets 403 (an async slave or a gregor slave, compatibility.md).
+        sync: the synchronous-replication role (``meta.sync``; its ``role`` is ``"samsa"`` or
+            ``"gregor"``), or None on a plain broker or an async slave.
     """
 
     config: BrokerConfig
@@ -47,6 +50,8 @@ class BrokerServices(Protocol):
     ids: IdWorker
     store: StoreManager
     transactions: TransactionStore
+    refuses_puts: bool
+    sync: Any
 
     def partition_for_put(self, topic: str, partition: int) -> PartitionLog:
         """The partition log a put goes to, created on the first put; raises ``MetaError``."""
