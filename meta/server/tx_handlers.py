@@ -86,8 +86,8 @@ SAMSA_TRANSACTION_REFUSED = b"Transactions are not supported with synchronous re
 
 
 def refused_by_samsa(broker: BrokerServices, opaque: int) -> bytes:
-    """The 500 of a put inside a transaction on a samsa master; counts the failure (sync
-    : Java stores such a put at once, as a plain put)."""
+    """The 500 of a put inside a transaction on a samsa master; counts the failure (Java
+    stores such a put at once, as a plain put)."""
     broker.counters.put_failed += 1
     return encode_result(500, SAMSA_TRANSACTION_REFUSED, opaque)
 
