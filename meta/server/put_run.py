@@ -137,6 +137,9 @@ def handle_put_run(
     lookup cache (one per connection; partition logs are never replaced in a running store).
     """
     assert broker.slave_id < 0  # a slave answers every put 403: the caller never comes here
+    if broker.sync is not None:
+        # Synchronous replication: each put takes ``handle_put``'s replicated path.
+        return sum(_handle_one(broker, fields, connection) for fields in puts)
     if len(puts) == 1:  # nothing to batch (a synchronous producer): no batch either
         return _handle_single(broker, puts, connection, targets)
     run = _Run(broker, connection, targets)

@@ -47,6 +47,7 @@ class BrokerServices(Protocol):
     ids: IdWorker
     store: StoreManager
     transactions: TransactionStore
+    sync: Any  # the synchronous-replication role (``meta.sync``), None on a plain broker
 
     def partition_for_put(self, topic: str, partition: int) -> PartitionLog:
         """The partition log a put goes to, created on the first put; raises ``MetaError``."""

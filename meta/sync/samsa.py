@@ -1,0 +1,377 @@
+"""``SamsaMaster``: the master role of synchronous replication (sync spec §1.4, §1.7, §1.11).
+
+A samsa master answers a put with 200 only once the record is stored here (after the fsync
+this broker's flush mode requires) and its gregor slave answered the record's ``sync`` with
+200. What a put accepts and how it is answered is ``meta.server.puts.replicated_put``; this
+module forwards a taken put and stages it locally, in one order per partition (both happen
+in the same reactor turn, the ``sync`` first), and reports both outcomes once both are known.
+
+Failure handling, the rules of §1.11:
+
+* The link down: every put is refused at once (``Slave is disconnected ``); nothing is ever
+  acknowledged from one copy, and the master never degrades to unreplicated writes.
+* Advertising: when the slave has been disconnected for longer than
+  ``sendToSlaveTimeoutInMills``, or ``slaveContinuousFailureThreshold`` replies in a row
+  failed (a timeout, an error, a connection loss), this broker's ``topics-pub`` and legacy
+  ``topics/T/B-m`` nodes are withdrawn (``ids/B/master`` and ``topics-sub`` stay: consumers
+  keep reading), and the slave is probed with Java's status-topic ``sync`` every
+  ``checkSlaveIntervalInMills``; the first 200 republishes them.
+* Offsets: every 200 of the slave carries the slave's offset of the record; when it differs
+  from the master's the partition is marked ``diverged`` (one ERROR log, stats), the put is
+  still answered 200. A metaq-py slave (it answers ``stats sync``) is compared and caught up
+  at each connection by ``meta.sync.samsa_catchup``; while that runs (and while the slave's
+  kind is being found out) puts to a partition wait, up to the timeout. A partition the
+  catch-up finds diverged refuses puts with ``slave diverged at <offset>``.
+
+``stats sync`` (``stats_body``) reports the link and every partition. Reactor thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from meta.config import SamsaConfig
+from meta.protocol.message import HEADER
+from meta.protocol.put_reply import decode_put_reply
+from meta.protocol.sync_frame import encode_status_probe, encode_sync
+from meta.sync.samsa_catchup import CatchUp, PartitionSync, detect_slave
+from meta.sync.slave_link import DISCONNECTED, TIMED_OUT, SlaveLink
+
+log = logging.getLogger("meta.sync")
+
+SLAVE_DISCONNECTED = "Slave is disconnected "
+"""The refusal of a put while the link is down (Java's text, trailing space included)."""
+
+# done(master_offset, master_error, slave_failure): the outcome of one replicated put.
+Done = Callable[[int | None, BaseException | None, str | None], None]
+
+
+class SamsaMaster:
+    """The samsa role of a broker (``Broker.sync``).
+
+    Args:
+        broker: the broker (``meta.server.broker.Broker``).
+        config: the validated ``samsa_master.properties``.
+        reactor: the reactor.
+    """
+
+    role = "samsa"
+
+    def __init__(self, broker: Any, config: SamsaConfig, reactor: Any) -> None:
+        self.broker = broker
+        self.config = config
+        self._reactor = reactor
+        host, port = config.slave_address
+        self.slave_uri = f"meta://{config.slave}"
+        self._timeout_s = config.send_to_slave_timeout_ms / 1000
+        self.link = SlaveLink(
+            host,
+            port,
+            config.send_to_slave_timeout_ms,
+            reactor,
+            self._link_up,
+            self._link_down,
+            broker.end_of_batch,
+        )
+        self.consecutive_failures = 0
+        self.probing = False
+        self.advertised = True
+        self.partitions: dict[tuple[str, int], PartitionSync] = {}
+        # True from a connection until the slave's kind is known: puts wait meanwhile.
+        self._detecting = False
+        self._catch_ups: dict[tuple[str, int], CatchUp] = {}
+        self._disconnected_timer: Any = None
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect to the slave (and keep reconnecting)."""
+        log.info("samsa master: replicating every put to gregor slave %s", self.config.slave)
+        self._arm_disconnected_timer()
+        self.link.start()
+
+    def stop(self) -> None:
+        """Close the link; puts waiting or in flight fail."""
+        self._cancel_disconnected_timer()
+        self.link.stop()
+
+    @property
+    def connected(self) -> bool:
+        return self.link.connected
+
+    # --- the put -------------------------------------------------------------------------
+
+    def refusal(self, topic: str, partition: int) -> str | None:
+        """Why a put to ``topic-partition`` is refused before anything is sent, or None."""
+        if not self.link.connected:
+            return SLAVE_DISCONNECTED
+        state = self.partitions.get((topic, partition))
+        if state is not None and state.refusing:
+            return f"slave diverged at {state.diverged_at}"
+        return None
+
+    def replicate(
+        self, topic: str, partition: int, partition_log: Any, record: bytes, done: Done
+    ) -> None:
+        """Forward ``record`` to the slave and stage it here; ``done`` once both are known.
+
+        A put to a partition that is being caught up (or before the slave's kind is known)
+        waits, up to ``sendToSlaveTimeoutInMills``, and is then forwarded in arrival order.
+        """
+        state = self._partition(topic, partition)
+        if self._detecting or state.gated:
+            entry = (partition_log, record, done)
+            state.wait(self._reactor, self._timeout_s, entry, self.broker.end_of_batch)
+            return
+        self._forward(state, partition_log, record, done)
+
+    def _forward(self, state: PartitionSync, partition_log: Any, record: bytes, done: Done) -> None:
+        _length, crc, msg_id, flag = HEADER.unpack_from(record)
+        body = record[HEADER.size :]
+        outcome = _Outcome(self, state, len(record), done)
+        topic_bytes = state.topic_bytes
+        partition = state.partition
+
+        def build(opaque: int) -> bytes:
+            return encode_sync(topic_bytes, partition, flag, msg_id, crc, opaque, body)
+
+        if not self.link.send(build, outcome.slave_done):
+            outcome.slave_done(DISCONNECTED, b"")
+        partition_log.stage(record, outcome.master_done)
+
+    def _partition(self, topic: str, partition: int) -> PartitionSync:
+        key = (topic, partition)
+        state = self.partitions.get(key)
+        if state is None:
+            state = self.partitions[key] = PartitionSync(topic, partition)
+        return state
+
+    def release(self, state: PartitionSync) -> None:
+        """Forward the puts that waited for ``state``'s partition, in arrival order."""
+        released = state.release()
+        for partition_log, record, done in released:
+            if state.refusing:
+                done(None, None, f"slave diverged at {state.diverged_at}")
+            else:
+                self._forward(state, partition_log, record, done)
+        if released:
+            # Also from timers and store callbacks, which commit and flush nothing themselves.
+            self.broker.end_of_batch()
+
+    # --- slave replies, failures and advertising ---------------------------------------
+
+    def slave_answered(self, ok: bool) -> None:
+        """Count a reply of the slave to a put (the failure threshold of §1.7)."""
+        if ok:
+            self.consecutive_failures = 0
+            return
+        self.consecutive_failures += 1
+        if self.consecutive_failures >= self.config.slave_failure_threshold:
+            self.consecutive_failures = 0
+            self._withdraw(f"{self.config.slave_failure_threshold} failed replies in a row")
+
+    def offsets_differ(self, state: PartitionSync, master: int, slave: int) -> None:
+        """The slave stored a record at another offset than the master: report it once."""
+        if state.state != "diverged":
+            state.diverge(min(master, slave), refuse=False)
+            log.error(
+                "gregor slave %s stored a record of %s-%d at offset %d, the master at %d: "
+                "the copies have diverged",
+                self.config.slave,
+                state.topic,
+                state.partition,
+                slave,
+                master,
+            )
+
+    def _link_up(self) -> None:
+        self._cancel_disconnected_timer()
+        self._detecting = True
+        detect_slave(self.link, self._detected)
+
+    def _detected(self, slave_ends: dict[tuple[str, int], int] | None) -> None:
+        """The slave's kind is known: catch a metaq-py slave up, then release the puts."""
+        if slave_ends is None:
+            log.info("gregor slave %s is not a metaq-py broker: no catch-up", self.config.slave)
+        else:
+            for partition_log in self.broker.store.partitions():
+                key = (partition_log.topic, partition_log.partition)
+                state = self._partition(*key)
+                catch_up = CatchUp(self, state, partition_log, slave_ends.get(key, 0))
+                self._catch_ups[key] = catch_up
+                catch_up.start()
+        self._detecting = False
+        for state in self.partitions.values():
+            if state.waiting and not state.gated:
+                self.release(state)
+        self._probe()
+
+    def caught_up(self, state: PartitionSync) -> None:
+        """A catch-up ended (``state.state`` is ``ok`` or ``diverged``)."""
+        self._catch_ups.pop(state.key, None)
+        self.release(state)
+        self._probe()
+
+    def _link_down(self) -> None:
+        self._detecting = False
+        for catch_up in list(self._catch_ups.values()):
+            catch_up.cancel()
+        self._catch_ups.clear()
+        for state in self.partitions.values():
+            if state.state == "catching-up":
+                state.state = "ok"  # not known: the next connection compares again
+            for _log, _record, done in state.release():
+                done(None, None, SLAVE_DISCONNECTED)
+        self._arm_disconnected_timer()
+
+    def _arm_disconnected_timer(self) -> None:
+        self._cancel_disconnected_timer()
+        self._disconnected_timer = self._reactor.callLater(
+            self._timeout_s, self._disconnected_too_long
+        )
+
+    def _cancel_disconnected_timer(self) -> None:
+        if self._disconnected_timer is not None and self._disconnected_timer.active():
+            self._disconnected_timer.cancel()
+        self._disconnected_timer = None
+
+    def _disconnected_too_long(self) -> None:
+        self._disconnected_timer = None
+        if not self.link.connected:
+            self._withdraw(f"disconnected for more than {self.config.send_to_slave_timeout_ms} ms")
+
+    def _withdraw(self, reason: str) -> None:
+        """Stop advertising this broker to producers, and probe the slave until it answers."""
+        if self.advertised:
+            log.warning(
+                "gregor slave %s: %s; withdrawing this broker from producers (topics-pub and "
+                "topics/T/B-m); consumers keep reading",
+                self.config.slave,
+                reason,
+            )
+            self._set_publishing(False)
+        if not self.probing:
+            self.probing = True
+            self._probe()
+
+    def _probe(self) -> None:
+        """Send the status probe when it can be answered: connected and nothing catching up."""
+        if not self.probing or self._detecting or self._catch_ups or not self.link.connected:
+            return
+        msg_id = self.broker.ids.next_id()
+        # Not sent when the link is down: a new connection probes again (``_detected``).
+        self.link.send(lambda opaque: encode_status_probe(msg_id, opaque), self._probed)
+
+    def _probed(self, code: int, body: bytes) -> None:
+        if not self.probing:
+            return
+        if code == 200:
+            self.probing = False
+            self.consecutive_failures = 0
+            if not self.advertised:
+                log.info("gregor slave %s answers again: republishing", self.config.slave)
+                self._set_publishing(True)
+        elif code == TIMED_OUT:
+            self._probe()  # the timeout was the wait (Java retries at once)
+        elif code != DISCONNECTED:  # a connection comes back through _link_up
+            self._reactor.callLater(self.config.check_slave_interval_ms / 1000, self._probe)
+
+    def _set_publishing(self, publishing: bool) -> None:
+        self.advertised = publishing
+        registry = self.broker.registry
+        if registry is None:
+            return
+        changed = registry.set_publishing(publishing)
+        changed.addErrback(
+            lambda failure: log.error(
+                "could not %s the producer nodes: %s",
+                "republish" if publishing else "withdraw",
+                failure.getErrorMessage(),
+            )
+        )
+
+    # --- stats ---------------------------------------------------------------------------
+
+    def stats_body(self) -> bytes:
+        """The ``stats sync`` body of a master (one ``<key> <value>`` per line)."""
+        lines = [
+            "role samsa",
+            f"slave {self.config.slave}",
+            f"connected {_bool(self.link.connected)}",
+            f"consecutive_failures {self.consecutive_failures}",
+            f"probing {_bool(self.probing)}",
+            f"advertised {_bool(self.advertised)}",
+        ]
+        logs = sorted(self.broker.store.partitions(), key=lambda p: (p.topic, p.partition))
+        for partition_log in logs:
+            state = self.partitions.get((partition_log.topic, partition_log.partition))
+            name, slave_end = ("ok", -1) if state is None else (state.state, state.slave_end)
+            lines.append(
+                f"partition {partition_log.topic}-{partition_log.partition} {name} "
+                f"{partition_log.max_offset} {slave_end}"
+            )
+        return ("\r\n".join(lines)).encode()
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+class _Outcome:
+    """The two halves of one replicated put; ``done`` is called once both are in."""
+
+    __slots__ = ("_done", "_master", "_master_in", "_size", "_state", "error", "offset", "slave")
+
+    def __init__(self, master: SamsaMaster, state: PartitionSync, size: int, done: Done) -> None:
+        self._master = master
+        self._state = state
+        self._size = size
+        self._done = done
+        self._master_in = False
+        self.offset: int | None = None
+        self.error: BaseException | None = None
+        self.slave: tuple[int, bytes] | None = None
+
+    def master_done(self, offset: int | None, error: BaseException | None) -> None:
+        self.offset, self.error = offset, error
+        self._master_in = True
+        if self.slave is not None:
+            self._finish()
+
+    def slave_done(self, code: int, body: bytes) -> None:
+        self.slave = (code, body)
+        if self._master_in:
+            self._finish()
+
+    def _finish(self) -> None:
+        code, body = self.slave  # type: ignore[misc]
+        slave_failure = None
+        if code == 200:
+            self._master.slave_answered(True)
+            if self.offset is not None:
+                self._compare(body, self.offset)
+        else:
+            self._master.slave_answered(False)
+            slave_failure = _failure_reason(code, body)
+        self._done(self.offset, self.error, slave_failure)
+
+    def _compare(self, body: bytes, offset: int) -> None:
+        try:
+            slave_offset = decode_put_reply(body)[2]
+        except ValueError:
+            return  # not a put reply: nothing to compare (a Java slave always sends one)
+        state = self._state
+        if slave_offset != offset:
+            self._master.offsets_differ(state, offset, slave_offset)
+        else:
+            state.slave_end = max(state.slave_end, offset + self._size)
+
+
+def _failure_reason(code: int, body: bytes) -> str:
+    if code == TIMED_OUT:
+        return "no reply within sendToSlaveTimeoutInMills"
+    if code == DISCONNECTED:
+        return SLAVE_DISCONNECTED
+    return f"slave answered {code}: {body.decode(errors='replace')}"
