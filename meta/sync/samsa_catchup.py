@@ -29,7 +29,7 @@ from meta.protocol.encoding import encode
 from meta.protocol.message import HEADER, HEADER_SIZE
 from meta.protocol.put_reply import decode_put_reply
 from meta.protocol.sync_frame import encode_sync
-from meta.sync.slave_link import DISCONNECTED, SlaveLink
+from meta.sync.slave_link import DISCONNECTED, TIMED_OUT, SlaveLink
 
 log = logging.getLogger("meta.sync")
 
@@ -111,11 +111,13 @@ def detect_slave(
     link: SlaveLink, detected: Callable[[dict[tuple[str, int], int] | None], None]
 ) -> None:
     """Ask the slave what it is; ``detected(ends)`` with its partition ends when it is a
-    metaq-py broker, ``detected(None)`` when not (or when it does not say in time). Nothing
-    is called when the connection is lost first (the master hears of that itself)."""
+    metaq-py broker, ``detected(None)`` when not. Nothing is called when the connection is
+    lost first (the master hears of that itself); a slave that does not answer in time is
+    disconnected, so the next connection asks again."""
 
     def offsets_answered(code: int, body: bytes) -> None:
-        if code == DISCONNECTED:
+        if code in (DISCONNECTED, TIMED_OUT):
+            silent(code)
             return
         if code != 200:
             log.warning("gregor slave answered 'stats offsets' with %d: no catch-up", code)
@@ -124,12 +126,20 @@ def detect_slave(
         detected(parse_offsets(body))
 
     def sync_answered(code: int, body: bytes) -> None:
-        if code == DISCONNECTED:
+        if code in (DISCONNECTED, TIMED_OUT):
+            silent(code)
             return
         if code == 200 and body.split(b"\n", 1)[0].strip() == b"role gregor":
             link.send(lambda opaque: encode(Stats("offsets", opaque)), offsets_answered)
         else:
             detected(None)
+
+    def silent(code: int) -> None:
+        # A slave that does not say what it is cannot be taken for a Java one (that would
+        # skip its catch-up): start again on a new connection.
+        if code == TIMED_OUT:
+            log.warning("gregor slave did not answer 'stats'; reconnecting")
+            link.reconnect()
 
     link.send(lambda opaque: encode(Stats("sync", opaque)), sync_answered)
 

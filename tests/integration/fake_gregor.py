@@ -5,9 +5,9 @@ frames with the project's decoder, and answers like a gregor slave: a ``sync`` w
 ``result 200 <n> <opaque>\\r\\n<msgId> <partition> <offset>`` where the offset is its own
 end of the partition (which it advances by the record's size, ``ends``), ``stats sync`` with
 a body starting ``role gregor`` (or, as a Java slave, a topic's stats), and ``stats offsets``
-with its ends. ``hold()`` makes it stop answering (requests are still recorded),
-``code`` makes it answer every sync with another code, and ``stop()`` closes every socket
-(a dead slave); ``start()`` again listens on the same port. Thread-safe.
+with its ends. ``hold()`` (or ``held=True``) makes it stop answering (requests are still
+recorded) and ``answer()`` answer again, ``code`` makes it answer every sync with another
+code, and ``stop()`` closes every socket (a dead slave). Thread-safe.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ RECORD_HEADER_BYTES = 20
 class FakeGregorSlave:
     """One fake slave on ``port`` (a free one by default)."""
 
-    def __init__(self, port: int, metaq_py: bool = True) -> None:
+    def __init__(self, port: int, metaq_py: bool = True, held: bool = False) -> None:
         self.port = port
         self.metaq_py = metaq_py
         self.ends: dict[tuple[str, int], int] = {}
@@ -34,7 +34,7 @@ class FakeGregorSlave:
         self.syncs: list[Sync] = []
         self.stats_items: list[str] = []
         self.code = 200
-        self._held = False
+        self._held = held
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._connections: list[socket.socket] = []
@@ -48,7 +48,6 @@ class FakeGregorSlave:
         listener.bind(("127.0.0.1", self.port))
         listener.listen(8)
         self._listener = listener
-        self._held = False
         self._spawn(self._accept, listener)
         return self
 
@@ -71,6 +70,10 @@ class FakeGregorSlave:
     def hold(self) -> None:
         """Stop answering (what arrives is still recorded)."""
         self._held = True
+
+    def answer(self) -> None:
+        """Answer again (what arrived while held stays unanswered)."""
+        self._held = False
 
     @property
     def connection_count(self) -> int:
