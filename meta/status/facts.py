@@ -35,7 +35,11 @@ class UnknownTopicError(LookupError):
 
 
 def broker_role(broker: Any) -> str:
-    """``master`` or ``async_slave`` (the ``sync_*`` roles belong to synchronous replication)."""
+    """``master``, ``async_slave``, or for synchronous replication (``Broker.sync``)
+    ``sync_master`` (samsa) or ``sync_slave`` (gregor)."""
+    sync = getattr(broker, "sync", None)
+    if sync is not None:
+        return "sync_master" if sync.role == "samsa" else "sync_slave"
     return "master" if broker.slave_id < 0 else "async_slave"
 
 

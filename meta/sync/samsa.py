@@ -29,6 +29,7 @@ Failure handling, the rules of §1.11:
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,9 @@ log = logging.getLogger("meta.sync")
 SLAVE_DISCONNECTED = "Slave is disconnected "
 """The refusal of a put while the link is down (Java's text, trailing space included)."""
 
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+"""Upper bounds of the ``metaq_sync_latency_seconds`` buckets (a last one is +Inf)."""
+
 # done(master_offset, master_error, slave_failure): the outcome of one replicated put.
 Done = Callable[[int | None, BaseException | None, str | None], None]
 
@@ -58,6 +62,7 @@ class SamsaMaster:
     """
 
     role = "samsa"
+    latency_buckets_s = LATENCY_BUCKETS_S
 
     def __init__(self, broker: Any, config: SamsaConfig, reactor: Any) -> None:
         self.broker = broker
@@ -83,6 +88,9 @@ class SamsaMaster:
         self._detecting = False
         self._catch_ups: dict[tuple[str, int], CatchUp] = {}
         self._disconnected_timer: Any = None
+        # Time from sending a put's sync to the slave's 200: counts per bucket, sum, count.
+        self.latency_counts = [0] * (len(LATENCY_BUCKETS_S) + 1)
+        self.latency_sum_s = 0.0
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -130,7 +138,7 @@ class SamsaMaster:
     def _forward(self, state: PartitionSync, partition_log: Any, record: bytes, done: Done) -> None:
         _length, crc, msg_id, flag = HEADER.unpack_from(record)
         body = record[HEADER.size :]
-        outcome = _Outcome(self, state, len(record), done)
+        outcome = _Outcome(self, state, len(record), done, self._reactor.seconds())
         topic_bytes = state.topic_bytes
         partition = state.partition
 
@@ -162,10 +170,14 @@ class SamsaMaster:
 
     # --- slave replies, failures and advertising ---------------------------------------
 
-    def slave_answered(self, ok: bool) -> None:
-        """Count a reply of the slave to a put (the failure threshold of §1.7)."""
+    def slave_answered(self, ok: bool, sent_at_s: float) -> None:
+        """Count a reply of the slave to a put (the failure threshold of §1.7), and the
+        time it took (``sent_at_s``: when its sync was sent)."""
         if ok:
             self.consecutive_failures = 0
+            latency_s = self._reactor.seconds() - sent_at_s
+            self.latency_counts[bisect_left(LATENCY_BUCKETS_S, latency_s)] += 1
+            self.latency_sum_s += latency_s
             return
         self.consecutive_failures += 1
         if self.consecutive_failures >= self.config.slave_failure_threshold:
@@ -294,6 +306,16 @@ class SamsaMaster:
 
     # --- stats ---------------------------------------------------------------------------
 
+    def partition_states(self) -> list[tuple[str, int, str]]:
+        """(topic, partition, ``ok|catching-up|diverged``) of every partition of the master,
+        sorted by topic then partition (``stats sync`` and ``/metrics``)."""
+        rows = []
+        logs = sorted(self.broker.store.partitions(), key=lambda p: (p.topic, p.partition))
+        for partition_log in logs:
+            state = self.partitions.get((partition_log.topic, partition_log.partition))
+            rows.append((partition_log.topic, partition_log.partition, _state_name(state)))
+        return rows
+
     def stats_body(self) -> bytes:
         """The ``stats sync`` body of a master (one ``<key> <value>`` per line)."""
         lines = [
@@ -315,6 +337,10 @@ class SamsaMaster:
         return ("\r\n".join(lines)).encode()
 
 
+def _state_name(state: PartitionSync | None) -> str:
+    return "ok" if state is None else state.state
+
+
 def _bool(value: bool) -> str:
     return "true" if value else "false"
 
@@ -322,9 +348,22 @@ def _bool(value: bool) -> str:
 class _Outcome:
     """The two halves of one replicated put; ``done`` is called once both are in."""
 
-    __slots__ = ("_done", "_master", "_master_in", "_size", "_state", "error", "offset", "slave")
+    __slots__ = (
+        "_done",
+        "_master",
+        "_master_in",
+        "_sent_at_s",
+        "_size",
+        "_state",
+        "error",
+        "offset",
+        "slave",
+    )
 
-    def __init__(self, master: SamsaMaster, state: PartitionSync, size: int, done: Done) -> None:
+    def __init__(
+        self, master: SamsaMaster, state: PartitionSync, size: int, done: Done, sent_at_s: float
+    ) -> None:
+        self._sent_at_s = sent_at_s
         self._master = master
         self._state = state
         self._size = size
@@ -349,11 +388,11 @@ class _Outcome:
         code, body = self.slave  # type: ignore[misc]
         slave_failure = None
         if code == 200:
-            self._master.slave_answered(True)
+            self._master.slave_answered(True, self._sent_at_s)
             if self.offset is not None:
                 self._compare(body, self.offset)
         else:
-            self._master.slave_answered(False)
+            self._master.slave_answered(False, self._sent_at_s)
             slave_failure = _failure_reason(code, body)
         self._done(self.offset, self.error, slave_failure)
 

@@ -20,6 +20,7 @@ from meta.protocol.encoding import encode
 from meta.protocol.message import iter_messages
 from tests.integration.broker_process import BrokerProcess, free_port
 from tests.integration.fake_gregor import FakeGregorSlave
+from tests.integration.test_dashboard import dashboard_port
 from tests.integration.test_http import http_port
 
 TIMEOUT_MS = 1000
@@ -198,3 +199,17 @@ def test_stats_sync_reports_the_link_and_every_partition(master, slave):
         "partition other-0 ok 22 22",
         "partition test-0 ok 25 25",
     ]
+
+
+def test_the_dashboard_metrics_show_the_replication_state(master, slave):
+    with master.connect() as connection:
+        assert connection.request(Put("test", 0, b"hello", 0, 3)).code == 200
+    connection = http.client.HTTPConnection("127.0.0.1", dashboard_port(master), timeout=10)
+    connection.request("GET", "/metrics")
+    text = connection.getresponse().read().decode()
+    connection.close()
+    assert 'role="sync_master"' in text
+    assert "metaq_sync_slave_connected 1.0" in text
+    assert "metaq_sync_published 1.0" in text
+    assert 'metaq_sync_partition_state{partition="0",state="ok",topic="test"} 1.0' in text
+    assert "metaq_sync_latency_seconds_count 1.0" in text
