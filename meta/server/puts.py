@@ -21,7 +21,8 @@ and returns the record to stage; a new write path starts there. The rules:
   ``broker.sync.replicate`` forwards and stages the record; the reply waits for both
   copies: 200 only when both are stored, else ``slave_failed`` or ``master_failed`` (500,
   Java's texts; a put that failed on both sides gets the master's). A put that names a
-  transaction is refused there with ``SYNC_TRANSACTIONS_REFUSED``.
+  transaction is refused there with ``SYNC_TRANSACTIONS_REFUSED``. ``replicate_run`` is the
+  same for a run of taken puts of one partition (``put_run``'s batches).
 * **Replies**: a taken put is answered by ``meta.protocol.put_reply`` (200 with
   ``<msg_id> <partition> <offset>``). A refused or failed one by ``put_failed`` (500, Java's
   ``Put message to ... failed.`` text), ``append_failed`` (its append or fsync failed),
@@ -47,7 +48,7 @@ from meta.errors import DescriptorShortageError, MetaError, PartitionFailedError
 from meta.protocol.codec import PutFields, encode_result
 from meta.protocol.commands import BodyTooLarge, Put
 from meta.protocol.message import CHECKSUM_MASK, HEADER, HEADER_SIZE
-from meta.protocol.put_reply import encode_put_reply
+from meta.protocol.put_reply import PUT_REPLY, PUT_REPLY_BODY, encode_put_reply
 from meta.server.replies import PENDING
 from meta.server.services import BrokerServices
 
@@ -270,6 +271,17 @@ class ReplicationRole(Protocol):
         done: Callable[[int | None, BaseException | None, str | None], None],
     ) -> None: ...
 
+    def takes_run(self, topic: str, partition: int) -> bool: ...
+
+    def replicate_run(
+        self,
+        topic: str,
+        partition: int,
+        partition_log: PartitionLog,
+        parts: list,
+        done: Callable[[int | None, BaseException | None, list], None],
+    ) -> None: ...
+
 
 def replicated_put(broker: BrokerServices, command: Put, connection) -> bytes | object:
     """The put of a samsa master (sync spec §1.4 with §1.11): every rule of ``take_put``
@@ -303,6 +315,54 @@ def replicated_put(broker: BrokerServices, command: Put, connection) -> bytes | 
 
     role.replicate(topic, partition, taken.partition_log, taken.record, done)
     return PENDING
+
+
+def replicate_run(
+    broker: BrokerServices,
+    partition_log: PartitionLog,
+    topic: str,
+    partition_bytes: bytes,
+    parts: list,
+    ids: list[int],
+    opaques: list[bytes],
+    connection,
+) -> None:
+    """The replicated put for a run of taken puts of one partition (``put_run``'s batches on
+    a samsa master, when ``broker.sync.takes_run``): forward and stage them together; each
+    put is answered as ``replicated_put`` answers it, all in one ``respond_many``.
+
+    Args:
+        broker: the broker (its ``sync`` is a samsa master).
+        partition_log: the partition's log.
+        topic: the topic.
+        partition_bytes: the partition as the put headers spelt it.
+        parts: record header, body, header, body ... of the puts, in order.
+        ids: their message ids.
+        opaques: their opaques as header bytes.
+        connection: where the replies go.
+    """
+    role: ReplicationRole = broker.sync
+    partition = int(partition_bytes)
+    count = len(opaques)
+    bodies = parts[1::2]
+
+    def done(offset: int | None, error: BaseException | None, codes: list) -> None:
+        replies = []
+        append = replies.append
+        reply_format, body_format = PUT_REPLY, PUT_REPLY_BODY
+        for msg_id, opaque, body, code in zip(ids, opaques, bodies, codes, strict=True):
+            if error is not None:
+                append(master_failed(error, broker, topic, partition, int(opaque)))
+            elif code != 200:
+                append(slave_failed(broker, role, topic, partition, int(opaque), f"code {code}"))
+            else:
+                text = body_format % (msg_id, partition_bytes, offset)
+                append(reply_format % (len(text), opaque, text))
+            if offset is not None:
+                offset += HEADER_SIZE + len(body)
+        connection.respond_many(count, b"".join(replies))
+
+    role.replicate_run(topic, partition, partition_log, parts, done)
 
 
 def master_failed(

@@ -30,26 +30,19 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_left
-from collections.abc import Callable
 from typing import Any
 
 from meta.config import SamsaConfig
 from meta.protocol.message import HEADER
-from meta.protocol.put_reply import decode_put_reply
-from meta.protocol.sync_frame import encode_status_probe, encode_sync
+from meta.protocol.sync_frame import SYNC_FORMAT, encode_status_probe, encode_sync
 from meta.sync.samsa_catchup import CatchUp, PartitionSync, detect_slave
+from meta.sync.samsa_outcome import SLAVE_DISCONNECTED, Done, PutOutcome, RunDone, RunOutcome
 from meta.sync.slave_link import DISCONNECTED, TIMED_OUT, SlaveLink
 
 log = logging.getLogger("meta.sync")
 
-SLAVE_DISCONNECTED = "Slave is disconnected "
-"""The refusal of a put while the link is down (Java's text, trailing space included)."""
-
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 """Upper bounds of the ``metaq_sync_latency_seconds`` buckets (a last one is +Inf)."""
-
-# done(master_offset, master_error, slave_failure): the outcome of one replicated put.
-Done = Callable[[int | None, BaseException | None, str | None], None]
 
 
 class SamsaMaster:
@@ -138,7 +131,7 @@ class SamsaMaster:
     def _forward(self, state: PartitionSync, partition_log: Any, record: bytes, done: Done) -> None:
         _length, crc, msg_id, flag = HEADER.unpack_from(record)
         body = record[HEADER.size :]
-        outcome = _Outcome(self, state, len(record), done, self._reactor.seconds())
+        outcome = PutOutcome(self, state, len(record), done, self._reactor.seconds())
         topic_bytes = state.topic_bytes
         partition = state.partition
 
@@ -148,6 +141,40 @@ class SamsaMaster:
         if not self.link.send(build, outcome.slave_done):
             outcome.slave_done(DISCONNECTED, b"")
         partition_log.stage(record, outcome.master_done)
+
+    def takes_run(self, topic: str, partition: int) -> bool:
+        """Whether puts to the partition may be replicated as a run (``replicate_run``) now:
+        the link is up, the slave's kind is known, the partition is neither being caught up
+        nor refusing puts. Otherwise each put takes ``replicate``'s way."""
+        if self._detecting or not self.link.connected:
+            return False
+        state = self.partitions.get((topic, partition))
+        return state is None or not (state.gated or state.refusing)
+
+    def replicate_run(
+        self, topic: str, partition: int, partition_log: Any, parts: list, done: RunDone
+    ) -> None:
+        """``replicate`` for a run of records of one partition (put runs): ``parts`` is record
+        header, body, header, body...; the syncs leave in one write, the records are staged as
+        one entry, and ``done(offset, error, codes)`` gets every put's slave result code.
+        Call only when ``takes_run`` says so."""
+        state = self._partition(topic, partition)
+        headers, bodies = parts[0::2], parts[1::2]
+        outcome = RunOutcome(self, state, bodies, done, self._reactor.seconds())
+        topic_bytes, unpack, sync_format = state.topic_bytes, HEADER.unpack, SYNC_FORMAT
+
+        def build(opaques: list[int]) -> bytes:
+            frames = []
+            append = frames.append
+            for header, body, opaque in zip(headers, bodies, opaques, strict=True):
+                length, crc, msg_id, flag = unpack(header)
+                append(sync_format % (topic_bytes, partition, length, flag, msg_id, crc, opaque))
+                append(body)
+            return b"".join(frames)
+
+        if not self.link.send_many(build, outcome.slave_dones()):
+            outcome.all_failed(DISCONNECTED)
+        partition_log.stage(b"".join(parts), outcome.master_done, len(bodies))
 
     def _partition(self, topic: str, partition: int) -> PartitionSync:
         key = (topic, partition)
@@ -201,12 +228,18 @@ class SamsaMaster:
     def _link_up(self) -> None:
         self._cancel_disconnected_timer()
         self._detecting = True
+        for state in self.partitions.values():
+            if state.state == "ok":
+                state.state = "catching-up"  # until the comparison: puts wait meanwhile
         detect_slave(self.link, self._detected)
 
     def _detected(self, slave_ends: dict[tuple[str, int], int] | None) -> None:
         """The slave's kind is known: catch a metaq-py slave up, then release the puts."""
         if slave_ends is None:
             log.info("gregor slave %s is not a metaq-py broker: no catch-up", self.config.slave)
+            for state in self.partitions.values():
+                if state.state == "catching-up":
+                    state.state = "ok"
         else:
             for partition_log in self.broker.store.partitions():
                 key = (partition_log.topic, partition_log.partition)
@@ -334,7 +367,7 @@ class SamsaMaster:
                 f"partition {partition_log.topic}-{partition_log.partition} {name} "
                 f"{partition_log.max_offset} {slave_end}"
             )
-        return ("\r\n".join(lines)).encode()
+        return ("\r\n".join(lines) + "\r\n").encode()
 
 
 def _state_name(state: PartitionSync | None) -> str:
@@ -343,74 +376,3 @@ def _state_name(state: PartitionSync | None) -> str:
 
 def _bool(value: bool) -> str:
     return "true" if value else "false"
-
-
-class _Outcome:
-    """The two halves of one replicated put; ``done`` is called once both are in."""
-
-    __slots__ = (
-        "_done",
-        "_master",
-        "_master_in",
-        "_sent_at_s",
-        "_size",
-        "_state",
-        "error",
-        "offset",
-        "slave",
-    )
-
-    def __init__(
-        self, master: SamsaMaster, state: PartitionSync, size: int, done: Done, sent_at_s: float
-    ) -> None:
-        self._sent_at_s = sent_at_s
-        self._master = master
-        self._state = state
-        self._size = size
-        self._done = done
-        self._master_in = False
-        self.offset: int | None = None
-        self.error: BaseException | None = None
-        self.slave: tuple[int, bytes] | None = None
-
-    def master_done(self, offset: int | None, error: BaseException | None) -> None:
-        self.offset, self.error = offset, error
-        self._master_in = True
-        if self.slave is not None:
-            self._finish()
-
-    def slave_done(self, code: int, body: bytes) -> None:
-        self.slave = (code, body)
-        if self._master_in:
-            self._finish()
-
-    def _finish(self) -> None:
-        code, body = self.slave  # type: ignore[misc]
-        slave_failure = None
-        if code == 200:
-            self._master.slave_answered(True, self._sent_at_s)
-            if self.offset is not None:
-                self._compare(body, self.offset)
-        else:
-            self._master.slave_answered(False, self._sent_at_s)
-            slave_failure = _failure_reason(code, body)
-        self._done(self.offset, self.error, slave_failure)
-
-    def _compare(self, body: bytes, offset: int) -> None:
-        try:
-            slave_offset = decode_put_reply(body)[2]
-        except ValueError:
-            return  # not a put reply: nothing to compare (a Java slave always sends one)
-        state = self._state
-        if slave_offset != offset:
-            self._master.offsets_differ(state, offset, slave_offset)
-        else:
-            state.slave_end = max(state.slave_end, offset + self._size)
-
-
-def _failure_reason(code: int, body: bytes) -> str:
-    if code == TIMED_OUT:
-        return "no reply within sendToSlaveTimeoutInMills"
-    if code == DISCONNECTED:
-        return SLAVE_DISCONNECTED
-    return f"slave answered {code}: {body.decode(errors='replace')}"

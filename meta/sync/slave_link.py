@@ -136,6 +136,30 @@ class SlaveLink:
         link.transport.write(build(opaque))
         return True
 
+    def send_many(self, build: Callable[[list[int]], bytes], dones: list[Done]) -> bool:
+        """Send ``len(dones)`` requests as one write, ``build(opaques)``; each ``dones[i]`` is
+        called once with the outcome of the request of ``opaques[i]`` (as ``send``).
+
+        Returns:
+            False when the link is down: nothing was sent and no ``done`` will be called.
+        """
+        link = self._protocol
+        if link is None:
+            return False
+        deadline = self._reactor.seconds() + self._timeout_s
+        in_flight = self._in_flight
+        opaque = self._opaque
+        opaques = []
+        for done in dones:
+            opaque = opaque + 1 if opaque < OPAQUE_MAX else 1
+            in_flight[opaque] = (deadline, done)
+            opaques.append(opaque)
+        self._opaque = opaque
+        if self._timer is None:
+            self._timer = self._reactor.callLater(self._timeout_s, self._expire)
+        link.transport.write(build(opaques))
+        return True
+
     # --- called by the connection ----------------------------------------------------------
 
     def _connected(self, link: _LinkProtocol) -> None:

@@ -213,3 +213,17 @@ def test_the_dashboard_metrics_show_the_replication_state(master, slave):
     assert "metaq_sync_published 1.0" in text
     assert 'metaq_sync_partition_state{partition="0",state="ok",topic="test"} 1.0' in text
     assert "metaq_sync_latency_seconds_count 1.0" in text
+
+
+def test_a_pipelined_run_refused_by_the_slave_is_answered_put_by_put(master, slave):
+    """Goal: the batch path of a run answers each put, with the slave's verdict on it.
+    Method: the slave refuses every sync; 50 puts in one write all get the slave text."""
+    with master.connect() as connection:
+        assert connection.request(Put("test", 0, b"first", 0, 1)).code == 200
+        slave.code = 500
+        connection.send_bytes(b"".join(put_frame("test", b"r%d" % i, i + 2) for i in range(50)))
+        replies = [connection.receive() for _ in range(50)]
+    assert sorted(reply.opaque for reply in replies) == list(range(2, 52))
+    assert {reply.code for reply in replies} == {500}
+    assert {bytes(reply.body[:22]) for reply in replies} == {b"Put message to [slave "}
+    assert len(slave.syncs) == 51  # every put went to the slave once
