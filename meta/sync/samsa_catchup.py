@@ -46,6 +46,8 @@ class PartitionSync:
     Attributes:
         state: ``ok``, ``catching-up`` or ``diverged``.
         slave_end: the slave's end of the partition as last learnt, -1 when unknown.
+        acked_end: the end of the last record the slave stored at the master's offset (a
+            record boundary of both copies), -1 when none.
         refusing: puts are refused (the catch-up found the copies diverged).
         diverged_at: the first offset where the copies are known to differ.
         gated: new puts wait (a catch-up runs).
@@ -58,6 +60,7 @@ class PartitionSync:
         "partition",
         "refusing",
         "slave_end",
+        "acked_end",
         "state",
         "topic",
         "topic_bytes",
@@ -71,6 +74,7 @@ class PartitionSync:
         self.key = (topic, partition)
         self.state = "ok"
         self.slave_end = -1
+        self.acked_end = -1
         self.refusing = False
         self.diverged_at = -1
         self.gated = False
@@ -160,7 +164,8 @@ def parse_offsets(body: bytes) -> dict[tuple[str, int], int]:
 def is_record_boundary(partition_log: Any, offset: int) -> bool:
     """Whether a record of ``partition_log`` starts (or the log ends) at ``offset``.
 
-    Walks the record headers of the segment holding ``offset`` from its start.
+    Walks the record headers of the segment holding ``offset`` from its start (a segment
+    starts with a record).
     """
     if offset == partition_log.max_offset:
         return True
@@ -168,6 +173,8 @@ def is_record_boundary(partition_log: Any, offset: int) -> bool:
     if found.kind != "data":
         return False
     segment, target = found.segment, found.position
+    if target == 0:
+        return True
     position = 0
     while position < target:
         chunk = segment.read(position, READ_BYTES)
@@ -203,7 +210,7 @@ class CatchUp:
         start = self._offset
         if start > master_end or start < partition_log.min_offset and start != master_end:
             self._diverged(min(start, master_end), f"its end {start} is outside the master's")
-        elif not is_record_boundary(partition_log, start):
+        elif start != state.acked_end and not is_record_boundary(partition_log, start):
             self._diverged(start, f"its end {start} is not a record boundary of the master")
         else:
             state.state = "catching-up"
@@ -242,7 +249,7 @@ class CatchUp:
             self._master.broker.wait_for_data(partition_log, 0.1, self._pump)
             return
         self._state.state = "ok"
-        self._state.slave_end = self._offset
+        self._state.slave_end = self._state.acked_end = self._offset
         self._master.caught_up(self._state)
 
     def _read(self, offset: int) -> list[tuple[int, int, bytes]]:
@@ -299,7 +306,7 @@ class CatchUp:
         if slave_offset != offset:
             self._diverged(offset, f"it stored the record at {offset} at {slave_offset}")
             return
-        self._state.slave_end = offset + size
+        self._state.slave_end = self._state.acked_end = offset + size
         self._pump()
 
     def _diverged(self, offset: int, reason: str) -> None:

@@ -89,7 +89,8 @@ class PutOutcome:
         if slave_offset != offset:
             self._master.offsets_differ(state, offset, slave_offset)
         else:
-            state.slave_end = max(state.slave_end, offset + self._size)
+            state.acked_end = offset + self._size
+            state.slave_end = max(state.slave_end, state.acked_end)
 
 
 class RunOutcome:
@@ -157,7 +158,7 @@ class RunOutcome:
                 if slave_offset != offset:
                     master.offsets_differ(state, offset, slave_offset)
                 elif state.slave_end < offset + size:
-                    state.slave_end = offset + size
+                    state.slave_end = state.acked_end = offset + size
             offset += size
         self._done(self.offset, self.error, self._codes)
 
