@@ -14,10 +14,11 @@ from __future__ import annotations
 import threading
 import time
 
+from meta.client import Message, MetaMessageSessionFactory
 from meta.protocol.commands import Put
 from meta.protocol.encoding import encode
-from tests.integration.broker_process import free_port
-from tests.integration.client_helpers import make_root, wait_for
+from tests.integration.broker_process import BrokerProcess, free_port
+from tests.integration.client_helpers import make_root, wait_for, zk_config
 from tests.integration.fake_gregor import FakeGregorSlave
 from tests.integration.test_samsa_master import MARGIN_S, TIMEOUT_MS, start_master, stats_sync
 
@@ -126,3 +127,48 @@ def restart(slave: FakeGregorSlave) -> FakeGregorSlave:
     back.ends = dict(slave.ends)
     back.syncs = list(slave.syncs)
     return back.start()
+
+
+def test_a_zookeeper_producer_moves_to_another_broker_while_the_master_is_withdrawn(
+    tmp_path, zookeeper, admin
+):
+    """Goal: withdrawing the master from producers makes a ZooKeeper producer send to the
+    topic's other broker, and republishing brings the master back into its choice. Method: a
+    samsa master (broker 0) and a plain broker 1 serve the topic; the client library's
+    producer sends before, while and after the slave is down."""
+    root = make_root(zookeeper)
+    slave = FakeGregorSlave(free_port()).start()
+    zk = {"zk.zkRoot": root}
+    master = start_master(
+        tmp_path / "master", slave.port, zk_connect=zookeeper.connect_string, zk=zk
+    )
+    other = BrokerProcess(
+        tmp_path / "other",
+        system={"brokerId": 1},
+        zk_connect=zookeeper.connect_string,
+        zk=zk,
+    ).start()
+    factory = MetaMessageSessionFactory(zk_config(zookeeper, root))
+    try:
+        producer = factory.create_producer()
+        producer.publish("test")
+
+        def brokers_used(count: int) -> set[int] | None:
+            """The brokers ``count`` sends went to; None if one failed (the master refuses
+            puts until the producer sees it withdrawn)."""
+            results = [producer.send_message(Message("test", b"m")) for _ in range(count)]
+            if not all(result.success for result in results):
+                return None
+            return {result.partition.broker_id for result in results}
+
+        wait_for(lambda: brokers_used(20) == {0, 1}, what="both brokers in use")
+        slave.stop()
+        wait_for(lambda: admin.exists(f"{root}/brokers/topics-pub/test/0-m") is None)
+        wait_for(lambda: brokers_used(20) == {1}, what="the producer leaving the master")
+        slave = FakeGregorSlave(slave.port).start()
+        wait_for(lambda: brokers_used(20) == {0, 1}, what="the producer back on the master")
+    finally:
+        factory.shutdown()
+        other.stop()
+        master.stop()
+        slave.stop()
