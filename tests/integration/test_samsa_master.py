@@ -226,4 +226,4 @@ def test_a_pipelined_run_refused_by_the_slave_is_answered_put_by_put(master, sla
     assert sorted(reply.opaque for reply in replies) == list(range(2, 52))
     assert {reply.code for reply in replies} == {500}
     assert {bytes(reply.body[:22]) for reply in replies} == {b"Put message to [slave "}
-    assert len(slave.syncs) == 51  # every put went to the slave once
+    assert sum(s.topic == "test" for s in slave.syncs) == 51  # each put went to the slave once
