@@ -118,6 +118,7 @@ class BenchBroker:
     broker_id: int = 0
     segment_bytes: int = 1024 * 1024 * 1024
     topics: dict[str, int] | None = None  # topic -> partitions; None: the bench topics
+    python_path: str = str(REPO)  # the code the broker runs (another checkout: a comparison)
 
     def server_ini(self) -> str:
         return server_ini(
@@ -155,7 +156,7 @@ class BenchBroker:
         if self.profile_path is not None:
             command += ["-m", "cProfile", "-o", str(self.profile_path)]
         command += ["-m", "meta.server", "-f", str(config), *self.extra_arguments()]
-        env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONPATH=self.python_path, PYTHONUNBUFFERED="1")
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 command,

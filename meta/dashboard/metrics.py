@@ -156,7 +156,7 @@ class BrokerCollector(Collector):
                 lag_seconds.add_metric(labels, row.lag_seconds)
         yield lag_bytes
         yield lag_seconds
-        yield from _sync_families()
+        yield from _sync_families(self._broker.sync)
 
     def _transaction_families(self) -> Iterator[Any]:
         live = self._broker.transactions.describe()
@@ -264,24 +264,55 @@ def _topic_counter(name: str, documentation: str, items: list[tuple[str, int]]) 
     return family
 
 
-def _sync_families() -> Iterator[Any]:
-    """Synchronous replication's families: no samples on a broker that does not run it."""
-    yield GaugeMetricFamily(
+SYNC_STATES = ("ok", "catching-up", "diverged")
+
+
+def _sync_families(sync: Any) -> Iterator[Any]:
+    """Synchronous replication's families: samples on a samsa master (``Broker.sync``), none
+    on a broker that does not run it."""
+    master = sync if sync is not None and getattr(sync, "role", None) == "samsa" else None
+    states = GaugeMetricFamily(
         "metaq_sync_partition_state",
         "Synchronous replication state of a partition (1 for its current state).",
         labels=(*PARTITION_LABELS, "state"),
     )
-    for name, documentation in (
-        ("metaq_sync_slave_connected", "1 while the synchronous slave is connected."),
+    for topic, partition, current in master.partition_states() if master else ():
+        for name in SYNC_STATES:
+            states.add_metric((topic, str(partition), name), int(name == current))
+    yield states
+    for name, documentation, value in (
+        ("metaq_sync_slave_connected", "1 while the synchronous slave is connected.", "connected"),
         (
             "metaq_sync_slave_consecutive_failures",
             "Synchronous replication failures in a row.",
+            "consecutive_failures",
         ),
-        ("metaq_sync_published", "1 while the broker is published as a synchronous master."),
+        (
+            "metaq_sync_published",
+            "1 while the broker is published as a synchronous master.",
+            "advertised",
+        ),
     ):
-        yield GaugeMetricFamily(name, documentation, labels=())
-    yield HistogramMetricFamily(
+        family = GaugeMetricFamily(name, documentation, labels=())
+        if master is not None:
+            family.add_metric((), int(getattr(master, value)))
+        yield family
+    latency = HistogramMetricFamily(
         "metaq_sync_latency_seconds",
         "Time from a put to its synchronous slave's answer, in seconds.",
         labels=(),
     )
+    if master is not None:
+        latency.add_metric((), _cumulative(master), master.latency_sum_s)
+    yield latency
+
+
+def _cumulative(master: Any) -> list[tuple[str, float]]:
+    """``(le, cumulative count)`` of a samsa master's latency buckets, ``+Inf`` last."""
+    buckets = []
+    total = 0
+    bounds = (*master.latency_buckets_s, float("inf"))
+    for bound, count in zip(bounds, master.latency_counts, strict=True):
+        total += count
+        buckets.append(("+Inf" if bound == float("inf") else str(bound), total))
+    return buckets

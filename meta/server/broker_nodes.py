@@ -92,7 +92,12 @@ class BrokerNodes:
         broker_uri: ``meta://host:port`` as clients must connect to it.
         slave_id: ``-1`` for a master, ``N >= 0`` for async slave ``N``.
         kazoo_factory: builds the client from ``KazooClient`` keyword arguments (tests).
+
+    Attributes:
+        publishing: whether producers are shown this broker (``set_publishing``).
     """
+
+    publishing = True
 
     def __init__(
         self,
@@ -257,15 +262,37 @@ class BrokerNodes:
         count = topic_config.num_partitions
         payload = topic_payload(count, self.suffix)
         legacy_path, publish_path, subscribe_path = paths
-        self.ensure_ephemeral(legacy_path, str(count))
+        if self.publishing:
+            self.ensure_ephemeral(legacy_path, str(count))
+        else:
+            self.delete_if_exists(legacy_path)
         for path, accepted in (
-            (publish_path, topic_config.accept_publish),
+            (publish_path, topic_config.accept_publish and self.publishing),
             (subscribe_path, topic_config.accept_subscribe),
         ):
             if accepted:
                 self.ensure_ephemeral(path, payload)
             else:
                 self.delete_if_exists(path)
+
+    def set_publishing(self, publishing: bool, topics: dict[str, TopicConfig]) -> None:
+        """Withdraw (False) or restore (True) the producers' nodes of ``topics``: the legacy
+        ``topics/T/B-x`` and ``topics-pub/T/B-x`` (a samsa master without its slave).
+        ``topics-sub`` is left alone; later ``write_topic`` calls follow suit.
+        """
+        self.publishing = publishing
+        for topic, topic_config in topics.items():
+            legacy_path, publish_path, _subscribe = topic_paths(
+                self._zookeeper.root, topic, self.suffix
+            )
+            if publishing:
+                self.ensure_ephemeral(legacy_path, str(topic_config.num_partitions))
+                if topic_config.accept_publish:
+                    payload = topic_payload(topic_config.num_partitions, self.suffix)
+                    self.ensure_ephemeral(publish_path, payload)
+            else:
+                self.delete_if_exists(legacy_path)
+                self.delete_if_exists(publish_path)
 
     def delete_topic(self, topic: str) -> None:
         """Delete the three nodes of ``topic``; missing ones are fine."""

@@ -42,6 +42,7 @@ from meta.server.puts import (
     append_failed,
     put_failed,
     refused_by_slave,
+    replicated_put,
     take_put,
     take_sync,
     too_large,
@@ -72,6 +73,9 @@ def handle_put(broker: BrokerServices, command: Put, connection) -> Reply:
     opaque = command.opaque
     if broker.refuses_puts:
         return refused_by_slave(broker, topic, partition, opaque)
+    sync = broker.sync
+    if sync is not None and sync.role == "samsa":
+        return replicated_put(broker, command, connection)
     data = command.data
     try:
         taken = take_put(broker, topic, partition, data, command.flag, command.checksum)

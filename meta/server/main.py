@@ -240,12 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         become_gregor(broker, reactor)
     if not _dashboard_started(broker, reactor, overrides, is_gregor):
         return 1
-    replicator = None
-    if slave is not None:
-        from meta.slave.replicator import Replicator
-
-        replicator = Replicator(broker, slave, reactor)
-        broker.replication = replicator  # answers ``stats slave``
+    replicator = _replication_roles(broker, reactor, slave, samsa)
     outcome = {"status": 0}
     listeners: list[Any] = []  # the HTTP protocol's port, closed first at a stop
     reloader = ConfigReloader(
@@ -262,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
             replicator.start()
         if is_gregor:
             gregor_started(broker)
+        if samsa is not None:
+            broker.sync.start()
 
     def started_failed(failure) -> None:
         log.error("broker failed to start: %s", failure.value)
@@ -440,6 +437,25 @@ def _load_sync_replication(samsa: str | None, gregor: str | None) -> tuple[Any, 
         None if samsa is None else load_samsa_config(samsa),
         None if gregor is None else load_gregor_config(gregor),
     )
+
+
+def _replication_roles(broker: Broker, reactor: Any, slave: Any, samsa: Any) -> Any:
+    """Give ``broker`` its replication role; return an async slave's replicator (or None).
+
+    An async slave gets a ``Replicator`` (``broker.replication``, ``stats slave``); a samsa
+    master a ``SamsaMaster`` (``broker.sync``: every put is replicated, ``stats sync``).
+    """
+    replicator = None
+    if slave is not None:
+        from meta.slave.replicator import Replicator
+
+        replicator = Replicator(broker, slave, reactor)
+        broker.replication = replicator
+    if samsa is not None:
+        from meta.sync.samsa import SamsaMaster
+
+        broker.sync = SamsaMaster(broker, samsa, reactor)
+    return replicator
 
 
 def _stop_then_exit(

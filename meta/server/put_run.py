@@ -38,6 +38,7 @@ from meta.server.puts import (
     append_failed,
     cached_target,
     pack_header,
+    replicate_run,
 )
 from meta.server.replies import PENDING
 from meta.server.services import BrokerServices
@@ -111,7 +112,10 @@ class _Batch:
                     append(append_failed(error, broker, topic, partition, int(opaque)))
             connection.respond_many(count, b"".join(replies))
 
-        self.log.stage(b"".join(parts), acknowledged, count)
+        if broker.sync is None:
+            self.log.stage(b"".join(parts), acknowledged, count)
+        else:  # synchronous replication: the replicated rule, for the whole batch
+            replicate_run(broker, self.log, topic, partition_bytes, parts, ids, opaques, connection)
         self.room = self.log.room_bytes
 
 
@@ -123,6 +127,8 @@ def _open_batch(
     if target is None:
         return None
     partition_log, topic, partition = target
+    if broker.sync is not None and not broker.sync.takes_run(topic, partition):
+        return None  # a refusal, or a wait for the slave: handle_put decides
     return _Batch(broker, partition_log, topic, partition, key[1])
 
 
@@ -252,7 +258,7 @@ def _handle_single(
     fields = puts[0]
     topic_bytes, partition_bytes, flag, _checksum, opaque, body = fields
     target = cached_target(broker, targets, (topic_bytes, partition_bytes))
-    if target is None:
+    if target is None or broker.sync is not None:  # replicated: handle_put's rule
         return _handle_one(broker, fields, connection)
     crcs = _accepted_crcs(puts, 0, 1)
     if not crcs:

@@ -16,6 +16,13 @@ and returns the record to stage; a new write path starts there. The rules:
 * **Record**: the stored record is ``meta.protocol.message``'s header and the body as sent
   (``pack_record``); ``pack_header`` and ``RECORD_HEADER_BYTES`` are the same layout for
   paths that join many records.
+* **Replication**: on a samsa master (``broker.sync`` set) ``replicated_put`` is the put:
+  the rules above, then the role's refusal (slave disconnected, partition diverged), then
+  ``broker.sync.replicate`` forwards and stages the record; the reply waits for both
+  copies: 200 only when both are stored, else ``slave_failed`` or ``master_failed`` (500,
+  Java's texts; a put that failed on both sides gets the master's). A put that names a
+  transaction is refused there with ``SYNC_TRANSACTIONS_REFUSED``. ``replicate_run`` is the
+  same for a run of taken puts of one partition (``put_run``'s batches).
 * **Replies**: a taken put is answered by ``meta.protocol.put_reply`` (200 with
   ``<msg_id> <partition> <offset>``). A refused or failed one by ``put_failed`` (500, Java's
   ``Put message to ... failed.`` text), ``append_failed`` (its append or fsync failed),
@@ -35,13 +42,15 @@ from __future__ import annotations
 import logging
 import random
 import zlib
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from meta.errors import DescriptorShortageError, MetaError, PartitionFailedError, XAError
 from meta.protocol.codec import PutFields, encode_result
-from meta.protocol.commands import BodyTooLarge
+from meta.protocol.commands import BodyTooLarge, Put
 from meta.protocol.message import CHECKSUM_MASK, HEADER, HEADER_SIZE
+from meta.protocol.put_reply import PUT_REPLY, PUT_REPLY_BODY, encode_put_reply
+from meta.server.replies import PENDING
 from meta.server.services import BrokerServices
 
 if TYPE_CHECKING:
@@ -51,6 +60,7 @@ log = logging.getLogger("meta.server")
 
 CHECKSUM_FAILURE = "Checksum failure,message may be corrupted when transfering on networking."
 TRANSACTION_NEEDS_PARTITION = "Invalid partition for transaction command:-1"
+SYNC_TRANSACTIONS_REFUSED = "Transactions are not supported with synchronous replication"
 
 RECORD_HEADER_BYTES = HEADER_SIZE
 pack_header = HEADER.pack
@@ -268,3 +278,142 @@ def transactional_put_failed(broker: BrokerServices, error: MetaError, opaque: i
     broker.counters.put_failed += 1
     text = error.message if isinstance(error, XAError) else str(error)
     return encode_result(500, (text or "").encode(), opaque)
+
+
+class ReplicationRole(Protocol):
+    """What ``replicated_put`` uses of a samsa master (``meta.sync.samsa.SamsaMaster``)."""
+
+    role: str  # "samsa"
+    slave_uri: str  # meta://host:port of the slave, named in the slave-failed text
+
+    def refusal(self, topic: str, partition: int) -> str | None: ...
+
+    def replicate(
+        self,
+        topic: str,
+        partition: int,
+        partition_log: PartitionLog,
+        record: bytes,
+        done: Callable[[int | None, BaseException | None, str | None], None],
+    ) -> None: ...
+
+    def takes_run(self, topic: str, partition: int) -> bool: ...
+
+    def replicate_run(
+        self,
+        topic: str,
+        partition: int,
+        partition_log: PartitionLog,
+        parts: list,
+        done: Callable[[int | None, BaseException | None, list], None],
+    ) -> None: ...
+
+
+def replicated_put(broker: BrokerServices, command: Put, connection) -> bytes | object:
+    """The put of a samsa master (Java's, with its flaws corrected): every rule of ``take_put``
+    first, then the role's refusal, then forward and stage; ``PENDING`` until both copies
+    answered, then ``connection.respond`` with the 200 or the 500 (``cmd_put`` is counted
+    by the caller)."""
+    topic, opaque = command.topic, command.opaque
+    role: ReplicationRole = broker.sync
+    if command.tx_key is not None:
+        return put_failed(broker, topic, command.partition, opaque, SYNC_TRANSACTIONS_REFUSED)
+    data = command.data
+    try:
+        taken = take_put(broker, topic, command.partition, data, command.flag, command.checksum)
+    except PutRefused as refused:
+        return put_failed(broker, topic, refused.partition, opaque, refused.detail)
+    partition, msg_id = taken.partition, taken.msg_id
+    refusal = role.refusal(topic, partition)
+    if refusal is not None:
+        broker.counters.put_failed += 1
+        broker.record_put_failed(topic, partition)
+        return encode_result(500, refusal.encode(), opaque)
+    broker.record_put(topic, partition, len(data))
+
+    def done(offset: int | None, error: BaseException | None, slave_failure: str | None) -> None:
+        if error is not None:
+            connection.respond(master_failed(error, broker, topic, partition, opaque))
+        elif slave_failure is not None:
+            connection.respond(slave_failed(broker, role, topic, partition, opaque, slave_failure))
+        else:
+            connection.respond(encode_put_reply(msg_id, partition, offset, opaque))
+
+    role.replicate(topic, partition, taken.partition_log, taken.record, done)
+    return PENDING
+
+
+def replicate_run(
+    broker: BrokerServices,
+    partition_log: PartitionLog,
+    topic: str,
+    partition_bytes: bytes,
+    parts: list,
+    ids: list[int],
+    opaques: list[bytes],
+    connection,
+) -> None:
+    """The replicated put for a run of taken puts of one partition (``put_run``'s batches on
+    a samsa master, when ``broker.sync.takes_run``): forward and stage them together; each
+    put is answered as ``replicated_put`` answers it, all in one ``respond_many``.
+
+    Args:
+        broker: the broker (its ``sync`` is a samsa master).
+        partition_log: the partition's log.
+        topic: the topic.
+        partition_bytes: the partition as the put headers spelt it.
+        parts: record header, body, header, body ... of the puts, in order.
+        ids: their message ids.
+        opaques: their opaques as header bytes.
+        connection: where the replies go.
+    """
+    role: ReplicationRole = broker.sync
+    partition = int(partition_bytes)
+    count = len(opaques)
+    bodies = parts[1::2]
+
+    def done(offset: int | None, error: BaseException | None, codes: list) -> None:
+        replies = []
+        append = replies.append
+        reply_format, body_format = PUT_REPLY, PUT_REPLY_BODY
+        for msg_id, opaque, body, code in zip(ids, opaques, bodies, codes, strict=True):
+            if error is not None:
+                append(master_failed(error, broker, topic, partition, int(opaque)))
+            elif code != 200:
+                append(slave_failed(broker, role, topic, partition, int(opaque), f"code {code}"))
+            else:
+                text = body_format % (msg_id, partition_bytes, offset)
+                append(reply_format % (len(text), opaque, text))
+            if offset is not None:
+                offset += HEADER_SIZE + len(body)
+        connection.respond_many(count, b"".join(replies))
+
+    role.replicate_run(topic, partition, partition_log, parts, done)
+
+
+def master_failed(
+    error: BaseException, broker: BrokerServices, topic: str, partition: int, opaque: int
+) -> bytes:
+    """The 500 of a replicated put whose local append or fsync failed (Java's text)."""
+    if not isinstance(error, MetaError):
+        log.error("append to %s-%d failed: %r", topic, partition, error)
+    broker.counters.put_failed += 1
+    broker.record_put_failed(topic, partition)
+    text = f"Put message to [master '{broker.uri}'] [partition '{topic}-{partition}'] failed"
+    return encode_result(500, text.encode(), opaque)
+
+
+def slave_failed(
+    broker: BrokerServices,
+    role: ReplicationRole,
+    topic: str,
+    partition: int,
+    opaque: int,
+    reason: str,
+) -> bytes:
+    """The 500 of a replicated put whose copy on the slave failed (Java's text)."""
+    log.debug("put to %s-%d not replicated: %s", topic, partition, reason)
+    broker.counters.put_failed += 1
+    broker.record_put_failed(topic, partition)
+    text = f"Put message to [slave '{role.slave_uri}'] [partition '{topic}-{partition}'] failed"
+    return encode_result(500, text.encode(), opaque)

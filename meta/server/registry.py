@@ -213,6 +213,22 @@ class BrokerRegistry:
         deleted.addBoth(self._unregister_topic_done, topic, topic_config)
         return _fork(deleted)
 
+    def set_publishing(self, publishing: bool) -> defer.Deferred:
+        """Withdraw (False) or restore (True) the nodes producers find this broker by: every
+        registered topic's ``topics-pub`` and legacy ``topics`` node. ``ids/B/master`` and
+        ``topics-sub`` stay, so consumers keep reading. The choice holds for topics
+        registered later and across new sessions (a samsa master without its slave).
+
+        Returns:
+            A Deferred that fires with None once the nodes are written or deleted.
+        """
+        if not self.enabled:
+            return defer.succeed(None)
+        if not self._started or self._stopping:
+            self._nodes.publishing = publishing  # the worker is not running: start applies it
+            return defer.succeed(None)
+        return self._run(self._nodes.set_publishing, publishing, dict(self._registered))
+
     def set_config(self, config: BrokerConfig) -> None:
         """Use ``config`` for later registrations (after a reload); writes nothing by itself.
 

@@ -32,6 +32,7 @@ class FakeBroker:
     registry: Any = None
     slave_id: int = -1
     replication: Any = None
+    sync: Any = None
     live_transactions: list = field(default_factory=list)
 
     def __post_init__(self) -> None:

@@ -1,0 +1,280 @@
+"""``SlaveLink``: the one TCP connection a samsa master opens to its gregor slave.
+
+The link sends requests (``sync`` frames, the status probe, ``stats``) and matches the
+slave's ``result`` replies to them by opaque. Every request is answered exactly once through
+its callback ``done(code, body)``: the slave's result code and body, or ``TIMED_OUT`` when no
+reply came within ``sendToSlaveTimeoutInMills``, or ``DISCONNECTED`` when the connection
+was lost first (every request in flight then fails at once). A request made while the link
+is down is refused (``send`` returns False) and its callback is never called.
+
+The connection is re-opened by Twisted's ``ReconnectingClientFactory``, with its jittered
+exponential back-off from ``RECONNECT_DELAY_MIN_S`` to ``RECONNECT_DELAY_MAX_S``.
+The owner hears of each connection made and lost through ``on_up`` and ``on_down``.
+
+Timeouts cost one timer, not one per request: requests are kept in send order, and the
+timeout is the same for all, so the oldest request is always the next to expire.
+
+Reactor thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet import protocol
+from twisted.python.failure import Failure
+
+from meta.errors import LocalProtocolError
+from meta.protocol.codec import HEADER_BYTES_MAX, NEED_DATA, Decoder
+from meta.protocol.commands import Result
+
+log = logging.getLogger("meta.sync")
+
+TIMED_OUT = -1
+"""The code a request's callback gets when the slave did not answer in time."""
+DISCONNECTED = -2
+"""The code a request's callback gets when the connection was lost before the reply."""
+
+RECONNECT_DELAY_MIN_S = 0.05
+RECONNECT_DELAY_MAX_S = 1.0
+REPLY_BODY_BYTES_MAX = 16 * 1024 * 1024  # a reply larger than this is not one of ours
+REPLIES_PER_READ_MAX = 4096
+OPAQUE_MAX = 2**31 - 1
+
+Done = Callable[[int, bytes], None]
+
+
+class SlaveLink:
+    """The master's connection to ``host:port`` and the requests in flight on it.
+
+    Args:
+        host: the slave's host.
+        port: the slave's port.
+        timeout_ms: how long a request waits for its reply (``sendToSlaveTimeoutInMills``).
+        reactor: the reactor (connections and the timeout timer).
+        on_up: called when a connection is made.
+        on_down: called when it is lost, after every request in flight was failed.
+        after_callbacks: called after each group of callbacks (one read of replies, one
+            timeout sweep, one connection loss): the owner's end of batch.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        timeout_ms: int,
+        reactor: Any,
+        on_up: Callable[[], None],
+        on_down: Callable[[], None],
+        after_callbacks: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self._timeout_s = timeout_ms / 1000
+        self._reactor = reactor
+        self._on_up = on_up
+        self._on_down = on_down
+        self.after_callbacks = after_callbacks
+        self._factory = _LinkFactory(self)
+        self._factory.clock = reactor  # its retry timer (default: the global reactor)
+        self._connector: Any = None
+        self._protocol: _LinkProtocol | None = None
+        # opaque -> (deadline in reactor seconds, callback), oldest first.
+        self._in_flight: OrderedDict[int, tuple[float, Done]] = OrderedDict()
+        self._timer: Any = None
+        self._opaque = 0
+        self._stopped = False
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection to the slave is open now."""
+        return self._protocol is not None
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not answered yet."""
+        return len(self._in_flight)
+
+    def start(self) -> None:
+        """Connect, and keep reconnecting until ``stop``."""
+        self._connector = self._reactor.connectTCP(
+            self.host, self.port, self._factory, timeout=max(self._timeout_s, 1.0)
+        )
+
+    def stop(self) -> None:
+        """Close the connection for good; requests in flight fail with ``DISCONNECTED``."""
+        self._stopped = True
+        self._factory.stopTrying()
+        if self._connector is not None:
+            self._connector.disconnect()
+        self._fail_all(DISCONNECTED)
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+
+    def reconnect(self) -> None:
+        """Drop the connection (its requests fail); the factory opens a new one."""
+        if self._protocol is not None:
+            self._protocol.transport.loseConnection()
+
+    def send(self, build: Callable[[int], bytes], done: Done) -> bool:
+        """Send ``build(opaque)``; ``done(code, body)`` is called once with its outcome.
+
+        Returns:
+            False when the link is down: nothing was sent and ``done`` will not be called.
+        """
+        link = self._protocol
+        if link is None:
+            return False
+        opaque = self._opaque = self._opaque + 1 if self._opaque < OPAQUE_MAX else 1
+        self._in_flight[opaque] = (self._reactor.seconds() + self._timeout_s, done)
+        if self._timer is None:
+            self._timer = self._reactor.callLater(self._timeout_s, self._expire)
+        link.transport.write(build(opaque))
+        return True
+
+    def send_many(self, build: Callable[[list[int]], bytes], dones: list[Done]) -> bool:
+        """Send ``len(dones)`` requests as one write, ``build(opaques)``; each ``dones[i]`` is
+        called once with the outcome of the request of ``opaques[i]`` (as ``send``).
+
+        Returns:
+            False when the link is down: nothing was sent and no ``done`` will be called.
+        """
+        link = self._protocol
+        if link is None:
+            return False
+        deadline = self._reactor.seconds() + self._timeout_s
+        in_flight = self._in_flight
+        opaque = self._opaque
+        opaques = []
+        for done in dones:
+            opaque = opaque + 1 if opaque < OPAQUE_MAX else 1
+            in_flight[opaque] = (deadline, done)
+            opaques.append(opaque)
+        self._opaque = opaque
+        if self._timer is None:
+            self._timer = self._reactor.callLater(self._timeout_s, self._expire)
+        link.transport.write(build(opaques))
+        return True
+
+    # --- called by the connection ----------------------------------------------------------
+
+    def _connected(self, link: _LinkProtocol) -> None:
+        self._protocol = link
+        log.info("connected to gregor slave %s:%d", self.host, self.port)
+        self._on_up()
+
+    def _disconnected(self, link: _LinkProtocol, reason: Failure) -> None:
+        if self._protocol is not link:
+            return
+        self._protocol = None
+        if not self._stopped:
+            log.warning(
+                "connection to gregor slave %s:%d lost (%s); %d requests in flight fail",
+                self.host,
+                self.port,
+                reason.getErrorMessage(),
+                len(self._in_flight),
+            )
+        self._fail_all(DISCONNECTED)
+        self._on_down()
+        self.after_callbacks()
+
+    def _reply(self, code: int, opaque: int, body: bytes) -> None:
+        entry = self._in_flight.pop(opaque, None)
+        if entry is not None:
+            entry[1](code, body)
+
+    # --- timeouts ------------------------------------------------------------------------
+
+    def _expire(self) -> None:
+        """Fail the requests whose deadline passed; re-arm for the oldest one left."""
+        self._timer = None
+        now = self._reactor.seconds()
+        in_flight = self._in_flight
+        expired = []
+        while in_flight:
+            opaque, (deadline, done) = next(iter(in_flight.items()))
+            if deadline > now:
+                self._timer = self._reactor.callLater(deadline - now, self._expire)
+                break
+            del in_flight[opaque]
+            expired.append(done)
+        if expired:
+            log.warning(
+                "gregor slave %s:%d did not answer %d requests within %.0f ms",
+                self.host,
+                self.port,
+                len(expired),
+                self._timeout_s * 1000,
+            )
+        for done in expired:
+            done(TIMED_OUT, b"")
+        self.after_callbacks()
+
+    def _fail_all(self, code: int) -> None:
+        failed = [done for _deadline, done in self._in_flight.values()]
+        self._in_flight.clear()
+        for done in failed:
+            done(code, b"")
+
+
+class _LinkProtocol(protocol.Protocol):
+    """Reads the slave's replies and hands them to the link (thin, STYLE 2)."""
+
+    def __init__(self, link: SlaveLink) -> None:
+        self._link = link
+        self._decoder = Decoder(HEADER_BYTES_MAX, REPLY_BODY_BYTES_MAX)
+
+    def connectionMade(self) -> None:
+        set_no_delay = getattr(self.transport, "setTcpNoDelay", None)
+        if set_no_delay is not None:
+            set_no_delay(True)
+        self._link._connected(self)
+
+    def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
+        self._link._disconnected(self, reason)
+
+    def dataReceived(self, data: bytes) -> None:
+        decoder = self._decoder
+        decoder.receive_data(data)
+        reply = self._link._reply
+        while True:
+            results = decoder.next_result_run(REPLIES_PER_READ_MAX)
+            for code, opaque, body in results:
+                reply(code, opaque, body)
+            if results:
+                continue
+            try:
+                frame = decoder.next_command()
+            except LocalProtocolError as error:  # not a broker: drop the connection
+                link = self._link
+                log.error("gregor slave %s sent bad data (%s); reconnecting", link.host, error)
+                self.transport.loseConnection()
+                return
+            if frame is NEED_DATA:
+                self._link.after_callbacks()
+                return
+            if isinstance(frame, Result):
+                reply(frame.code, frame.opaque, frame.body)
+            # Anything else (a value frame, a too-large reply) answers none of our requests:
+            # it is dropped, and a request it was meant for times out.
+
+
+class _LinkFactory(protocol.ReconnectingClientFactory):
+    """Reconnects with back-off (Twisted's), quietly: the link logs what matters."""
+
+    initialDelay = RECONNECT_DELAY_MIN_S
+    maxDelay = RECONNECT_DELAY_MAX_S
+    factor = 1.6
+    noisy = False
+
+    def __init__(self, link: SlaveLink) -> None:
+        self._link = link
+
+    def buildProtocol(self, addr: Any) -> _LinkProtocol:
+        self.resetDelay()
+        return _LinkProtocol(self._link)

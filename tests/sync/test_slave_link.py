@@ -1,0 +1,114 @@
+"""``SlaveLink``: requests go out as built, replies are matched by opaque, every request is
+answered exactly once (its reply, a timeout after ``sendToSlaveTimeoutInMills``, or a
+connection loss), and the link reconnects. No real network or time (STYLE 21)."""
+
+from __future__ import annotations
+
+from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.python.failure import Failure
+
+from meta.protocol.encoding import encode_result
+from meta.protocol.sync_frame import encode_sync
+from meta.sync.slave_link import DISCONNECTED, TIMED_OUT, SlaveLink
+
+
+class Harness:
+    def __init__(self, timeout_ms: int = 2000) -> None:
+        self.reactor = MemoryReactorClock()
+        self.events: list[str] = []
+        self.link = SlaveLink(
+            "127.0.0.1",
+            8124,
+            timeout_ms,
+            self.reactor,
+            lambda: self.events.append("up"),
+            lambda: self.events.append("down"),
+            lambda: self.events.append("batch"),
+        )
+        self.answers: list[tuple[str, int, bytes]] = []
+
+    def connect(self) -> tuple[object, StringTransport]:
+        if not self.reactor.tcpClients:
+            self.link.start()
+        factory = self.reactor.tcpClients[-1][2]
+        protocol = factory.buildProtocol(None)
+        transport = StringTransport()
+        protocol.makeConnection(transport)
+        return protocol, transport
+
+    def send(self, name: str, body: bytes = b"hello") -> bool:
+        def build(opaque: int) -> bytes:
+            return encode_sync(b"test", 0, 0, 5, 907060870, opaque, body)
+
+        return self.link.send(build, lambda code, reply: self.answers.append((name, code, reply)))
+
+
+def test_the_link_connects_to_the_slave_and_sends_what_was_built():
+    harness = Harness()
+    harness.link.start()
+    host, port = harness.reactor.tcpClients[0][:2]
+    assert (host, port) == ("127.0.0.1", 8124)
+    assert not harness.send("early")  # not connected: refused, never answered
+    _protocol, transport = harness.connect()
+    assert harness.events == ["up"] and harness.link.connected
+    assert harness.send("a")
+    assert transport.value() == b"sync test 0 5 0 5 907060870 1\r\nhello"
+
+
+def test_replies_are_matched_by_opaque_in_any_order():
+    harness = Harness()
+    protocol, _transport = harness.connect()
+    harness.send("a")
+    harness.send("b")
+    protocol.dataReceived(encode_result(200, b"5 0 25", 2) + encode_result(500, b"no", 1)[:9])
+    assert harness.answers == [("b", 200, b"5 0 25")]
+    protocol.dataReceived(encode_result(500, b"no", 1)[9:])
+    assert harness.answers[1] == ("a", 500, b"no")
+    assert harness.link.in_flight == 0
+    assert harness.events.count("batch") == 2
+
+
+def test_a_request_without_reply_times_out_once_at_its_deadline():
+    harness = Harness(timeout_ms=1000)
+    protocol, _transport = harness.connect()
+    harness.send("a")
+    harness.reactor.advance(0.5)
+    harness.send("b")
+    harness.reactor.advance(0.49)
+    assert harness.answers == []
+    harness.reactor.advance(0.02)
+    assert harness.answers == [("a", TIMED_OUT, b"")]
+    harness.reactor.advance(0.5)
+    assert harness.answers[1] == ("b", TIMED_OUT, b"")
+    protocol.dataReceived(encode_result(200, b"5 0 0", 1))  # too late: dropped
+    assert len(harness.answers) == 2
+
+
+def test_a_lost_connection_fails_every_request_in_flight_at_once():
+    harness = Harness()
+    protocol, _transport = harness.connect()
+    harness.send("a")
+    harness.send("b")
+    protocol.connectionLost(Failure(ConnectionError("reset")))
+    assert harness.answers == [("a", DISCONNECTED, b""), ("b", DISCONNECTED, b"")]
+    assert harness.events == ["up", "down", "batch"]
+    assert not harness.link.connected
+    harness.reactor.advance(10)  # no timeout comes later for them
+    assert len(harness.answers) == 2
+
+
+def test_the_link_reconnects_after_a_loss_until_stopped(monkeypatch):
+    harness = Harness()
+    harness.connect()
+    factory = harness.reactor.tcpClients[0][2]
+    connector = harness.reactor.connectors[0]
+    attempts = []
+    monkeypatch.setattr(connector, "connect", lambda: attempts.append(1), raising=False)
+    factory.clientConnectionLost(connector, Failure(ConnectionError("reset")))
+    harness.reactor.advance(1.5)  # the back-off starts near RECONNECT_DELAY_MIN_S
+    assert attempts == [1]
+    factory.clientConnectionFailed(connector, Failure(ConnectionError("refused")))
+    harness.link.stop()
+    assert connector._disconnected
+    harness.reactor.advance(10)
+    assert attempts == [1]  # stopped: no more attempts
