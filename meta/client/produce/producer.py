@@ -14,8 +14,8 @@ reply is never retried. A timeout raises ``OperationTimeoutError``; a connection
 ``ClientError``. With the round-robin or random selector (messages without an ordering
 key) and ZooKeeper, a broker that refuses or drops the connection or lets a put time out
 is taken out of rotation and the put is sent again to another broker's partition, up to
-``SendRetryPolicy.attempts`` tries (``meta.client.produce.rotation``); other selectors,
-direct mode and transactions never retry.
+``SendRetryPolicy.attempts`` tries (``meta.client.produce.rotation`` says when); other
+selectors, direct mode and transactions never retry.
 
 Invariants: a message is checked (type, topic, size against ``max_message_bytes``) before a
 partition is chosen, so a refused message never reaches a broker. Only masters are written
@@ -46,7 +46,6 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from functools import partial
 from typing import TYPE_CHECKING, Any, Self
 
 from meta.client.cluster import BrokerAddress, validate_topic
@@ -56,7 +55,7 @@ from meta.client.produce.rotation import (
     BrokerRotation,
     SendRetryPolicy,
     avoids_unreachable_brokers,
-    send_with_retries,
+    is_broker_failure,
 )
 from meta.client.produce.routing import Router
 from meta.client.produce.selectors import PartitionSelector
@@ -276,10 +275,35 @@ class MessageProducer:
         branch = self._transactions.active()
         if branch is not None:
             future = self._send_in_transaction(message, branch, timeout_s)
+        elif self._router.rotation is not None:
+            return self._send_avoiding(message, timeout_s, self._router.rotation)
         else:
             future = self._send(message, timeout_s)
-        if branch is None and self._router.rotation is not None:
-            timeout_s *= self._retry.attempts  # Each attempt is bounded by timeout_s.
+        return self._wait(future, message, timeout_s)
+
+    def _send_avoiding(
+        self, message: Message, timeout_s: float, rotation: BrokerRotation
+    ) -> SendResult:
+        """``send_message`` of a keyless producer: a broker that fails the put (connection
+        lost, no reply in time) leaves the rotation and the put goes to another broker."""
+        payload, flag = self._checked_payload(message)
+        attempts_left = self._retry.attempts
+        while True:
+            address, future, attempts_left = self._place(
+                message, payload, flag, timeout_s, attempts_left
+            )
+            try:
+                return self._wait(future, message, timeout_s)
+            except ClientError as error:
+                if address is None or attempts_left <= 1 or not self._broker_failed(error):
+                    raise
+                rotation.take_out(address, error)
+                attempts_left -= 1
+
+    def _broker_failed(self, error: ClientError) -> bool:
+        return not self._shut_down and is_broker_failure(error, self._pool.closed)
+
+    def _wait(self, future: Future[SendResult], message: Message, timeout_s: float) -> SendResult:
         try:
             return future.result(timeout_s)
         except FutureTimeoutError:
@@ -346,30 +370,36 @@ class MessageProducer:
     def _send(self, message: Message, timeout_s: float) -> Future[SendResult]:
         """The non-transactional put: checks raise, later failures fail the future."""
         payload, flag = self._checked_payload(message)
+        attempts = 1 if self._router.rotation is None else self._retry.attempts
+        return self._place(message, payload, flag, timeout_s, attempts)[1]
+
+    def _place(
+        self, message: Message, payload: bytes, flag: int, timeout_s: float, attempts: int
+    ) -> tuple[BrokerAddress | None, Future[SendResult], int]:
+        """Route and write one put: ``(its broker or None, its future, attempts left)``.
+
+        With a rotation, a broker whose connection cannot be had (refused, closed) or that
+        let a put time out since the last look is taken out, and the put is routed again,
+        ``attempts`` times at most; the future carries the last error.
+        """
         rotation = self._router.rotation
-        if rotation is None:
-            return self._send_once(message, payload, flag, timeout_s)[1]
-        send_once = partial(self._send_once, message, payload, flag, timeout_s)
-        return send_with_retries(send_once, rotation, self._retry.attempts, self._is_open)
-
-    def _send_once(
-        self, message: Message, payload: bytes, flag: int, timeout_s: float
-    ) -> tuple[BrokerAddress | None, Future[SendResult]]:
-        """Route and send one put: ``(its broker or None if unroutable, its future)``."""
-        address = None
-        try:
-            partition, address = self._router.route(message)
-            connection = self._connection(address)
-            put = Put(message.topic, partition.partition, payload, flag, 0, checksum(payload))
-            convert = SendResultConverter(message, partition.broker_id)
-            return address, connection.request(put, timeout_s, convert)
-        except ClientError as error:
-            failed: Future[SendResult] = Future()
-            failed.set_exception(error)
-            return address, failed
-
-    def _is_open(self) -> bool:
-        return not self._shut_down
+        while True:
+            address = None
+            try:
+                partition, address = self._router.route(message)
+                connection = self._connection(address)
+                if rotation is not None:
+                    rotation.check_timeouts(address, connection)
+                put = Put(message.topic, partition.partition, payload, flag, 0, checksum(payload))
+                convert = SendResultConverter(message, partition.broker_id)
+                return address, connection.request(put, timeout_s, convert), attempts
+            except ClientError as error:
+                if rotation is None or address is None or not self._broker_failed(error):
+                    return address, _failed(error), attempts
+                rotation.take_out(address, error)
+                if attempts <= 1:
+                    return address, _failed(error), attempts
+                attempts -= 1
 
     def _send_in_transaction(
         self, message: Message, branch: Any, timeout_s: float
@@ -458,3 +488,9 @@ class MessageProducer:
         connection = self._pool.get(address)
         self._last_connection = (address, connection)  # One tuple: atomic for other threads.
         return connection
+
+
+def _failed(error: ClientError) -> Future[SendResult]:
+    failed: Future[SendResult] = Future()
+    failed.set_exception(error)
+    return failed

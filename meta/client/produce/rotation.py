@@ -2,12 +2,17 @@
 
 A message sent with the round-robin or random selector may go to any partition, so a broker
 that refuses connections, drops them or lets a put time out is taken out of the producer's
-rotation at once: the send is tried again on a partition of another broker, and later sends
-choose among the partitions of the brokers still in rotation. A background thread probes
-each broker out of rotation by connecting to it, after a backoff that doubles from
-``SendRetryPolicy.broker_retry_first_ms`` up to ``broker_retry_max_ms``; a connection that
-opens brings the broker back. Messages with a key (the hash selector, ordered producers)
-keep going to the partition their key names: moving them would break their order.
+rotation at once, and later sends choose among the partitions of the brokers still in
+rotation. The producer (``MessageProducer``) sends the put again to another broker: always
+when the connection cannot be had; for ``send_message`` also when the written put fails
+(connection lost, no reply in time). A put written by ``send_message_async`` whose broker
+fails afterwards fails its future (its caller decides; nothing waits to resend it), and its
+broker leaves the rotation at the next send (``check_timeouts`` sees a timeout there). A
+background thread probes each broker out of rotation by connecting to it, after a backoff
+that doubles from ``SendRetryPolicy.broker_retry_first_ms`` up to ``broker_retry_max_ms``;
+a connection that opens brings the broker back. Messages with a key (the hash selector,
+ordered producers) keep going to the partition their key names: moving them would break
+their order.
 
 Invariants:
 
@@ -24,7 +29,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import CancelledError, Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,12 +38,20 @@ from meta.client.produce.selectors import (
     RandomPartitionSelector,
     RoundRobinPartitionSelector,
 )
-from meta.errors import ClientError, NoBrokerError, NoPartitionError
+from meta.errors import (
+    ClientClosedError,
+    ClientError,
+    NoBrokerError,
+    NoPartitionError,
+    OperationTimeoutError,
+)
 
-__all__ = ["BrokerRotation", "SendRetryPolicy", "avoids_unreachable_brokers", "send_with_retries"]
-
-SendOnce = Callable[[], tuple[BrokerAddress | None, Future]]
-"""Routes and sends one put: ``(broker, future)``; broker None when routing failed."""
+__all__ = [
+    "BrokerRotation",
+    "SendRetryPolicy",
+    "avoids_unreachable_brokers",
+    "is_broker_failure",
+]
 
 log = logging.getLogger("meta.client")
 
@@ -82,6 +94,15 @@ def avoids_unreachable_brokers(selector: PartitionSelector) -> bool:
     return isinstance(selector, KEYLESS_SELECTORS)
 
 
+def is_broker_failure(error: ClientError, pool_closed: bool) -> bool:
+    """Whether ``error`` says a broker failed: a connection refused, lost or closed, or no
+    reply in time. A routing error is not one, nor a closed pool (the factory shut down);
+    a broker's reply, even a refusal, is no error at all (the broker is alive)."""
+    if isinstance(error, NoPartitionError):
+        return False
+    return not (isinstance(error, ClientClosedError) and pool_closed)
+
+
 @dataclass
 class _Out:
     address: BrokerAddress
@@ -113,6 +134,8 @@ class BrokerRotation:
         self._out: dict[str, _Out] = {}
         self._thread: threading.Thread | None = None
         self._closed = False
+        # broker URI -> (its connection, that connection's timeouts_total at the last look)
+        self._timeouts_seen: dict[str, tuple[Any, int]] = {}
 
     @property
     def any_out(self) -> bool:
@@ -132,6 +155,19 @@ class BrokerRotation:
                 f"{uri} ({out.error}; next probe in {max(0.0, out.due - now):.1f} s)"
                 for uri, out in sorted(self._out.items())
             )
+
+    def check_timeouts(self, address: BrokerAddress, connection: Any) -> None:
+        """Raise ``OperationTimeoutError`` if a put on ``connection`` (to ``address``) got no
+        reply in time since the last look: an asynchronous send's timeout is seen here, at
+        the next send to that broker. Called by the sending threads; a race between two of
+        them at most reports one timeout twice."""
+        count = connection.timeouts_total
+        seen = self._timeouts_seen.get(address.uri)
+        if seen is not None and seen[0] is connection and seen[1] == count:
+            return
+        self._timeouts_seen[address.uri] = (connection, count)
+        if seen is not None and seen[0] is connection:
+            raise OperationTimeoutError(f"a put to broker {address.uri} got no reply in time")
 
     def take_out(self, address: BrokerAddress, error: BaseException) -> None:
         """Take ``address`` out of rotation after ``error`` (no-op if it is out already)."""
@@ -194,56 +230,3 @@ class BrokerRotation:
             if self._out.pop(address.uri, None) is None:
                 return
         log.info("broker %s is back in the producer's rotation: %s", address.uri, why)
-
-
-def send_with_retries(
-    send_once: SendOnce, rotation: BrokerRotation, attempts: int, is_open: Callable[[], bool]
-) -> Future:
-    """Send with ``send_once``; after a broker failure take that broker out of rotation and
-    send again (to a broker still in rotation), ``attempts`` times at most.
-
-    A broker failure is a ``ClientError`` of the connection: refused or lost, or no reply in
-    time. A reply, even a refusal, is not one (the broker is alive), nor is a routing error.
-
-    Returns:
-        A future with the first success or the last failure.
-    """
-    outer: Future = Future()
-    _send_attempt(outer, send_once, rotation, attempts, is_open)
-    return outer
-
-
-def _send_attempt(
-    outer: Future,
-    send_once: SendOnce,
-    rotation: BrokerRotation,
-    attempts_left: int,
-    is_open: Callable[[], bool],
-) -> None:
-    address, inner = send_once()
-
-    def done(finished: Future) -> None:
-        error: BaseException | None
-        error = CancelledError() if finished.cancelled() else finished.exception()
-        if error is None:
-            _settle(outer, finished.result(), None)
-            return
-        broken = isinstance(error, ClientError) and not isinstance(error, NoPartitionError)
-        if address is not None and broken and is_open():
-            rotation.take_out(address, error)
-            if attempts_left > 1 and not outer.cancelled():
-                _send_attempt(outer, send_once, rotation, attempts_left - 1, is_open)
-                return
-        _settle(outer, None, error)
-
-    inner.add_done_callback(done)
-
-
-def _settle(outer: Future, result: Any, error: BaseException | None) -> None:
-    try:
-        if error is None:
-            outer.set_result(result)
-        else:
-            outer.set_exception(error)
-    except InvalidStateError:
-        pass  # The caller gave up (cancelled) meanwhile.

@@ -1,10 +1,10 @@
-"""Keyless sends avoid unreachable brokers: ``send_with_retries``, ``BrokerRotation`` and the
-``SendRetryPolicy`` checks, with fake sends (no network)."""
+"""Keyless sends avoid unreachable brokers: ``BrokerRotation``, ``is_broker_failure`` and the
+``SendRetryPolicy`` checks, with stand-ins (no network). The producer's retries are tested
+against real brokers (tests/integration/test_client_dead_broker.py)."""
 
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
 
 import pytest
 
@@ -13,40 +13,29 @@ from meta.client.produce.rotation import (
     BrokerRotation,
     SendRetryPolicy,
     avoids_unreachable_brokers,
-    send_with_retries,
+    is_broker_failure,
 )
 from meta.client.produce.selectors import (
     HashPartitionSelector,
     RandomPartitionSelector,
     RoundRobinPartitionSelector,
 )
-from meta.errors import ClientError, NoBrokerError, OperationTimeoutError, TopicNotServedError
+from meta.errors import (
+    ClientClosedError,
+    ClientError,
+    NoBrokerError,
+    OperationTimeoutError,
+    TopicNotServedError,
+)
 
 NO_PROBE = SendRetryPolicy(broker_retry_first_ms=60_000, broker_retry_max_ms=60_000)
 ONE = BrokerAddress("127.0.0.1", 9001)
 TWO = BrokerAddress("127.0.0.1", 9002)
 
 
-def done(result=None, error=None) -> Future:
-    future: Future = Future()
-    if error is None:
-        future.set_result(result)
-    else:
-        future.set_exception(error)
-    return future
-
-
-class Sends:
-    """Plays the given outcomes in order, one per send, recording the brokers used."""
-
-    def __init__(self, *outcomes) -> None:
-        self.outcomes = list(outcomes)
-        self.brokers: list[BrokerAddress | None] = []
-
-    def __call__(self):
-        address, future = self.outcomes.pop(0)
-        self.brokers.append(address)
-        return address, future
+class Connection:
+    def __init__(self) -> None:
+        self.timeouts_total = 0
 
 
 def never_probed(address):
@@ -59,51 +48,35 @@ def test_only_the_keyless_selectors_avoid_brokers():
     assert not avoids_unreachable_brokers(HashPartitionSelector())
 
 
-def test_a_refused_connection_takes_the_broker_out_and_the_send_goes_elsewhere():
+def test_connection_failures_and_timeouts_are_broker_failures_routing_errors_are_not():
+    assert is_broker_failure(ClientError("cannot connect to broker x"), pool_closed=False)
+    assert is_broker_failure(OperationTimeoutError("no reply"), pool_closed=False)
+    assert is_broker_failure(ClientClosedError("connection closed"), pool_closed=False)
+    assert not is_broker_failure(ClientClosedError("factory shut down"), pool_closed=True)
+    assert not is_broker_failure(TopicNotServedError("no broker"), pool_closed=False)
+
+
+def test_a_timeout_since_the_last_look_is_reported_once():
     rotation = BrokerRotation(NO_PROBE, never_probed)
-    sends = Sends((ONE, done(error=ClientError("cannot connect"))), (TWO, done("stored")))
+    connection = Connection()
+    rotation.check_timeouts(ONE, connection)  # The first look only records.
 
-    future = send_with_retries(sends, rotation, 3, lambda: True)
+    connection.timeouts_total = 2
+    with pytest.raises(OperationTimeoutError, match=ONE.uri):
+        rotation.check_timeouts(ONE, connection)
+    rotation.check_timeouts(ONE, connection)  # Seen: no second report.
+    rotation.check_timeouts(ONE, Connection())  # A new connection starts afresh.
 
-    assert future.result(1) == "stored"
-    assert rotation.out_uris() == {ONE.uri}
-    assert "cannot connect" in rotation.describe()
-    rotation.close()
 
-
-def test_a_timeout_counts_as_a_broker_failure():
+def test_taking_out_lists_the_broker_with_its_error():
     rotation = BrokerRotation(NO_PROBE, never_probed)
-    sends = Sends((ONE, done(error=OperationTimeoutError("late"))), (TWO, done("stored")))
 
-    assert send_with_retries(sends, rotation, 3, lambda: True).result(1) == "stored"
-    assert rotation.out_uris() == {ONE.uri}
+    rotation.take_out(ONE, ClientError("cannot connect"))
+    rotation.take_out(ONE, ClientError("again"))  # Already out: kept as it was.
+
+    assert rotation.any_out and rotation.out_uris() == {ONE.uri}
+    assert "cannot connect" in rotation.describe() and "next probe in" in rotation.describe()
     rotation.close()
-
-
-def test_the_attempts_are_bounded_and_the_last_error_is_reported():
-    rotation = BrokerRotation(NO_PROBE, never_probed)
-    sends = Sends(
-        (ONE, done(error=ClientError("one down"))), (TWO, done(error=ClientError("two down")))
-    )
-
-    future = send_with_retries(sends, rotation, 2, lambda: True)
-
-    with pytest.raises(ClientError, match="two down"):
-        future.result(1)
-    assert sends.outcomes == []
-    assert rotation.out_uris() == {ONE.uri, TWO.uri}
-    rotation.close()
-
-
-def test_a_routing_error_or_a_closed_producer_is_not_retried():
-    rotation = BrokerRotation(SendRetryPolicy(), never_probed)
-    unrouted = Sends((None, done(error=TopicNotServedError("no broker"))))
-    with pytest.raises(TopicNotServedError):
-        send_with_retries(unrouted, rotation, 3, lambda: True).result(1)
-
-    closed = Sends((ONE, done(error=ClientError("closed"))))
-    with pytest.raises(ClientError, match="closed"):
-        send_with_retries(closed, rotation, 3, lambda: False).result(1)
     assert rotation.out_uris() == set()
 
 
