@@ -8,6 +8,7 @@ condition with a deadline; the producer is bounded in count and time.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -37,6 +38,8 @@ class SteadyProducer:
         self.producer = factory.create_producer()
         self.producer.publish(TOPIC)
         self.sent: set[int] = set()
+        self.sent_at: dict[int, tuple[float, int]] = {}  # msg id -> (send time, partition)
+        self.lock = threading.Lock()
         self.failures = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -46,9 +49,12 @@ class SteadyProducer:
         for number in range(SENDS_MAX):
             if self._stop.wait(SEND_INTERVAL_S):
                 return
+            sent_at = time.monotonic()
             result = self.producer.send_message(Message(TOPIC, b"m%d" % number))
             if result.success:
-                self.sent.add(result.msg_id)
+                with self.lock:
+                    self.sent.add(result.msg_id)
+                    self.sent_at[result.msg_id] = (sent_at, result.partition.partition)
             else:
                 self.failures += 1
 
@@ -76,21 +82,28 @@ class HoldingCollector(Collector):
             self.release.wait(10)
 
 
-def longest_gap_s(collector: Collector, partition: int, start: float, end: float) -> float:
-    """The longest time in [start, end] without a message of ``partition``."""
+def longest_wait_s(producer, collector: Collector, partition: int, start: float, end: float):
+    """The longest time a message of ``partition`` sent in [start, end] waited to be
+    received: a stall of the consumer, whatever the pace of the producer. A message not
+    received yet counts as waiting until ``end``."""
     with collector.lock:
-        times = [
-            when
+        received = {
+            message.id: when
             for message, when in zip(collector.messages, collector.times, strict=True)
-            if message.partition.partition == partition and start <= when <= end
+        }
+    with producer.lock:
+        sent = [
+            (msg_id, when)
+            for msg_id, (when, number) in producer.sent_at.items()
+            if number == partition and start <= when <= end
         ]
-    edges = [start, *times, end]
-    return max(later - earlier for earlier, later in zip(edges, edges[1:], strict=False))
+    assert sent, f"nothing was sent to partition {partition} in the window"
+    return max(received.get(msg_id, end) - when for msg_id, when in sent)
 
 
 @pytest.fixture
 def cluster(tmp_path_factory, zookeeper):
-    topics = {TOPIC: {"numPartitions": 6}}
+    topics = {TOPIC: {"numPartitions": 6}, "other": {"numPartitions": 1}}
     with broker_cluster(tmp_path_factory, zookeeper, topics, broker_ids=(1,)) as (root, _b):
         yield root
 
@@ -102,9 +115,9 @@ def test_a_partition_freed_late_stalls_no_partition_whose_owner_stays(cluster, z
     Method: one broker, six partitions, a steady producer. Consumers ``a`` and ``b`` own
     1-0..1-2 and 1-3..1-5. ``a``'s listener then blocks on a message of 1-2, so ``a`` cannot
     release it. ``c`` joins: ``b`` must keep 1-3 and take 1-2 from ``a``, which still holds
-    it. For 1.5 s ``b``'s 1-3 must never go more than 0.5 s without a message (the old
-    behaviour paused ``b`` entirely for ``zk_sync_s``, 2 s). Then ``a`` is let go: ``b``
-    takes 1-2 within a second, and every acknowledged message is received.
+    it. No message sent to ``b``'s 1-3 in those 1.5 s may wait 0.5 s or more to be
+    received (the old behaviour paused ``b`` entirely for ``zk_sync_s``, 2 s). Then ``a``
+    is let go: ``b`` takes 1-2 within a second, and every acknowledged message is received.
     """
     factories = [MetaMessageSessionFactory(zk_config(zookeeper, cluster)) for _ in range(4)]
     producer = None
@@ -120,7 +133,7 @@ def test_a_partition_freed_late_stalls_no_partition_whose_owner_stays(cluster, z
                 wait_for(lambda: len(set(owners(admin, cluster, GROUP, TOPIC).values())) == 2)
         joined = time.monotonic()
         wait_for(lambda: time.monotonic() > joined + 1.5, what="1.5 s of steady traffic")
-        assert longest_gap_s(b, 3, joined, time.monotonic()) < STALL_S_MAX
+        assert longest_wait_s(producer, b, 3, joined, time.monotonic() - 0.5) < STALL_S_MAX
         assert owners(admin, cluster, GROUP, TOPIC).get("1-2") == f"{GROUP}_a"
         released = time.monotonic()
         a.release.set()
@@ -130,6 +143,40 @@ def test_a_partition_freed_late_stalls_no_partition_whose_owner_stays(cluster, z
         producer.stop()
         assert producer.failures == 0
         wait_for(lambda: producer.sent <= a.ids() | b.ids() | c.ids(), what="every message")
+    finally:
+        if producer is not None:
+            producer.stop()
+        for factory in factories:
+            factory.shutdown()
+
+
+def test_a_member_of_another_topic_joining_leaves_the_fetching_alone(
+    cluster, zookeeper, admin, caplog
+):
+    """Goal: a rebalance that does not change a member's share does not stop its fetching.
+
+    Method: ``a`` reads the six partitions of the steady topic. ``b`` joins the same group
+    for another topic only: ``a`` rebalances (the group's ids changed) but keeps its share,
+    so it must neither restart its fetcher (no new "owns" line) nor leave any message
+    waiting 0.5 s or more on any partition.
+    """
+    factories = [MetaMessageSessionFactory(zk_config(zookeeper, cluster)) for _ in range(3)]
+    producer = None
+    try:
+        producer = SteadyProducer(factories[0])
+        a = Collector()
+        consumer_of(factories[1], TOPIC, GROUP, a, consumer_id="a")
+        wait_for(lambda: len(owners(admin, cluster, GROUP, TOPIC)) == 6, what="a owning six")
+        caplog.set_level(logging.INFO, logger="meta.client")
+        caplog.clear()
+        joined = time.monotonic()
+        consumer_of(factories[2], "other", GROUP, Collector(), consumer_id="b")
+        wait_for(lambda: owners(admin, cluster, GROUP, "other"), what="b owning other")
+        wait_for(lambda: time.monotonic() > joined + 1.5, what="1.5 s of steady traffic")
+        end = time.monotonic() - 0.5  # What was sent until then had 0.5 s to arrive.
+        assert [r for r in caplog.records if f"{GROUP}_a owns" in r.getMessage()] == []
+        waits = [longest_wait_s(producer, a, number, joined, end) for number in range(6)]
+        assert max(waits) < STALL_S_MAX
     finally:
         if producer is not None:
             producer.stop()
