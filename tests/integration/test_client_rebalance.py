@@ -29,6 +29,9 @@ GROUP = "stall-free"
 STALL_S_MAX = 0.5
 SEND_INTERVAL_S = 0.01
 SENDS_MAX = 6000  # 60 s at the interval: far more than the test runs
+# An empty fetch backs a partition off by a tenth of max_delay_fetch_ms (Java's rule): 50 ms
+# here, not the default 500 ms, so a stall of the rebalance stands out from the pacing.
+PACE = {"zk_sync_s": 2.0, "max_delay_fetch_ms": 500}
 
 
 class SteadyProducer:
@@ -128,7 +131,7 @@ def test_a_partition_freed_late_stalls_no_partition_whose_owner_stays(cluster, z
             if name == "c":
                 a.hold.set()
                 wait_for(a.blocked.is_set, what="a blocked on a message of 1-2")
-            consumer_of(factory, TOPIC, GROUP, collector, consumer_id=name, zk_sync_s=2.0)
+            consumer_of(factory, TOPIC, GROUP, collector, consumer_id=name, **PACE)
             if name == "b":
                 wait_for(lambda: len(set(owners(admin, cluster, GROUP, TOPIC).values())) == 2)
         joined = time.monotonic()
@@ -165,12 +168,12 @@ def test_a_member_of_another_topic_joining_leaves_the_fetching_alone(
     try:
         producer = SteadyProducer(factories[0])
         a = Collector()
-        consumer_of(factories[1], TOPIC, GROUP, a, consumer_id="a")
+        consumer_of(factories[1], TOPIC, GROUP, a, consumer_id="a", **PACE)
         wait_for(lambda: len(owners(admin, cluster, GROUP, TOPIC)) == 6, what="a owning six")
         caplog.set_level(logging.INFO, logger="meta.client")
         caplog.clear()
         joined = time.monotonic()
-        consumer_of(factories[2], "other", GROUP, Collector(), consumer_id="b")
+        consumer_of(factories[2], "other", GROUP, Collector(), consumer_id="b", **PACE)
         wait_for(lambda: owners(admin, cluster, GROUP, "other"), what="b owning other")
         wait_for(lambda: time.monotonic() > joined + 1.5, what="1.5 s of steady traffic")
         end = time.monotonic() - 0.5  # What was sent until then had 0.5 s to arrive.
