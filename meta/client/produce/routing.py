@@ -1,4 +1,4 @@
-"""``Router``: which partition, and which broker, a producer's message goes to (spec §2.2).
+"""``Router``: which partition, and which broker, a producer's message goes to.
 
 With ZooKeeper the router reads the topic's current snapshot from the factory's
 ``ZkClusterView`` (producer partitions in numeric order, master addresses) and lets the
@@ -60,7 +60,7 @@ class Router:
         self._served: dict[str, Mapping[int, BrokerAddress]] = {}
 
     def route(self, message: Message) -> tuple[Partition, BrokerAddress]:
-        """Choose the partition and its master broker (spec §2.2).
+        """Choose the partition and its master broker.
 
         Raises:
             TopicNotPublishedError: ``publish(topic)`` was never called.

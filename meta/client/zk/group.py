@@ -1,4 +1,4 @@
-"""Consumer group membership, rebalance and ZooKeeper offsets (zk spec §1.2, §1.5, §3.2-§3.5).
+"""Consumer group membership, rebalance and ZooKeeper offsets.
 
 ``ZkConsumerGroup`` registers the ephemeral ``R/consumers/G/ids/<consumerIdString>`` (data:
 the comma-joined topics), watches ``consumers/G/ids`` and ``brokers/topics-sub/T``, and runs
@@ -13,7 +13,7 @@ Invariants:
 * Watches and state listeners only enqueue a token; one rebalance thread drains duplicate
   tokens and rebalances under ``_lock`` (up to ``ATTEMPTS`` attempts, ``zk_sync_s`` apart).
 * An owner node still held by another consumer does not fail the rebalance: that partition
-  waits (``meta.client.zk.pending``) and is tried again alone when its owner node goes away
+  waits (``meta.client.zk.owners``) and is tried again alone when its owner node goes away
   or its backoff runs out, while the partitions taken are fetched. The fetcher is stopped
   only when this consumer's share or the address of one of its brokers changes.
 * Offsets are committed (modified entries only) before any assignment changes, so the next
@@ -82,7 +82,7 @@ class ZkConsumerGroup:
         strategy: ``"DEFAULT"`` or ``"CONSIST"``.
         fetcher: the consumer's fetch manager (stopped).
         start_offset: the offset of partitions without a committed offset.
-        from_max_offset: start those partitions at the newest message instead (DECISIONS 14).
+        from_max_offset: start those partitions at the newest message instead (compatibility.md).
         zk_sync_s: pause after a failed attempt (Java's ``zkSyncTimeMs``).
         always_from_max: start every newly owned partition at the newest message, committed
             offset or not (Java's ``alwaysConsumeFromMaxOffset``).
@@ -153,7 +153,7 @@ class ZkConsumerGroup:
             return self._pending.keys
 
     def start(self) -> None:
-        """Register, watch, rebalance synchronously (spec §3.2), then start the thread.
+        """Register, watch, rebalance synchronously, then start the thread.
 
         Raises:
             ClientError: registration or every rebalance attempt failed.
@@ -176,7 +176,7 @@ class ZkConsumerGroup:
         self._thread.start()
 
     def commit(self) -> None:
-        """Write every modified offset to ``consumers/G/offsets/T/B-P`` (spec §1.5).
+        """Write every modified offset to ``consumers/G/offsets/T/B-P``.
 
         While the connection is suspended nothing is written; the entries stay modified
         for the next commit.
@@ -362,7 +362,7 @@ class ZkConsumerGroup:
         return False
 
     def _attempt(self) -> None:
-        """One rebalance attempt (spec §3.3); raises ``AttemptFailed`` to retry."""
+        """One rebalance attempt; raises ``AttemptFailed`` to retry."""
         consumers = read_consumers(self._client, self._group_path, self.consumer_id)
         partitions = {
             topic: read_partitions(self._client, self._root, topic) for topic in self._topics

@@ -1,4 +1,4 @@
-"""What one rebalance reads from ZooKeeper (zk spec §3.3): the group's consumers and their
+"""What one rebalance reads from ZooKeeper: the group's consumers and their
 topics, a topic's consumer partitions, and the brokers' addresses.
 
 Each function reads afresh (no cache) with the caller's ``KazooClient``; a node that vanishes
@@ -60,7 +60,7 @@ def read_partitions(client: KazooClient, root: str, topic: str) -> list[str]:
 
 
 def read_cluster(client: KazooClient, root: str) -> dict[int, BrokerAddress]:
-    """Broker id -> the master's address, else a slave's (spec §1.4, masters preferred)."""
+    """Broker id -> the master's address, else a slave's (masters preferred)."""
     ids_path = f"{root}/brokers/ids"
     cluster: dict[int, BrokerAddress] = {}
     for name in read_children(client, ids_path):
