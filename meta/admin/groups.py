@@ -3,13 +3,17 @@
 ``groups delete`` lives in ``meta.admin.group_delete``.
 
 * ``groups``: each ``R/consumers/G`` with its live members (``ids``, data = their topics) and
-  the topics it has offsets or owners for.
+  the topics it has offsets or owners for; for each member that owns partitions, when it
+  last committed an offset, flagged "stale (possibly dead)" when it has lag and stopped
+  committing (``meta.admin.liveness``).
 * ``lag GROUP [--topic T]``: per partition the committed offset (``offsets/T/B-P``), the
   broker's max offset (``stats offsets``), the lag in bytes, and the lag in messages when the
   lag is at most ``--count-bytes-max`` (the records are counted by reading them), else ``-``.
   A partition without an offsets node was never committed: its lag counts from the first
   offset, where a consumer starting at offset 0 begins (the broker answers 301 to 0 after
-  retention). A committed offset below the first segment counts from there too.
+  retention). A committed offset below the first segment counts from there too. Each row
+  also gives when its owner last committed, and notes an owner that looks dead
+  (``meta.admin.liveness``).
 * ``reset-offsets GROUP --topic T --to earliest|latest|OFFSET|TIME``: computes every new
   offset first, then writes the offsets nodes as ``<msgId>-<offset>``: ``msgId`` is the id of
   the record just before the new offset when the search read it (TIME), else -1, as Java's
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from dataclasses import dataclass
 
 from meta.admin.client import (
@@ -38,6 +43,16 @@ from meta.admin.client import (
     RefusedError,
 )
 from meta.admin.group_delete import add_delete_parser
+from meta.admin.liveness import (
+    STALE_TEXT,
+    PartitionActivity,
+    add_commit_interval_option,
+    age_text,
+    group_activities,
+    mark_owners,
+    member_liveness,
+    owner_activities,
+)
 from meta.admin.options import add_execute_options, cluster_options, positive_int
 from meta.admin.output import Progress, format_time_ms, parse_time, table, to_json
 from meta.admin.reads import PartitionReader, PartitionStats, locate_time
@@ -97,6 +112,7 @@ def add_parser(commands: argparse._SubParsersAction, connection: argparse.Argume
         "(and the topics each subscribes) and the topics it has offsets for; "
         "'groups delete GROUP' deletes a stopped group.",
     )
+    add_commit_interval_option(groups)
     groups.set_defaults(run=run_groups, open_session=ClusterSession.from_arguments)
     group_commands = groups.add_subparsers(dest="group_command", metavar="SUBCOMMAND")
     add_delete_parser(group_commands)
@@ -116,6 +132,7 @@ def add_parser(commands: argparse._SubParsersAction, connection: argparse.Argume
         metavar="BYTES",
         help=f"count lag messages only up to this many bytes of lag (default {COUNT_BYTES_MAX})",
     )
+    add_commit_interval_option(lag)
     lag.set_defaults(run=run_lag, open_session=ClusterSession.from_arguments)
     _add_reset_parser(commands, options)
 
@@ -167,12 +184,23 @@ def _add_reset_parser(commands: argparse._SubParsersAction, options) -> None:
 def run_groups(arguments: argparse.Namespace, session: ClusterSession) -> int:
     zk = session.zk
     documents = []
+    now_ms = int(time.time() * 1000)
     for group in zk.groups():
         members = zk.members(group)
+        activities = group_activities(session, group)
         documents.append(
             {
                 "group": group,
-                "members": [{"id": name, "topics": topics} for name, topics in members.items()],
+                "members": [
+                    {
+                        "id": name,
+                        "topics": topics,
+                        **member_liveness(
+                            activities.get(name), now_ms, arguments.commit_interval_ms
+                        ),
+                    }
+                    for name, topics in members.items()
+                ],
                 "topics": zk.group_topics(group),
             }
         )
@@ -188,13 +216,19 @@ def run_groups(arguments: argparse.Namespace, session: ClusterSession) -> int:
         rows.append([document["group"], len(document["members"]), topics])
     print(table(["GROUP", "MEMBERS", "TOPICS"], rows))
     members = [
-        [document["group"], member["id"], ",".join(member["topics"]) or None]
+        [
+            document["group"],
+            member["id"],
+            ",".join(member["topics"]) or None,
+            age_text(member["last_commit_ms"], now_ms),
+            STALE_TEXT if member["stale"] else None,
+        ]
         for document in documents
         for member in document["members"]
     ]
     if members:
         print()
-        print(table(["GROUP", "MEMBER", "SUBSCRIBED"], members))
+        print(table(["GROUP", "MEMBER", "SUBSCRIBED", "LAST_COMMIT", "STATUS"], members))
     return EXIT_OK
 
 
@@ -230,13 +264,14 @@ def run_lag(arguments: argparse.Namespace, session: ClusterSession) -> int:
         if arguments.topic not in topics:
             zk.check_topic(arguments.topic)
         topics = [arguments.topic]
-    status, rows, unreachable = EXIT_OK, [], set()
+    status, rows, unreachable, activity = EXIT_OK, [], set(), []
     for topic in topics:
         offsets = zk.offsets(arguments.group, topic)
-        owners = zk.owners(arguments.group, topic)
+        owners = zk.owned_since(arguments.group, topic)
         for name in _partitions_of(session, arguments.group, topic):
             partition = Partition.parse(name)
-            row = _lag_row(topic, partition, offsets.get(name), owners.get(name))
+            owner, since_ms = owners.get(name, (None, 0))
+            row = _lag_row(topic, partition, offsets.get(name), owner)
             try:
                 _fill_lag(session, row, partition, arguments.count_bytes_max)
             except (BrokerUnreachableError, NotFoundError) as error:
@@ -246,6 +281,11 @@ def run_lag(arguments: argparse.Namespace, session: ClusterSession) -> int:
                 row["note"] = f"broker {partition.broker_id} unavailable"
                 status = EXIT_USAGE
             rows.append(row)
+            if owner is not None:
+                written_ms = getattr(offsets.get(name), "written_ms", None)
+                activity.append(PartitionActivity(owner, since_ms, written_ms, row["lag_bytes"]))
+    now_ms = int(time.time() * 1000)
+    mark_owners(rows, owner_activities(activity), now_ms, arguments.commit_interval_ms)
     return _print_lag(arguments, session, rows, status)
 
 
@@ -316,10 +356,12 @@ def _print_lag(arguments: argparse.Namespace, session: ClusterSession, rows, sta
     if not rows:
         print(f"group {arguments.group} has no partitions to show")
         return status
+    now_ms = int(time.time() * 1000)
     headers = [
         "TOPIC",
         "PARTITION",
         "OWNER",
+        "OWNER_LAST_COMMIT",
         "COMMITTED",
         "MAX_OFFSET",
         "LAG_BYTES",
@@ -331,6 +373,7 @@ def _print_lag(arguments: argparse.Namespace, session: ClusterSession, rows, sta
             row["topic"],
             row["partition"],
             row["owner"],
+            age_text(row["owner_last_commit_ms"], now_ms),
             row["committed_offset"],
             row["max_offset"],
             row["lag_bytes"],

@@ -88,6 +88,7 @@ class CommittedOffset:
     offset: int
     text: str
     error: str | None = None
+    written_ms: int | None = None  # ZooKeeper's mtime of the node: when it was last committed
 
 
 def connect(connect_string: str, timeout_s: float) -> KazooClient:
@@ -302,12 +303,19 @@ class ZkAdmin:
 
     def owners(self, group: str, topic: str) -> dict[str, str]:
         """Partition ``B-P`` -> owning consumer id string."""
+        return {name: owner for name, (owner, _since) in self.owned_since(group, topic).items()}
+
+    def owned_since(self, group: str, topic: str) -> dict[str, tuple[str, int]]:
+        """Partition ``B-P`` -> (owning consumer id string, when it took the partition: the
+        owner node's creation time in epoch milliseconds, ZooKeeper's clock)."""
         path = f"{self.group_path(group)}/owners/{topic}"
         found = {}
         for name in self.children(path):
-            text = self.text(f"{path}/{name}")
-            if text is not None:
-                found[name] = text
+            try:
+                data, stat = self._call(self._client.get_async(f"{path}/{name}"), path)
+            except NoNodeError:
+                continue  # Released while being read.
+            found[name] = ((data or b"").decode("utf-8", "replace"), stat.ctime)
         return found
 
     def offsets(self, group: str, topic: str) -> dict[str, CommittedOffset]:
@@ -315,14 +323,16 @@ class ZkAdmin:
         path = f"{self.group_path(group)}/offsets/{topic}"
         found = {}
         for name in self.children(path):
-            text = self.text(f"{path}/{name}")
-            if text is None:
+            try:
+                data, stat = self._call(self._client.get_async(f"{path}/{name}"), path)
+            except NoNodeError:
                 continue
+            text = (data or b"").decode("utf-8", "replace")
             try:
                 msg_id, offset = parse_offset(text.strip())
-                found[name] = CommittedOffset(msg_id, offset, text)
+                found[name] = CommittedOffset(msg_id, offset, text, None, stat.mtime)
             except ClientError as error:
-                found[name] = CommittedOffset(-1, 0, text, str(error))
+                found[name] = CommittedOffset(-1, 0, text, str(error), stat.mtime)
         return found
 
     def write_offset(self, group: str, topic: str, partition: str, msg_id: int, offset: int):

@@ -23,6 +23,7 @@ from meta.client.produce.async_producer import AsyncMessageProducer
 from meta.client.produce.log_handler import MetaLogHandler
 from meta.client.produce.ordered import OrderedMessageProducer, parse_partitions_info
 from meta.client.produce.producer import MessageProducer
+from meta.client.produce.rotation import SendRetryPolicy
 from meta.client.produce.selectors import (
     HashPartitionSelector,
     PartitionSelector,
@@ -55,6 +56,7 @@ __all__ = [
     "RecoverStore",
     "RoundRobinPartitionSelector",
     "SendResult",
+    "SendRetryPolicy",
     "TopicBrowser",
     "XAMessageProducer",
     "XAResource",

@@ -35,6 +35,7 @@ from meta.client.cluster import BrokerAddress, Partition
 from meta.client.consume.consumer import SubscribeRegistry
 from meta.client.net.pool import RECONNECT_DELAY_S, ConnectionPool
 from meta.client.produce.producer import MessageProducer
+from meta.client.produce.rotation import SendRetryPolicy
 from meta.client.produce.selectors import PartitionSelector, RoundRobinPartitionSelector
 from meta.errors import ClientClosedError, ClientError
 
@@ -179,9 +180,16 @@ class MetaMessageSessionFactory:
         self._pool.set_brokers(topic, snapshot.brokers.values())
 
     def create_producer(
-        self, partition_selector: PartitionSelector | None = None
+        self,
+        partition_selector: PartitionSelector | None = None,
+        retry_policy: SendRetryPolicy | None = None,
     ) -> MessageProducer:
         """Return a new producer; its selector defaults to a fresh round robin.
+
+        Args:
+            partition_selector: chooses a message's partition; round robin when None.
+            retry_policy: how a round-robin or random producer retries a send on another
+                broker and probes unreachable ones (docs/client.md); the defaults when None.
 
         Raises:
             ClientClosedError: the factory was shut down.
@@ -193,6 +201,7 @@ class MetaMessageSessionFactory:
             view=self._view,
             direct_broker=self._direct_broker,
             on_shutdown=self._producer_shut_down,
+            retry=retry_policy,
         )
         return self._track_producer(producer)
 

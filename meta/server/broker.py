@@ -15,7 +15,9 @@ keep inheriting the running ``[system]`` values. The rule for topics is "as a re
 the new file would have it":
 
 * new topics are accepted and registered in ZooKeeper at once; a topic whose section changed
-  is registered again (its three nodes deleted and re-created) with the new settings;
+  is registered again with the new settings, its nodes updated in place (a node whose payload
+  changes is replaced in one ZooKeeper transaction; unchanged nodes and other topics are not
+  touched);
 * a removed topic keeps its partitions: its data stays on disk and is still served to
   consumers, partitions that exist still take puts, new partitions are refused (the topic
   is no longer legal). In ZooKeeper a removed topic that has data stays registered, now with

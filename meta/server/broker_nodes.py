@@ -23,6 +23,9 @@ Invariants:
   ``claim_broker_node`` reports its holder; waiting it out is the caller's business.
 * A node whose name is ours alone (the checksum, topic nodes) left by an older session of this
   broker is replaced.
+* A topic node whose payload changes while the broker runs (a reload) is deleted and created
+  again in one ZooKeeper transaction: its parent's watchers get a child event, and there is
+  no moment at which the node is missing. The broker node is never touched by a reload.
 * Every ZooKeeper request waits at most ``zk.zkConnectionTimeoutMs`` for its answer.
 * The ``[zookeeper]`` settings and the paths derived from them are fixed at construction.
 
@@ -247,33 +250,79 @@ class BrokerNodes:
         except NoNodeError:
             pass
 
-    def write_topic(self, topic: str, topic_config: TopicConfig, rewrite: bool) -> None:
-        """Write the three topic nodes; with ``rewrite`` delete them first (a child event).
+    def write_topic(self, topic: str, topic_config: TopicConfig, in_place: bool = False) -> None:
+        """Write the three topic nodes of ``topic`` from ``topic_config``.
 
         Args:
             topic: the topic name.
             topic_config: the settings the nodes are written from.
-            rewrite: delete the nodes first, so watchers see the change.
+            in_place: the nodes may exist with other data (a reload): a node of ours whose
+                payload changes is deleted and created again in one ZooKeeper transaction
+                (``replace_nodes``), one with the same payload is left alone, so watchers of
+                other nodes see nothing and no reader ever finds the node missing.
         """
-        paths = topic_paths(self._zookeeper.root, topic, self.suffix)
-        if rewrite:
-            for path in paths:
-                self.delete_if_exists(path)
+        legacy_path, publish_path, subscribe_path = topic_paths(
+            self._zookeeper.root, topic, self.suffix
+        )
         count = topic_config.num_partitions
         payload = topic_payload(count, self.suffix)
-        legacy_path, publish_path, subscribe_path = paths
-        if self.publishing:
-            self.ensure_ephemeral(legacy_path, str(count))
-        else:
-            self.delete_if_exists(legacy_path)
-        for path, accepted in (
-            (publish_path, topic_config.accept_publish and self.publishing),
-            (subscribe_path, topic_config.accept_subscribe),
-        ):
-            if accepted:
-                self.ensure_ephemeral(path, payload)
-            else:
+        wanted = {
+            legacy_path: str(count) if self.publishing else None,
+            publish_path: payload if topic_config.accept_publish and self.publishing else None,
+            subscribe_path: payload if topic_config.accept_subscribe else None,
+        }
+        if in_place:
+            wanted = self.replace_nodes(wanted)
+        for path, value in wanted.items():
+            if value is None:
                 self.delete_if_exists(path)
+            else:
+                self.ensure_ephemeral(path, value)
+
+    def replace_nodes(self, wanted: dict[str, str | None]) -> dict[str, str | None]:
+        """Bring our ephemeral nodes that exist to their ``wanted`` value in one transaction.
+
+        A node of our session whose data differs is deleted and created again in a single
+        ZooKeeper ``multi``: watchers of its parent get the child event that Java clients
+        rely on to notice a new ``numParts`` (they watch children, never data), and no read
+        ever finds the node missing. A node that already holds its value is left alone.
+
+        Args:
+            wanted: path -> value, or None for a node that must not exist.
+
+        Returns:
+            What is left for ``ensure_ephemeral`` / ``delete_if_exists``: missing nodes,
+            nodes that must go, and nodes held by another session; empty when the
+            transaction covered everything.
+        """
+        client = self._connected_client()
+        session = self.session_id()
+        transaction = client.transaction()
+        left: dict[str, str | None] = {}
+        replaced = []
+        for path, value in wanted.items():
+            try:
+                data, stat = self._wait(client.get_async(path))
+            except NoNodeError:
+                data, stat = None, None
+            if value is None or stat is None or stat.ephemeralOwner != session:
+                if value is not None or stat is not None:
+                    left[path] = value
+                continue
+            if data != value.encode():
+                transaction.delete(path, version=stat.version)
+                transaction.create(path, value.encode(), ephemeral=True)
+                replaced.append(path)
+        if replaced:
+            results = self._wait(transaction.commit_async())
+            failed = [result for result in results if isinstance(result, Exception)]
+            if failed:
+                # A concurrent change: fall back to one node at a time.
+                log.warning("replacing %s in one transaction failed: %r", replaced, failed)
+                left.update((path, wanted[path]) for path in replaced)
+            else:
+                log.info("replaced %s in one transaction", ", ".join(replaced))
+        return left
 
     def set_publishing(self, publishing: bool, topics: dict[str, TopicConfig]) -> None:
         """Withdraw (False) or restore (True) the producers' nodes of ``topics``: the legacy

@@ -14,9 +14,9 @@ Invariants:
   new session re-creates the broker node, the checksum node and exactly those topics.
 * At most one ZooKeeper operation per topic is in flight (``_in_flight``); a later call for
   the same topic waits for it, then decides again from the recorded state.
-* After a reload (``set_config``), ``register_topic(topic, force=True)`` rewrites a topic
-  whose settings changed and ``unregister_topic`` deletes one the broker no longer serves;
-  which topics those are is the broker's decision (``Broker.reload``).
+* After a reload (``set_config``), ``register_topic(topic, force=True)`` updates in place the
+  nodes of a topic whose settings changed and ``unregister_topic`` deletes one the broker no
+  longer serves; which topics those are is the broker's decision (``Broker.reload``).
 * With ``zk.zkEnable=false`` every method is a no-op that returns a fired Deferred.
 
 Thread affinity: ``BrokerRegistry`` belongs to the reactor thread. Every ZooKeeper operation
@@ -159,7 +159,9 @@ class BrokerRegistry:
         Args:
             topic: the topic name (a wildcard section name is registered literally).
             force: re-register after a config reload: when the topic's settings differ from
-                those of its last registration, delete its nodes and create them again.
+                those of its last registration, bring its nodes to the new settings in place
+                (``BrokerNodes.write_topic``: unchanged nodes are left alone, changed ones
+                replaced in one transaction).
 
         Returns:
             A Deferred that fires with None when the nodes are written (or nothing had to be
@@ -179,8 +181,8 @@ class BrokerRegistry:
         previous = self._registered.get(topic)
         if previous is not None and (not force or previous == topic_config):
             return defer.succeed(None)
-        rewrite = previous is not None
-        registered = self._run(self._nodes.write_topic, topic, topic_config, rewrite)
+        in_place = previous is not None
+        registered = self._run(self._nodes.write_topic, topic, topic_config, in_place)
         self._in_flight[topic] = registered
         registered.addBoth(self._register_topic_done, topic, topic_config)
         return _fork(registered)

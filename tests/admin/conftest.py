@@ -28,6 +28,7 @@ TOPICS = {
     "lag": {"numPartitions": 2},
     "reset": {"numPartitions": 2},
     "live": {"numPartitions": 1},
+    "stale": {"numPartitions": 1},
     "bytime": {"numPartitions": 2},
     "quiet": {"numPartitions": 1},
     "console": {"numPartitions": 2},

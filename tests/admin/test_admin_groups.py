@@ -81,11 +81,17 @@ def test_groups_lists_a_live_member_with_its_topics(cli, consumers):
     status, out, _ = cli("groups", "--json")
     groups = {document["group"]: document for document in json.loads(out)["groups"]}
     assert status == 0
-    assert groups["g-groups"]["members"] == [{"id": consumer.consumer_id, "topics": ["live"]}]
+    [member] = groups["g-groups"]["members"]
+    assert (member["id"], member["topics"], member["stale"]) == (
+        consumer.consumer_id,
+        ["live"],
+        False,
+    )
     assert groups["g-groups"]["topics"] == ["live"]
     status, out, _ = cli("groups")
     # Other tests' groups set the column widths: compare words, not spacing.
-    assert ["g-groups", consumer.consumer_id, "live"] in [line.split() for line in out.splitlines()]
+    lines = [line.split()[:3] for line in out.splitlines()]
+    assert ["g-groups", consumer.consumer_id, "live"] in lines
 
 
 # --- lag -------------------------------------------------------------------------------------
@@ -139,6 +145,53 @@ def test_lag_of_a_group_that_never_committed_counts_from_the_first_offset(
     assert all(row["lag_bytes"] == row["max_offset"] - row["min_offset"] for row in rows)
 
 
+def test_a_killed_member_is_flagged_stale_within_three_commit_intervals(
+    cli, factory, admin_cluster, tmp_path
+):
+    """Goal: after ``kill -9`` of a consumer, ``lag`` and ``groups`` flag its owner "stale
+    (possibly dead)" within three commit intervals, long before its session expires.
+
+    Method: a consumer process (30 s session, commits every second) reads a steady trickle;
+    ``lag`` shows its owner live. It is killed and more messages arrive (lag). ``lag`` runs
+    in a loop (bounded) until the owner is flagged; that run must start less than three
+    intervals after the kill. ``groups`` then flags the member too.
+    """
+    interval = ["--commit-interval-ms", "1000"]
+    out_path = tmp_path / "ids.txt"
+    with restarted_member(admin_cluster, "stale", "g-stale", out_path, 30_000, 1000) as child:
+        assert child.stdout.readline().strip() == b"ready"
+        sent: set[int] = set()
+        for number in range(20):  # 2 s of traffic: the member commits twice or more
+            sent |= {r.msg_id for r in put(factory, "stale", [b"s%d" % number])}
+            time.sleep(0.1)
+        wait_for(lambda: received_ids(out_path) >= sent, what="the member to read")
+        _status, out, _ = cli("lag", "g-stale", *interval, "--json")
+        rows = json.loads(out)["partitions"]  # 1-0 and 2-0, both the member's
+        assert [row["owner"].endswith("_restarted") for row in rows] == [True, True]
+        assert [row["owner_stale"] for row in rows] == [False, False]
+        child.kill()
+        killed = time.monotonic()
+        put(factory, "stale", [b"after-the-kill"])
+        started = flagged = None
+        for _ in range(100):  # bounded: well past the session timeout if nothing flags
+            started = time.monotonic()
+            _status, out, _ = cli("lag", "g-stale", *interval, "--json")
+            rows = json.loads(out)["partitions"]
+            if any(row["owner_stale"] for row in rows):
+                flagged = rows
+                break
+            time.sleep(0.05)
+        assert flagged is not None and started - killed < 3.0
+        assert all("stale (possibly dead)" in row["note"] for row in flagged)
+        assert all(row["owner_last_commit_ms"] is not None for row in flagged)
+        _status, out, _ = cli("groups", *interval, "--json")
+        groups = {document["group"]: document for document in json.loads(out)["groups"]}
+        [member] = groups["g-stale"]["members"]
+        assert member["stale"] is True
+        _status, out, _ = cli("groups", *interval)
+        assert "stale (possibly dead)" in out
+
+
 def test_lag_of_an_unknown_group_exits_1_naming_it(cli):
     status, out, err = cli("lag", "no-such-group")
     assert status == 1 and out == ""
@@ -169,19 +222,22 @@ def test_reset_to_earliest_then_a_restart_redelivers_from_the_start(
 
 
 @contextlib.contextmanager
-def restarted_member(admin_cluster, topic: str, group: str, out_path: Path) -> Iterator[None]:
-    """A group member in a process of its own (``tests.integration.consumer_process``),
-    killed on exit and waited for."""
+def restarted_member(
+    admin_cluster, topic: str, group: str, out_path: Path, *timings_ms: int
+) -> Iterator[subprocess.Popen]:
+    """A group member in a process of its own (``tests.integration.consumer_process``, with
+    its optional session timeout and commit period), killed on exit and waited for."""
     command = [sys.executable, "-m", "tests.integration.consumer_process",
                admin_cluster.connect_string, admin_cluster.root, topic, group, "restarted",
-               str(out_path)]  # fmt: skip
+               str(out_path), *map(str, timings_ms)]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-    child = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL)
+    child = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE)
     try:
-        yield
+        yield child
     finally:
         child.kill()
         child.wait(timeout=WAIT_S)
+        child.stdout.close()
 
 
 def received_ids(out_path: Path) -> set[int]:

@@ -208,11 +208,13 @@ def test_a_broker_restart_loses_no_acknowledged_message(tmp_path, zookeeper):
 
     Method: a sender thread sends synchronously (1 s timeout) and one consumer reads, while
     broker 4 of a private two-broker cluster is killed with SIGKILL. Its ZooKeeper nodes stay
-    until its session expires, so the producer keeps routing to it and must see typed
-    failures (``ClientError`` or a failed ``SendResult``), only from the kill on. The broker
-    is then started again on the same port and data directory (it waits out its old session,
-    DECISIONS 6); sends must succeed on broker 4 again, and every id whose send succeeded
-    must be consumed.
+    until its session expires, but the round-robin producer takes it out of rotation at its
+    first failure, so sends go on to broker 3; a put in flight at the kill is sent again
+    there, and any send that still fails does so with a typed failure (``ClientError`` or a
+    failed ``SendResult``), only from the kill on. The broker is then started again on the
+    same port and data directory (it waits out its old session, DECISIONS 6); the producer's
+    probe brings it back and sends must succeed on broker 4 again, and every id whose send
+    succeeded must be consumed.
     """
     root = make_root(zookeeper)
     topics = {"restart": {"numPartitions": 2}}
@@ -236,12 +238,13 @@ def test_a_broker_restart_loses_no_acknowledged_message(tmp_path, zookeeper):
             wait_for(lambda: on_broker_4() >= 20, what="sends to broker 4")
             stopping_at = time.monotonic()
             brokers[1].kill()
-            wait_for(lambda: len(sender.failures) >= 3, what="sends to the dead broker to fail")
+            acked = len(sender.acked_ids())
+            wait_for(lambda: len(sender.acked_ids()) >= acked + 50, what="sends without broker 4")
             brokers[1].start()
             before = on_broker_4()
             wait_for(lambda: on_broker_4() >= before + 20, what="sends to the restarted broker")
             sender.stop()
-            assert sender.failures
+            assert len(sender.failures) < 5
             for _t, failure in sender.failures:
                 assert isinstance(failure, ClientError) or not failure.success
             assert all(t >= stopping_at for t, _f in sender.failures)

@@ -343,10 +343,13 @@ def test_start_fails_clearly_while_another_live_broker_holds_the_master_node(
 
 
 def test_forced_registration_rewrites_only_a_changed_topic(make_config, registries, kazoo_client):
-    """Goal: zk spec 1.3 step 3, a reload re-creates the nodes of a changed topic only.
+    """Goal: zk spec 1.3 step 3, a reload re-creates the nodes of a changed topic only, in
+    one transaction.
 
     Method: register two topics; reload a config where only ``beta`` has more partitions;
-    force both. ``beta``'s nodes are new (czxid) with the new count; ``alpha``'s are untouched.
+    force both. ``beta``'s nodes are new (czxid) with the new count, all three created by the
+    same ZooKeeper transaction (one czxid), so no reader saw them missing; ``alpha``'s are
+    untouched.
     """
     topics = {"alpha": {"numPartitions": 4}, "beta": {"numPartitions": 2}}
     registry = registries.new(make_config(topics=topics))
@@ -367,6 +370,7 @@ def test_forced_registration_rewrites_only_a_changed_topic(make_config, registri
     for path, payload in broker_nodes({"beta": 8}).items():
         assert text(kazoo_client, path) == payload
         assert kazoo_client.exists(path).czxid > before[path]
+    assert len({kazoo_client.exists(path).czxid for path in broker_nodes({"beta": 8})}) == 1
     checksum = text(kazoo_client, "/brokers/ids/0/master_config_checksum")
     assert checksum == str(reloaded.checksum)
     assert registry.registered_topics["beta"].num_partitions == 8
@@ -384,6 +388,23 @@ def test_reload_without_accept_publish_deletes_the_topics_pub_node(
 
     assert kazoo_client.exists("/brokers/topics-pub/alpha/0-m") is None
     assert text(kazoo_client, "/brokers/topics-sub/alpha/0-m") == topic_payload(4, "0-m")
+
+
+def test_a_reload_that_changes_no_node_payload_writes_nothing(
+    make_config, registries, kazoo_client
+):
+    """A changed flush setting is not in any node: the topic's nodes keep their zxids."""
+    registry = registries.new(make_config())
+    registries.start(registry)
+    paths = list(broker_nodes({"alpha": 4}))
+    before = {path: kazoo_client.exists(path) for path in paths}
+    reloaded = make_config(topics={"alpha": {"numPartitions": 4, "unflushThreshold": 7}})
+
+    registries.reactor.call(registry.set_config, reloaded)
+    registries.reactor.call(registry.register_topic, "alpha", force=True)
+
+    assert registry.registered_topics["alpha"].unflush_threshold == 7
+    assert {path: kazoo_client.exists(path) for path in paths} == before
 
 
 def test_unforced_registration_of_a_registered_topic_writes_nothing(

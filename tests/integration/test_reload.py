@@ -9,16 +9,20 @@ process serves before and after. Every wait polls with a deadline.
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
+import threading
 import zlib
 from pathlib import Path
 
 import pytest
+from kazoo.recipe.watchers import ChildrenWatch
 
+from meta.client import MetaMessageSessionFactory
 from meta.protocol.commands import Data, Get, Put
 from tests.integration.broker_process import BrokerProcess, free_port, server_ini
-from tests.integration.client_helpers import wait_for
+from tests.integration.client_helpers import Collector, consumer_of, wait_for, zk_config
 from tests.integration.script_run import SCRIPT, ScriptRun
 
 TOPICS = {"test": {"numPartitions": 2}, "idle": {}}
@@ -272,3 +276,58 @@ def test_the_reload_subcommand_has_help():
     assert shown.returncode == 0
     assert shown.stdout.startswith("usage: tools/metaServer.sh reload")
     assert "SIGHUP" in shown.stdout and "[system]" in shown.stdout
+
+
+def test_adding_partitions_leaves_other_groups_alone_and_never_hides_a_node(
+    broker, kazoo_client, zookeeper, zk_root, caplog
+):
+    """Goal: a reload that adds partitions to one topic is seen by that topic's watchers
+    only, and at no moment is the broker's node or the topic's node missing.
+
+    Method: a real consumer group reads ``idle``; ZooKeeper watches count the child events
+    of ``idle``'s partitions and of the broker's ids node; a thread reads the broker node
+    and ``test``'s publisher list in a loop while ``test`` goes from 2 to 4 partitions by
+    SIGHUP. Afterwards ``test``'s three nodes hold 4 and share one creation zxid (one
+    transaction), no read found a node missing, ``idle`` and ``ids/0`` had no event, and
+    the group neither rebalanced nor changed its owner node.
+    """
+    broker.start()
+    wait_for(lambda: has_nodes(kazoo_client, topic_nodes("test", 2)), what="test's nodes")
+    factory = MetaMessageSessionFactory(zk_config(zookeeper, zk_root))
+    try:
+        consumer_of(factory, "idle", "bystanders", Collector())
+        owner_path = "/consumers/bystanders/owners/idle/0-0"
+        owner_created = wait_for(lambda: kazoo_client.exists(owner_path)).czxid
+        events: list[str] = []
+        for path in ("/brokers/topics-sub/idle", "/brokers/ids/0"):
+            ChildrenWatch(kazoo_client, path, lambda _c, path=path: events.append(path))
+        baseline = len(events)  # Each watch reports once when it is set.
+        caplog.set_level(logging.INFO, logger="meta.client")
+        caplog.clear()
+        gaps, stop = [], threading.Event()
+
+        def read_in_a_loop() -> None:
+            for _ in range(100_000):  # bounded; ends much earlier through ``stop``
+                if stop.is_set():
+                    return
+                if kazoo_client.exists("/brokers/ids/0/master") is None:
+                    gaps.append("ids/0/master")
+                if "0-m" not in kazoo_client.get_children("/brokers/topics-pub/test"):
+                    gaps.append("topics-pub/test/0-m")
+
+        reader = threading.Thread(target=read_in_a_loop)
+        reader.start()
+        try:
+            rewrite(broker, {**TOPICS, "test": {"numPartitions": 4}})
+            assert "changed: test;" in reload_by_signal(broker)
+            wait_for(lambda: has_nodes(kazoo_client, topic_nodes("test", 4)), what="test 4")
+        finally:
+            stop.set()
+            reader.join(30)
+        assert gaps == []
+        assert len({kazoo_client.exists(path).czxid for path in topic_nodes("test", 4)}) == 1
+        assert len(events) == baseline
+        assert kazoo_client.exists(owner_path).czxid == owner_created
+        assert [r for r in caplog.records if "owns" in r.getMessage()] == []
+    finally:
+        factory.shutdown()

@@ -132,6 +132,26 @@ class FetchManager:
         for thread in self._threads:
             thread.start()
 
+    def add(self, requests: list[FetchRequest]) -> None:
+        """Fetch ``requests`` too, at once, without disturbing the running ones.
+
+        For partitions taken after the others (their owner node was freed late). On a
+        stopped manager this does nothing: the next ``start`` gets every request anew.
+        """
+        with self._cond:
+            if not self._running:
+                return
+            known = [r.address for r in self._requests.values() if r.address is not None]
+        added = [r.address for r in requests if r.address is not None]
+        addresses = {address.uri: address for address in (*known, *added)}
+        self._pool.set_brokers(self._user, addresses.values())
+        with self._cond:
+            if not self._running:
+                return
+            for request in requests:
+                self._requests[request.key] = request
+                self._push(request, 0)
+
     @property
     def settings(self) -> FetchSettings:
         """The fetch settings this manager was created with."""

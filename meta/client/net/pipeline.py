@@ -146,6 +146,7 @@ class PipelinedConnection:
         self._next_opaque = 1
         self._failure: tuple[type[ClientError], str] | None = None
         self._next_sweep = time.monotonic() + SWEEP_INTERVAL_S
+        self._timeouts_total = 0
         self._reader = threading.Thread(
             target=self._read_loop, name=f"metaq-reader-{self.name}", daemon=True
         )
@@ -159,6 +160,11 @@ class PipelinedConnection:
     def closed(self) -> bool:
         """True once the connection failed or was closed; it never reopens."""
         return self._failure is not None
+
+    @property
+    def timeouts_total(self) -> int:
+        """Requests failed so far because no reply came before their deadline."""
+        return self._timeouts_total
 
     @property
     def pending_count(self) -> int:
@@ -426,6 +432,7 @@ class PipelinedConnection:
                 return
             for future in expired:
                 del self._pending[future.opaque]
+            self._timeouts_total += len(expired)
             if self._room_waiters:
                 self._room.notify_all()
         name = self.name

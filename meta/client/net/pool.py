@@ -168,6 +168,11 @@ class ConnectionPool:
         except ClientError as error:
             log.warning("cannot connect to %s yet: %s", address.uri, error)
 
+    @property
+    def closed(self) -> bool:
+        """True once ``close`` was called (the factory shut down)."""
+        return self._closed
+
     def uris(self) -> list[str]:
         """The URIs currently referenced (for tests and diagnostics)."""
         with self._lock:

@@ -2,18 +2,24 @@
 
 A producer is created by ``MetaMessageSessionFactory.create_producer``. It publishes topics
 through the factory's ``ZkClusterView`` (or, in direct mode, sends everything to the one
-configured broker with partition -1, letting the broker choose), picks a partition with its
-``PartitionSelector`` over the topic's current snapshot, and sends a 7-token ``put`` with the
-payload checksum on the factory's shared ``PipelinedConnection`` to that partition's master.
+configured broker with partition -1, letting the broker choose), has its ``Router``
+(``meta.client.produce.routing``) pick a partition with its ``PartitionSelector`` over the
+topic's current snapshot, and sends a 7-token ``put`` with the payload checksum on the
+factory's shared ``PipelinedConnection`` to that partition's master.
 
 Outcomes follow Java's ``SimpleMessageProducer``: 200 is a success carrying the
 partition, offset and message id of the reply (also set on the message); 403 is
-``SendResult(False, None, -1, "403")``; any other code is a failure with the reply text. No
-retry. A timeout raises ``OperationTimeoutError``; a connection failure a ``ClientError``.
+``SendResult(False, None, -1, "403")``; any other code is a failure with the reply text. A
+reply is never retried. A timeout raises ``OperationTimeoutError``; a connection failure a
+``ClientError``. With the round-robin or random selector (messages without an ordering
+key) and ZooKeeper, a broker that refuses or drops the connection or lets a put time out
+is taken out of rotation and the put is sent again to another broker's partition, up to
+``SendRetryPolicy.attempts`` tries (``meta.client.produce.rotation`` says when); other
+selectors, direct mode and transactions never retry.
 
 Invariants: a message is checked (type, topic, size against ``max_message_bytes``) before a
 partition is chosen, so a refused message never reaches a broker. Only masters are written
-to: the snapshot holds ``topics-pub`` ``B-m`` partitions and ``ids/B/master`` URIs only.
+to (see ``meta.client.produce.routing``).
 
 Transactions (``meta.client.transact.transaction``): ``begin_transaction`` binds a local transaction
 to the calling thread; while one is bound (or, on an XA producer, while the thread's XA
@@ -37,15 +43,21 @@ are per thread.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import TYPE_CHECKING, Any, Self
 
-from meta.client.cluster import RANDOM_PARTITION, BrokerAddress, Partition, validate_topic
+from meta.client.cluster import BrokerAddress, validate_topic
 from meta.client.message import Message, SendResult, as_message, check_message
-from meta.client.produce import unroutable
 from meta.client.produce.put_result import SendResultConverter
+from meta.client.produce.rotation import (
+    BrokerRotation,
+    SendRetryPolicy,
+    avoids_unreachable_brokers,
+    is_broker_failure,
+)
+from meta.client.produce.routing import Router
 from meta.client.produce.selectors import PartitionSelector
 from meta.client.transact.transaction import (
     DEFAULT_TRANSACTION_REQUEST_TIMEOUT_S,
@@ -58,7 +70,6 @@ from meta.errors import (
     ClientClosedError,
     ClientError,
     MessageTooLargeError,
-    NoPartitionError,
     OperationTimeoutError,
     TransactionError,
 )
@@ -68,7 +79,7 @@ from meta.protocol.message import checksum
 if TYPE_CHECKING:
     from meta.client.factory import ConnectionPool
     from meta.client.net.pipeline import PipelinedConnection
-    from meta.client.zk.cluster_view import TopicSnapshot, ZkClusterView
+    from meta.client.zk.cluster_view import ZkClusterView
 
 DEFAULT_TIMEOUT_S = 3.0
 """Java's ``DEFAULT_OP_TIMEOUT`` (3000 ms)."""
@@ -86,6 +97,8 @@ class MessageProducer:
         view: the factory's ZooKeeper view; None in direct mode.
         direct_broker: the broker of direct mode (``server_url``); None with ZooKeeper.
         on_shutdown: called once by ``shutdown`` (the factory forgets the producer).
+        retry: how keyless sends avoid unreachable brokers (round-robin and random
+            selectors with ZooKeeper only; ``meta.client.produce.rotation``).
     """
 
     def __init__(
@@ -96,10 +109,15 @@ class MessageProducer:
         view: ZkClusterView | None = None,
         direct_broker: BrokerAddress | None = None,
         on_shutdown: Callable[[MessageProducer], None] | None = None,
+        retry: SendRetryPolicy | None = None,
     ) -> None:
         assert (view is None) != (direct_broker is None)
         self._pool = pool
-        self._selector = selector
+        self._retry = retry if retry is not None else SendRetryPolicy()
+        rotation = None
+        if view is not None and avoids_unreachable_brokers(selector):
+            rotation = BrokerRotation(self._retry, pool.get)
+        self._router = Router(selector, view, direct_broker, self._is_published, rotation)
         self._max_message_bytes = max_message_bytes
         self._view = view
         self._direct_broker = direct_broker
@@ -112,8 +130,9 @@ class MessageProducer:
         self._session_id: str | None = None  # made on first use: local_host() may be slow
         self._transaction_request_timeout_s = DEFAULT_TRANSACTION_REQUEST_TIMEOUT_S
         self._last_connection: tuple[BrokerAddress | None, Any] = (None, None)
-        # topic -> the brokers of its last snapshot that had partitions (one per topic).
-        self._served: dict[str, Mapping[int, BrokerAddress]] = {}
+
+    def _is_published(self, topic: str) -> bool:
+        return topic in self._topics
 
     @property
     def session_id(self) -> str:
@@ -163,7 +182,7 @@ class MessageProducer:
             if self._view is not None:
                 self._view.publish(topic)
             self._topics.add(topic)
-        brokers = self._brokers_of(topic)
+        brokers = self._router.brokers_of(topic)
         for address in brokers:
             self._pool.connect_quietly(address)
 
@@ -256,8 +275,35 @@ class MessageProducer:
         branch = self._transactions.active()
         if branch is not None:
             future = self._send_in_transaction(message, branch, timeout_s)
+        elif self._router.rotation is not None:
+            return self._send_avoiding(message, timeout_s, self._router.rotation)
         else:
             future = self._send(message, timeout_s)
+        return self._wait(future, message, timeout_s)
+
+    def _send_avoiding(
+        self, message: Message, timeout_s: float, rotation: BrokerRotation
+    ) -> SendResult:
+        """``send_message`` of a keyless producer: a broker that fails the put (connection
+        lost, no reply in time) leaves the rotation and the put goes to another broker."""
+        payload, flag = self._checked_payload(message)
+        attempts_left = self._retry.attempts
+        while True:
+            address, future, attempts_left = self._place(
+                message, payload, flag, timeout_s, attempts_left
+            )
+            try:
+                return self._wait(future, message, timeout_s)
+            except ClientError as error:
+                if address is None or attempts_left <= 1 or not self._broker_failed(error):
+                    raise
+                rotation.take_out(address, error)
+                attempts_left -= 1
+
+    def _broker_failed(self, error: ClientError) -> bool:
+        return not self._shut_down and is_broker_failure(error, self._pool.closed)
+
+    def _wait(self, future: Future[SendResult], message: Message, timeout_s: float) -> SendResult:
         try:
             return future.result(timeout_s)
         except FutureTimeoutError:
@@ -324,16 +370,36 @@ class MessageProducer:
     def _send(self, message: Message, timeout_s: float) -> Future[SendResult]:
         """The non-transactional put: checks raise, later failures fail the future."""
         payload, flag = self._checked_payload(message)
-        try:
-            partition, address = self._route(message)
-            connection = self._connection(address)
-            put = Put(message.topic, partition.partition, payload, flag, 0, checksum(payload))
-            convert = SendResultConverter(message, partition.broker_id)
-            return connection.request(put, timeout_s, convert)
-        except ClientError as error:
-            failed: Future[SendResult] = Future()
-            failed.set_exception(error)
-            return failed
+        attempts = 1 if self._router.rotation is None else self._retry.attempts
+        return self._place(message, payload, flag, timeout_s, attempts)[1]
+
+    def _place(
+        self, message: Message, payload: bytes, flag: int, timeout_s: float, attempts: int
+    ) -> tuple[BrokerAddress | None, Future[SendResult], int]:
+        """Route and write one put: ``(its broker or None, its future, attempts left)``.
+
+        With a rotation, a broker whose connection cannot be had (refused, closed) or that
+        let a put time out since the last look is taken out, and the put is routed again,
+        ``attempts`` times at most; the future carries the last error.
+        """
+        rotation = self._router.rotation
+        while True:
+            address = None
+            try:
+                partition, address = self._router.route(message)
+                connection = self._connection(address)
+                if rotation is not None:
+                    rotation.check_timeouts(address, connection)
+                put = Put(message.topic, partition.partition, payload, flag, 0, checksum(payload))
+                convert = SendResultConverter(message, partition.broker_id)
+                return address, connection.request(put, timeout_s, convert), attempts
+            except ClientError as error:
+                if rotation is None or address is None or not self._broker_failed(error):
+                    return address, _failed(error), attempts
+                rotation.take_out(address, error)
+                if attempts <= 1:
+                    return address, _failed(error), attempts
+                attempts -= 1
 
     def _send_in_transaction(
         self, message: Message, branch: Any, timeout_s: float
@@ -345,9 +411,9 @@ class MessageProducer:
         payload, flag = self._checked_payload(message)
         pinned: BrokerAddress | None = branch.address
         if pinned is None:
-            partition, address = self._route(message)
+            partition, address = self._router.route(message)
         else:
-            partition, address = self._route_to(message, pinned)
+            partition, address = self._router.route_to(message, pinned)
         connection = self._pool.get(address)
         tx_key = branch.transaction_key(connection, address)
         put = Put(message.topic, partition.partition, payload, flag, 0, checksum(payload), tx_key)
@@ -364,6 +430,8 @@ class MessageProducer:
             if self._view is not None:
                 for topic in topics:
                     self._view.unpublish(topic)
+        if self._router.rotation is not None:
+            self._router.rotation.close()
         if self._on_shutdown is not None:
             self._on_shutdown(self)
 
@@ -421,61 +489,8 @@ class MessageProducer:
         self._last_connection = (address, connection)  # One tuple: atomic for other threads.
         return connection
 
-    def _route(self, message: Message) -> tuple[Partition, BrokerAddress]:
-        """Choose the partition and its master broker.
 
-        Raises:
-            TopicNotPublishedError: ``publish(topic)`` was never called.
-            TopicNotServedError: no broker serves the topic (nothing in ZooKeeper).
-            BrokersUnavailableError: the topic's brokers are down or not registered yet.
-        """
-        if self._direct_broker is not None:
-            return RANDOM_PARTITION, self._direct_broker
-        topic = message.topic
-        snapshot = self._snapshot(topic)
-        if not snapshot.partitions:
-            raise self._unroutable(topic)
-        self._served[topic] = snapshot.brokers  # The brokers seen, for a later error's text.
-        partition = self._selector.get_partition(topic, snapshot.partitions, message)
-        address = snapshot.brokers.get(partition.broker_id)
-        if address is None:
-            raise unroutable.no_master(topic, partition, snapshot.brokers)
-        return partition, address
-
-    def _unroutable(self, topic: str) -> NoPartitionError:
-        """Why ``topic`` has no partition: not published, not served, or brokers down."""
-        if topic not in self._topics:
-            return unroutable.not_published(topic)
-        assert self._view is not None
-        return unroutable.no_partition(
-            topic, self._view.publish_path(topic), self._served.get(topic, {})
-        )
-
-    def _route_to(self, message: Message, pinned: BrokerAddress) -> tuple[Partition, BrokerAddress]:
-        """Choose, with the selector, among the partitions of the ``pinned`` broker only.
-
-        Raises:
-            NoPartitionError: that broker has no partition of the message's topic now.
-        """
-        snapshot = self._snapshot(message.topic)
-        partitions = [
-            partition
-            for partition in snapshot.partitions
-            if (address := snapshot.brokers.get(partition.broker_id)) is not None
-            and address.uri == pinned.uri
-        ]
-        if not partitions:
-            raise NoPartitionError(
-                f"There is no partitions in `{pinned.uri}` to send message with topic "
-                f"`{message.topic}` in a transaction"
-            )
-        return self._selector.get_partition(message.topic, partitions, message), pinned
-
-    def _snapshot(self, topic: str) -> TopicSnapshot:
-        assert self._view is not None
-        return self._view.snapshot(topic)
-
-    def _brokers_of(self, topic: str) -> list[BrokerAddress]:
-        if self._direct_broker is not None:
-            return [self._direct_broker]
-        return list(self._snapshot(topic).brokers.values())
+def _failed(error: ClientError) -> Future[SendResult]:
+    failed: Future[SendResult] = Future()
+    failed.set_exception(error)
+    return failed

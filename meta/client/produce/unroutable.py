@@ -1,12 +1,13 @@
 """Why a producer cannot route a message, as one of three ``NoPartitionError`` subclasses.
 
-A send finds no partition for one of three reasons, and each needs a different fix:
+A send finds no partition for one of these reasons, and each needs a different fix:
 
 * ``TopicNotPublishedError``: the producer never called ``publish(topic)``;
 * ``TopicNotServedError``: ZooKeeper has no partition of the topic and this producer never
   saw a broker serve it (no broker is configured for the topic, or none has run since);
 * ``BrokersUnavailableError``: the brokers that served the topic are gone from ZooKeeper, or
-  a partition's broker has not registered its address yet (starting or stopping).
+  a partition's broker has not registered its address yet (starting or stopping), or
+  (keyless sends) every broker of the topic failed and is out of the producer's rotation.
 
 Each text names the topic, the brokers seen and what to do. No wire reply carries these
 texts, so they need not match Java's one text for all three causes.
@@ -77,4 +78,19 @@ def no_master(
         f"has no address in ZooKeeper (starting, stopping or not registered yet); brokers "
         f"of the topic with an address: {describe_brokers(brokers)}. Retry in a moment, or "
         f"start broker {partition.broker_id}"
+    )
+
+
+def all_out(topic: str, out: str) -> BrokersUnavailableError:
+    """The error for a keyless send when every broker of the topic is out of rotation.
+
+    Args:
+        topic: the topic.
+        out: the brokers out of rotation, each with its last error and next probe
+            (``BrokerRotation.describe``).
+    """
+    return BrokersUnavailableError(
+        f"cannot place the message of topic {topic!r} anywhere: every broker of the topic "
+        f"failed and is out of the producer's rotation: {out}. They are probed in the "
+        "background and used again as soon as one accepts a connection"
     )

@@ -94,7 +94,9 @@ class XAMessageProducer(MessageProducer):
         """The masters common to every published topic, sorted by URI."""
         common: dict[str, BrokerAddress] | None = None
         for topic in sorted(self.published_topics):
-            brokers = {address.uri: address for address in self._snapshot(topic).brokers.values()}
+            brokers = {
+                address.uri: address for address in self._router.snapshot(topic).brokers.values()
+            }
             if common is None:
                 common = brokers
             else:

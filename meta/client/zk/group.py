@@ -12,6 +12,10 @@ Invariants:
 
 * Watches and state listeners only enqueue a token; one rebalance thread drains duplicate
   tokens and rebalances under ``_lock`` (up to ``ATTEMPTS`` attempts, ``zk_sync_s`` apart).
+* An owner node still held by another consumer does not fail the rebalance: that partition
+  waits (``meta.client.zk.owners``) and is tried again alone when its owner node goes away
+  or its backoff runs out, while the partitions taken are fetched. The fetcher is stopped
+  only when this consumer's share or the address of one of its brokers changes.
 * Offsets are committed (modified entries only) before any assignment changes, so the next
   owner of a released partition reads where this consumer stopped.
 * A partition kept across a rebalance keeps its in-memory offset; a newly owned one loads
@@ -39,14 +43,19 @@ from kazoo.recipe.watchers import ChildrenWatch
 from meta.client.cluster import (
     BrokerAddress,
     Partition,
-    consumer_partition_strings,
     format_offset,
-    java_string_key,
     parse_offset,
 )
 from meta.client.fetch.manager import FetchManager, FetchRequest
 from meta.client.zk.balance import assign
 from meta.client.zk.cluster_view import normalize_root
+from meta.client.zk.group_reads import (
+    AttemptFailed,
+    read_cluster,
+    read_consumers,
+    read_partitions,
+)
+from meta.client.zk.owners import PendingOwners, delete_owner, take_owner
 from meta.errors import ClientError
 from meta.protocol.commands import LONG_MAX
 
@@ -55,14 +64,10 @@ log = logging.getLogger("meta.client")
 ATTEMPTS = 7
 """Rebalance attempts per trigger (Java's ``maxRebalanceRetries`` default)."""
 
-_REBALANCE, _STOP = "rebalance", "stop"
+_REBALANCE, _RETRY, _STOP = "rebalance", "retry", "stop"
 CLOSE_WAIT_S = 10.0
 """How long ``close`` waits for a rebalance in progress (one stuck in a ZooKeeper call that
 waits for the connection) before it stops the fetcher without the ZooKeeper cleanup."""
-
-
-class _AttemptFailed(Exception):
-    """One rebalance attempt cannot complete (a node vanished, an owner node is taken)."""
 
 
 class ZkConsumerGroup:
@@ -112,6 +117,8 @@ class ZkConsumerGroup:
         self._lock = threading.RLock()
         self._tokens: queue.Queue[str] = queue.Queue()
         self._owned: set[tuple[str, str]] = set()
+        self._pending = PendingOwners(zk_sync_s)
+        self._addresses: dict[tuple[str, str], BrokerAddress | None] = {}
         self._previous: object = None
         self._needs_register = False
         self._suspended = False
@@ -138,6 +145,12 @@ class ZkConsumerGroup:
         """The ``(topic, B-P)`` pairs this consumer owns now."""
         with self._lock:
             return set(self._owned)
+
+    def waiting(self) -> set[tuple[str, str]]:
+        """The ``(topic, B-P)`` pairs assigned to this consumer whose owner node another
+        consumer still holds."""
+        with self._lock:
+            return self._pending.keys
 
     def start(self) -> None:
         """Register, watch, rebalance synchronously, then start the thread.
@@ -267,7 +280,11 @@ class ZkConsumerGroup:
 
     def _run(self) -> None:
         while True:
-            tokens = [self._tokens.get()]
+            wait_s = None if self._suspended else self._pending.wait_s()
+            try:
+                tokens = [self._tokens.get(timeout=wait_s)]
+            except queue.Empty:
+                tokens = []  # The backoff of a waiting partition ran out.
             while not self._tokens.empty():
                 tokens.append(self._tokens.get_nowait())
             if _STOP in tokens:
@@ -279,15 +296,19 @@ class ZkConsumerGroup:
             with self._lock:
                 if self._closed:
                     return
-                self._rebalance_pending = False
-                if self._needs_register and not self._reregister():
-                    continue
-                self._synced_rebalance()
+                if _REBALANCE in tokens:
+                    self._rebalance_pending = False
+                    if self._needs_register and not self._reregister():
+                        continue
+                    self._synced_rebalance()
+                if _RETRY in tokens or self._pending.is_due():
+                    self._retry_pending()
 
     def _reregister(self) -> bool:
         """After session expiry: drop the state and register again (False: not yet)."""
         self._fetcher.stop()
         self._owned.clear()
+        self._pending.clear()
         self._previous = None
         try:
             self._register()
@@ -318,7 +339,7 @@ class ZkConsumerGroup:
             try:
                 self._attempt()
                 return True
-            except (_AttemptFailed, KazooException, ClientError) as error:
+            except (AttemptFailed, KazooException, ClientError) as error:
                 log.info("rebalance attempt %d of %s failed: %s", attempt, self.consumer_id, error)
                 self._fetcher.stop()
                 if self._suspended:
@@ -333,6 +354,7 @@ class ZkConsumerGroup:
                 except KazooException as failure:
                     log.warning("cannot release partitions of %s: %s", self.consumer_id, failure)
                 self._owned.clear()
+                self._pending.clear()
                 self._previous = None
                 if attempt < ATTEMPTS and not self._closed:
                     threading.Event().wait(self._zk_sync_s)
@@ -340,31 +362,98 @@ class ZkConsumerGroup:
         return False
 
     def _attempt(self) -> None:
-        """One rebalance attempt; raises ``_AttemptFailed`` to retry."""
-        consumers = self._consumers_per_topic()
-        partitions = {topic: self._partition_strings(topic) for topic in self._topics}
-        cluster = self._read_cluster()
+        """One rebalance attempt; raises ``AttemptFailed`` to retry."""
+        consumers = read_consumers(self._client, self._group_path, self.consumer_id)
+        partitions = {
+            topic: read_partitions(self._client, self._root, topic) for topic in self._topics
+        }
+        cluster = read_cluster(self._client, self._root)
         state = (consumers, partitions, cluster)
         if state == self._previous:
             return
+        wanted = self._wanted(consumers, partitions)
+        addresses = _addresses(wanted, cluster)
+        if (
+            self._previous is not None
+            and wanted == self._owned | self._pending.keys
+            and addresses == self._addresses
+        ):
+            self._previous = state  # The same share on the same brokers: fetching goes on.
+            return
         old = self._fetcher.stop()
         self.commit()
+        for key in sorted(self._owned - wanted):
+            delete_owner(self._client, self._owner_path(key), self.consumer_id)
+            self._owned.discard(key)
+        held = {
+            key
+            for key in sorted(wanted - self._owned)
+            if not take_owner(self._client, self._owner_path(key), self.consumer_id)
+        }
+        self._owned |= wanted - held
+        self._pending.replace(held)
+        requests = [self._request(key, old.get(key), cluster) for key in sorted(self._owned)]
+        self._fetcher.start(requests)
+        self._previous, self._addresses = state, addresses
+        log.info("consumer %s owns %s", self.consumer_id, sorted(self._owned))
+        if held:
+            log.info("consumer %s waits for %s, still held by their previous owner",
+                     self.consumer_id, sorted(held))  # fmt: skip
+            self._watch_owners()
+
+    def _wanted(
+        self, consumers: dict[str, list[str]], partitions: dict[str, list[str]]
+    ) -> set[tuple[str, str]]:
+        """This consumer's share of every subscribed topic under the strategy."""
         wanted: set[tuple[str, str]] = set()
         for topic in self._topics:
             members, parts = consumers.get(topic, []), partitions[topic]
             if members and parts:
                 chosen = assign(self._strategy, self.consumer_id, members, parts)
                 wanted.update((topic, partition) for partition in chosen)
-        for key in sorted(self._owned - wanted):
-            self._delete_owner(key)
-            self._owned.discard(key)
-        for key in sorted(wanted - self._owned):
-            self._take_owner(key)
-            self._owned.add(key)
-        requests = [self._request(key, old.get(key), cluster) for key in sorted(self._owned)]
-        self._fetcher.start(requests)
-        self._previous = state
-        log.info("consumer %s owns %s", self.consumer_id, sorted(self._owned))
+        return wanted
+
+    def _retry_pending(self) -> None:
+        """Try the waiting partitions again, each alone; fetch those taken at once."""
+        if self._previous is None or not self._pending:
+            return
+        taken = []
+        try:
+            for key in sorted(self._pending.keys):
+                if take_owner(self._client, self._owner_path(key), self.consumer_id):
+                    self._owned.add(key)
+                    self._pending.taken([key])
+                    taken.append(key)
+            cluster = self._previous[2]  # type: ignore[index]
+            requests = [self._request(key, None, cluster) for key in taken]
+        except (KazooException, ClientError) as error:
+            # What was taken is owned; a full rebalance fetches it (or releases it).
+            log.info("consumer %s: retry of waiting partitions failed: %s", self.consumer_id,
+                     error)  # fmt: skip
+            self._previous = None
+            self._tokens.put(_REBALANCE)
+            return
+        if taken:
+            self._fetcher.add(requests)
+            log.info("consumer %s took %s; owns %s", self.consumer_id, taken, sorted(self._owned))
+        if self._pending:
+            self._pending.still_held()
+            self._watch_owners()
+
+    def _watch_owners(self) -> None:
+        """Watch each waiting partition's owner node: its deletion retries at once."""
+        try:
+            for key in sorted(self._pending.keys):
+                if self._client.exists(self._owner_path(key), watch=self._owner_changed) is None:
+                    self._tokens.put(_RETRY)
+        except KazooException as error:
+            log.info("consumer %s cannot watch owner nodes (the backoff retries): %s",
+                     self.consumer_id, error)  # fmt: skip
+
+    def _owner_changed(self, _event: object) -> None:
+        """Data watch on a waiting partition's owner node (kazoo's event thread)."""
+        if not self._closed:
+            self._tokens.put(_RETRY)
 
     def _request(
         self, key: tuple[str, str], old: FetchRequest | None, cluster: dict[int, BrokerAddress]
@@ -392,85 +481,18 @@ class ZkConsumerGroup:
             return -1, self._start_offset
         return parse_offset(data.decode("utf-8", "replace"))
 
-    def _consumers_per_topic(self) -> dict[str, list[str]]:
-        """Group id -> topics of every registered consumer, sorted as Java strings."""
-        ids_path = f"{self._group_path}/ids"
-        per_topic: dict[str, list[str]] = {}
-        for name in self._client.get_children(ids_path):
-            try:
-                data, _stat = self._client.get(f"{ids_path}/{name}")
-            except NoNodeError:
-                raise _AttemptFailed(f"consumer {name} left during the rebalance") from None
-            for topic in data.decode("utf-8", "replace").split(","):
-                if topic:
-                    per_topic.setdefault(topic, []).append(name)
-        if self.consumer_id not in {c for members in per_topic.values() for c in members}:
-            raise _AttemptFailed(f"own node {self.ids_path} is missing")
-        return {topic: sorted(members, key=java_string_key) for topic, members in per_topic.items()}
-
-    def _partition_strings(self, topic: str) -> list[str]:
-        path = f"{self._root}/brokers/topics-sub/{topic}"
-        children = {}
-        for name in self._children(path):
-            data = self._data(f"{path}/{name}")
-            if data is not None:
-                children[name] = data
-        return consumer_partition_strings(children)
-
-    def _read_cluster(self) -> dict[int, BrokerAddress]:
-        """Broker id -> the master's address, else a slave's (masters preferred)."""
-        ids_path = f"{self._root}/brokers/ids"
-        cluster: dict[int, BrokerAddress] = {}
-        for name in self._children(ids_path):
-            if not name.isdigit():
-                continue
-            children = self._children(f"{ids_path}/{name}")
-            slaves = sorted(c for c in children if c.startswith("slave") and c[5:].isdigit())
-            for child in (["master"] if "master" in children else []) + slaves:
-                data = self._data(f"{ids_path}/{name}/{child}")
-                if data is None:
-                    continue
-                try:
-                    address = BrokerAddress.parse_uri(data.decode("utf-8", "replace"))
-                except ClientError as error:
-                    log.warning("ignoring broker node %s/%s: %s", name, child, error)
-                    continue
-                slave_id = int(child[5:]) if child != "master" else -1
-                cluster[int(name)] = BrokerAddress(address.host, address.port, slave_id)
-                break
-        return cluster
-
-    def _take_owner(self, key: tuple[str, str]) -> None:
-        path = f"{self._group_path}/owners/{key[0]}/{key[1]}"
-        mine = self.consumer_id.encode()
-        try:
-            self._client.create(path, mine, ephemeral=True, makepath=True)
-        except NodeExistsError:
-            owner = self._data(path)
-            if owner != mine:
-                raise _AttemptFailed(f"{path} is still owned by {owner!r}") from None
-
-    def _delete_owner(self, key: tuple[str, str]) -> None:
-        path = f"{self._group_path}/owners/{key[0]}/{key[1]}"
-        if self._data(path) == self.consumer_id.encode():
-            try:
-                self._client.delete(path)
-            except NoNodeError:
-                pass
+    def _owner_path(self, key: tuple[str, str]) -> str:
+        return f"{self._group_path}/owners/{key[0]}/{key[1]}"
 
     def _release_all(self) -> None:
         for key in sorted(self._owned):
-            self._delete_owner(key)
+            delete_owner(self._client, self._owner_path(key), self.consumer_id)
         self._owned.clear()
+        self._pending.clear()
 
-    def _children(self, path: str) -> list[str]:
-        try:
-            return self._client.get_children(path)
-        except NoNodeError:
-            return []
 
-    def _data(self, path: str) -> bytes | None:
-        try:
-            return self._client.get(path)[0]
-        except NoNodeError:
-            return None
+def _addresses(
+    keys: set[tuple[str, str]], cluster: dict[int, BrokerAddress]
+) -> dict[tuple[str, str], BrokerAddress | None]:
+    """The broker address each of ``keys`` is fetched from."""
+    return {key: cluster.get(Partition.parse(key[1]).broker_id) for key in keys}

@@ -52,6 +52,7 @@ class View:
 
 class Connection:
     closed = False
+    timeouts_total = 0
 
     def __init__(self, reply: tuple[int, bytes]) -> None:
         self.reply = reply
