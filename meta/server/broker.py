@@ -62,6 +62,7 @@ from meta.server.reload import (  # re-exported: callers import them from here
     reload_outcome,
     reload_registry,
 )
+from meta.server.reply_budget import ReplyBudget
 from meta.server.stats import (
     BrokerCounters,
     BrokerView,
@@ -148,6 +149,7 @@ class Broker:
         self.version = WIRE_VERSION
         self.connections: set = set()
         self.connection_guard = ConnectionGuard(config, reactor)
+        self.reply_budget = ReplyBudget(config.queued_reply_bytes_max, reactor.seconds)
         self.host = advertised_host(config)
         self.uri = broker_uri(self.host, config.server_port)
         self.registry = registry

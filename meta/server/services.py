@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from meta.config import BrokerConfig
     from meta.message_id import IdWorker
+    from meta.server.reply_budget import ReplyBudget
     from meta.server.stats import BrokerCounters
     from meta.store.manager import StoreManager
     from meta.store.partition import PartitionLog
@@ -37,6 +38,7 @@ class BrokerServices(Protocol):
         ids: the message id generator.
         store: the partition logs.
         transactions: open and prepared transactions (``transaction`` and transactional puts).
+        reply_budget: the bytes of replies queued over all connections (``maxQueuedReplyBytes``).
     """
 
     config: BrokerConfig
@@ -47,6 +49,7 @@ class BrokerServices(Protocol):
     ids: IdWorker
     store: StoreManager
     transactions: TransactionStore
+    reply_budget: ReplyBudget
 
     def partition_for_put(self, topic: str, partition: int) -> PartitionLog:
         """The partition log a put goes to, created on the first put; raises ``MetaError``."""
