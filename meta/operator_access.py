@@ -7,11 +7,13 @@ commands (``meta-admin tx``, ``meta.server.tx_handlers``) and the dashboard's ac
 asks for its admin header). The rule, ``is_operator_peer``:
 
 * the client's address is ``127.0.0.1`` or ``::1`` (also written ``::ffff:127.0.0.1``);
-  other ``127.x`` addresses are refused on purpose: they are aliases that may stand for
-  other hosts (containers, network namespaces, tests);
-* or the client's address is the very address the connection was accepted on: the client
-  runs on the broker's host and reached it through one of the host's own addresses (a
-  broker that binds ``hostName`` to a non-loopback address is reached so from its host).
+* or the client's address is the very address the connection was accepted on, and that
+  is not a loopback address: the client runs on the broker's host and reached it through
+  one of the host's own addresses (a broker that binds ``hostName`` to a non-loopback
+  address is reached so from its host).
+
+Other ``127.x`` addresses are refused on purpose, also at the address the broker listens
+on: they are aliases that may stand for other hosts (containers, tests).
 
 Everything else, the whole text protocol included, is open to any client that can connect
 (as in Java); ``docs/security.md`` says what that means for a deployment.
@@ -42,7 +44,7 @@ def is_operator_peer(peer_host: str, local_host: str) -> bool:
         return False
     if peer in OPERATOR_LOOPBACK or getattr(peer, "ipv4_mapped", None) in OPERATOR_LOOPBACK:
         return True
-    return peer == _address(local_host)
+    return peer == _address(local_host) and not peer.is_loopback
 
 
 def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

@@ -21,3 +21,7 @@ def test_a_client_at_the_address_it_connected_to_is_on_the_broker_host():
     assert is_operator_peer("10.0.0.5", "10.0.0.5")
     assert is_operator_peer("fe80::1%eth0", "fe80::1%eth0")
     assert not is_operator_peer("10.0.0.5", "")
+
+
+def test_a_loopback_alias_is_refused_even_at_the_address_it_connected_to():
+    assert not is_operator_peer("127.0.0.2", "127.0.0.2")
