@@ -103,7 +103,7 @@ class DescriptorShortageError(StoreError):
 
 
 class InvalidTopicError(InternalServerError):
-    """A topic name is not allowed (DECISIONS 9) or not accepted by the configuration.
+    """A topic name is not allowed (compatibility.md) or not accepted by the configuration.
 
     Java answers a refused topic on put with 500, so this keeps that code.
     """
@@ -164,7 +164,7 @@ class MessageTooLargeError(ClientError):
 
 
 class InvalidGroupError(ClientError):
-    """A consumer group name breaks the Java rule (client spec section 3.1)."""
+    """A consumer group name breaks the Java rule."""
 
 
 class ClientClosedError(ClientError):

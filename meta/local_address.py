@@ -2,7 +2,7 @@
 
 One rule, used wherever metaq-py names itself: generated consumer ids, broadcast group names,
 producer and transaction session ids, and the broker's advertised ``meta://`` URI when
-``hostName`` is not set (zk/client/tx spec §0, DECISIONS 19):
+``hostName`` is not set (as Java does, docs/compatibility.md):
 
 1. the first non-loopback IPv4 address of the network interfaces;
 2. else the first non-loopback, non-link-local IPv6 address, in brackets;

@@ -1,7 +1,7 @@
 """Message ids: 42 bits of milliseconds, 10 bits of broker id, 12 bits of sequence.
 
-Layout as Java's ``IdWorker`` (wire spec §3.5), but the time is wall-clock milliseconds since
-the Metamorphosis epoch 1303895660503 (DECISIONS 5), so ids are positive and their time can be
+Layout as Java's ``IdWorker``, but the time is wall-clock milliseconds since
+the Metamorphosis epoch 1303895660503 (compatibility.md), so ids are positive and their time can be
 read back. The clock is guarded: it never goes backwards, and when one millisecond's 4096
 sequence numbers are used up the worker borrows the next millisecond instead of spinning.
 
@@ -75,7 +75,7 @@ class IdWorker:
 
 
 def id_time_ms(msg_id: int) -> int:
-    """Wall-clock milliseconds encoded in an id made by this project (DECISIONS 5)."""
+    """Wall-clock milliseconds encoded in an id made by this project (compatibility.md)."""
     return (msg_id >> TIME_SHIFT) + EPOCH_MS
 
 

@@ -1,7 +1,7 @@
 """Listening with twisted.web: shared by the dashboard and the HTTP protocol.
 
 ``listen_site`` listens on ``interface:port`` (all interfaces when ``interface`` is empty, as
-the broker's TCP port does without ``hostName``, DECISIONS 19) and turns a port that cannot
+the broker's TCP port does without ``hostName``, docs/compatibility.md) and turns a port that cannot
 be taken into a ``MetaError`` subclass whose text names the address and what to change.
 
 Reactor thread only.

@@ -146,7 +146,7 @@ usage_promote() {
     cat <<EOF
 usage: tools/metaServer.sh promote
 
-Failover of an async slave (zk spec 6.6): promotes the slave of this run dir to master.
+Failover of an async slave: promotes the slave of this run dir to master.
 Run it only once the old master is gone for good (killed, or its machine lost).
 
  1. If an async slave runs (pid file $PID_FILE, started with
@@ -164,7 +164,7 @@ Run it only once the old master is gone for good (killed, or its machine lost).
 Producers and consumers find the new master through ZooKeeper. Offsets continue: the files
 are byte-identical to the old master's up to what was replicated. Messages the old master
 acknowledged but the slave had not copied are lost. Consumers whose committed offset is
-beyond the promoted end: see "Failover" in README.md.
+beyond the promoted end: see "Failover" in docs/operations.md.
 
 To bring the old master back, start it as a slave of the new one ('start slave' with an
 async_slave.properties and an EMPTY dataPath: its un-replicated tail differs from the new

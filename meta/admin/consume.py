@@ -21,7 +21,9 @@ it waits for new messages until interrupted (Ctrl-C: exit 130, after the commit)
 as it is plus a newline; ``hex`` the payload in hex plus a newline; ``json`` one JSON object
 per line with ``topic``, ``partition``, ``offset``, ``msg_id``, ``attribute``, ``payload``
 and ``payload_encoding`` (``utf-8``, or ``base64`` for a payload that is not UTF-8). How many
-messages were printed goes to stderr.
+messages were printed goes to stderr. When the reader of stdout goes away (``| head``) the
+run stops as at ``--max-messages`` (in a group, the message that could not be written is not
+committed) and the tool exits 0 without an error.
 
 Threads: direct reads run on the calling thread; in a group the listener runs on the
 consumer's fetch thread while the calling thread waits for the end, the limit or Ctrl-C.
@@ -89,12 +91,16 @@ class Output:
         """Write and flush one message.
 
         Raises:
-            AdminError: stdout could not be written (closed pipe, full disk).
+            BrokenPipeError: the reader of stdout went away (``| head``); the run ends
+                quietly (``meta.admin.main``).
+            AdminError: stdout could not be written otherwise (a full disk).
         """
         assert not self.full
         try:
             self._stream.write(format_message(message, self.form))
             self._stream.flush()
+        except BrokenPipeError:
+            raise
         except OSError as error:
             raise AdminError(f"cannot write to stdout: {error.strerror or error}") from None
         self.count += 1
@@ -291,7 +297,7 @@ class GroupPrinter:
         self._stopped = False
         self.finished = threading.Event()
         """Set at the limit or on a write error."""
-        self.error: AdminError | None = None
+        self.error: AdminError | BrokenPipeError | None = None
 
     def __call__(self, message: ReceivedMessage) -> None:
         with self._lock:
@@ -300,7 +306,7 @@ class GroupPrinter:
                 return
             try:
                 self._output.write(message)
-            except AdminError as error:
+            except (AdminError, BrokenPipeError) as error:
                 self.error = error
                 self.finished.set()
                 message.set_rollback_only()

@@ -1,4 +1,4 @@
-"""``meta-admin groups|lag|reset-offsets``: consumer groups and their offsets (zk spec §1.5, §3.5).
+"""``meta-admin groups|lag|reset-offsets``: consumer groups and their offsets.
 
 ``groups delete`` lives in ``meta.admin.group_delete``.
 

@@ -10,7 +10,7 @@ Two kinds of leaves:
   (accepted before the group or after the command); ``run`` gets an ``AdminClient``;
 * the cluster commands (``brokers``, ``topics``, ``partitions``, ``groups``, ``lag``,
   ``reset-offsets``, ``browse``, ``find-message``, ``stats``, ``slaves``, ``produce``,
-  ``consume``) find brokers through ZooKeeper:
+  ``consume``, ``spark-writes``) find brokers through ZooKeeper:
   ``--zk-connect HOST:PORT[,...]``, ``--zk-root PATH`` and ``--timeout`` (also accepted before
   the command) and ``--json``; they set ``open_session`` and ``run`` gets a
   ``meta.admin.session.ClusterSession``.
@@ -18,17 +18,29 @@ Two kinds of leaves:
 ``main(argv)`` returns the exit status instead of exiting: 0 done, 1 refused or not found, 2
 bad usage or a broker or ZooKeeper could not be reached (``meta.admin.client``). Errors go to
 stderr as one line naming what is wrong; results go to stdout; progress bars go to stderr,
-only on a terminal. Single-threaded; no reactor.
+only on a terminal. A reader of stdout that goes away (``meta-admin consume TOPIC | head``)
+ends the command quietly with 0, as Unix filters do. Single-threaded; no reactor.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from meta import __version__
-from meta.admin import cluster, consume, groups, messages, migrate, produce, slaves, tx
-from meta.admin.client import EXIT_USAGE, AdminClient, AdminError
+from meta.admin import (
+    cluster,
+    consume,
+    groups,
+    messages,
+    migrate,
+    produce,
+    slaves,
+    spark_writes,
+    tx,
+)
+from meta.admin.client import EXIT_OK, EXIT_USAGE, AdminClient, AdminError
 from meta.admin.options import (
     broker_argument,
     broker_options,
@@ -36,7 +48,7 @@ from meta.admin.options import (
     zookeeper_options,
 )
 
-COMMAND_GROUPS = (tx, cluster, groups, messages, slaves, produce, consume, migrate)
+COMMAND_GROUPS = (tx, cluster, groups, messages, slaves, produce, consume, migrate, spark_writes)
 """Modules registering commands; add new groups here."""
 
 EPILOG = (
@@ -82,12 +94,30 @@ def main(argv: list[str] | None = None) -> int:
                 return arguments.run(arguments, client)
         with open_session(arguments) as session:
             return arguments.run(arguments, session)
+    except BrokenPipeError:
+        return _stdout_closed()
     except AdminError as error:
         print(f"meta-admin: {error}", file=sys.stderr)
         return error.exit_status
     except KeyboardInterrupt:
         print("meta-admin: interrupted", file=sys.stderr)
         return 130
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (``meta-admin consume TOPIC | head``): end quietly with
+    status 0, as Unix filters do. stdout now goes to /dev/null, so the interpreter's last flush
+    of what is still buffered cannot fail again at exit."""
+    try:
+        stdout = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return EXIT_OK  # not a real file (a test's capture): nothing left to flush into a pipe
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, stdout)
+    finally:
+        os.close(devnull)
+    return EXIT_OK
 
 
 def _exit_status(code: object) -> int:

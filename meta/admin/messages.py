@@ -2,7 +2,7 @@
 
 * ``browse TOPIC PARTITION --from OFFSET --count N``: reads records with bounded ``get``s
   from ``OFFSET`` (a record boundary; below the first segment it follows the broker's 301)
-  and prints offset, message id, the time in the id (DECISIONS 5), flag, attribute, size and a
+  and prints offset, message id, the time in the id (wall-clock), flag, attribute, size and a
   printable preview, or the bodies as they are (``--raw``), or JSON. PARTITION is ``B-P``, or
   a partition number with ``--broker ID`` (not needed when one broker has the topic).
 * ``find-message ID [--topic T]``: the id names the broker (bits 21..12) and the time

@@ -1,7 +1,7 @@
 """``meta-admin migrate-java-data DIR``: retire a Java broker's transaction journal.
 
 Segments interchange between Java and metaq-py brokers both ways, but the transaction
-journals do not (metaq-py's has its own format, DECISIONS 11): a metaq-py broker refuses to
+journals do not (metaq-py's has its own format, docs/formats.md §6): a metaq-py broker refuses to
 start on a Java ``transactions/`` directory, and a Java broker on a metaq-py one. This command
 checks the Java journal (``meta.tx.java_journal``) and, when a Java broker would have nothing
 left to do with it, moves it aside to ``transactions.java.<UTC time>`` (kept, never deleted;

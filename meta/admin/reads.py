@@ -8,14 +8,14 @@ broker:
 * ``stats offsets`` gives every store's min and max offsets in one request (``stats
   json:offsets`` on a metaq-py broker: ``stats_document`` asks the JSON item first and falls
   back to the text item when the broker answers text, as a Java broker does);
-* ``offset`` answers the start of the segment holding an offset (wire spec §2.3), so walking
+* ``offset`` answers the start of the segment holding an offset, so walking
   down from the end (``offset(max - 1)``, then ``offset(start - 1)``...) lists the segments
   that hold data, one request each. An empty newest segment (just rolled) holds no offset and
   is not seen over the wire.
 * ``get`` reads records; ``PartitionReader.records`` follows 301s, doubles the size asked for
   a record larger than it (up to ``READ_BYTES_MAX``) and stops at the end.
 
-Message-id time (DECISIONS 5): ``locate_time`` binary-searches the segments by the time of
+Message-id time (wall-clock): ``locate_time`` binary-searches the segments by the time of
 their first record, then scans one segment forward to the first record whose id time is
 ``>=`` the target. Ids of one partition are nearly in offset order (ids are allocated just
 before the append), so the first such record in offset order is the answer.

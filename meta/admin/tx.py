@@ -1,4 +1,4 @@
-"""``meta-admin tx``: list prepared XA branches and finish them by hand (zk spec §4.7).
+"""``meta-admin tx``: list prepared XA branches and finish them by hand.
 
 Subcommands, each one connection to a live broker:
 

@@ -1,4 +1,4 @@
-"""What ``meta-admin`` reads from and writes to ZooKeeper (zk spec §1.2, §1.4, §1.5).
+"""What ``meta-admin`` reads from and writes to ZooKeeper.
 
 ``ZkAdmin`` is a short-lived kazoo session of one CLI run: it reads the broker registrations
 (``R/brokers/ids/B`` with ``master``, ``slave<N>``, ``master_config_checksum``), the topic
@@ -168,7 +168,7 @@ class ZkAdmin:
     # --- brokers and topics ----------------------------------------------------------------
 
     def brokers(self) -> list[BrokerNode]:
-        """Every numeric child of ``R/brokers/ids``, by id (zk spec §1.4)."""
+        """Every numeric child of ``R/brokers/ids``, by id."""
         ids_path = f"{self.root}/brokers/ids"
         nodes = []
         for name in sorted((n for n in self.children(ids_path) if n.isdigit()), key=int):

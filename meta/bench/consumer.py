@@ -5,7 +5,7 @@
   message except ZooKeeper) reads a backlog of ``count`` messages from offset 0 of one
   partition. Target: 150k msg/s.
 * ``run_end_to_end``: a producer puts timestamped messages at a fixed rate on one connection
-  while the fetch loop long-polls (DECISIONS 16) the same partition from its current end; each
+  while the fetch loop long-polls the same partition from its current end; each
   message's latency is receive time minus send time. Target at 1k msg/s: p50 below 5 ms,
   p99 below 50 ms.
 

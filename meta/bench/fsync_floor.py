@@ -6,7 +6,7 @@ each a forked child, and against the broker itself:
 
 * ``no-fsync``: read, write to the file, reply: the loopback round trip;
 * ``inline``: read, write, fdatasync, reply, all on the thread that reads the socket (what
-  the broker may not do: issue 2 keeps fsync off the reactor thread);
+  the broker may not do: its fsync stays off the reactor thread);
 * ``worker``: the reading thread writes and hands the fdatasync to a worker thread, which
   wakes the reading thread through a pipe to send the reply (the broker's design);
 * ``worker-replies``: as ``worker``, but the worker thread sends the reply itself;

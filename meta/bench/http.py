@@ -179,13 +179,21 @@ def run(arguments: argparse.Namespace, work: Path) -> dict:
         tcp_requests = (lambda number: frames.header(number) + frames.body, tcp_complete)
         http_requests = (lambda number: http_put, http_complete)
         puts: dict[str, list[float]] = {"tcp": [], "http": []}
+        cpu_us: dict[str, list[float]] = {"tcp": [], "http": []}
+        totals = {"messages": 0, "seconds": 0.0}  # of the HTTP put turns
         for _ in range(arguments.rounds):
             for name, address, requests in (
                 ("tcp", broker.address, tcp_requests),
                 ("http", http_address, http_requests),
             ):
+                cpu_before = broker.cpu_seconds()
                 result = drive(address, requests, arguments.connections, arguments.duration_s)
+                cpu = broker.cpu_seconds() - cpu_before
                 puts[name].append(result["msg_per_s"])
+                cpu_us[name].append(cpu / max(result["messages"], 1) * 1e6)
+                if name == "http":
+                    totals["messages"] += result["messages"]
+                    totals["seconds"] += result["seconds"]
         backlog = arguments.backlog_mb * 1_000_000
         backlog_frames = PutFrames(GET_TOPIC, 1024)
         run_pipelined(broker.address, backlog_frames, 600.0, backlog // (1024 + 20) + 1)
@@ -201,6 +209,8 @@ def run(arguments: argparse.Namespace, work: Path) -> dict:
         "message_bytes": arguments.message_bytes,
         "backlog_mb": arguments.backlog_mb,
         "put_msg_per_s": puts,
+        "put_broker_cpu_us": cpu_us,
+        "http_put_totals": totals,
         "get_mb_per_s": gets,
         "put_ratio": put_ratio,
         "get_ratio": get_ratio,
@@ -209,16 +219,37 @@ def run(arguments: argparse.Namespace, work: Path) -> dict:
     }
 
 
+def bench_row(report: dict) -> dict:
+    """``tools/bench``'s ``http`` row from ``run``'s report: the HTTP put rate and its
+    broker CPU per message beside TCP's, measured in turns, and the get rates (medians)."""
+    puts, gets, cpu = report["put_msg_per_s"], report["get_mb_per_s"], report["put_broker_cpu_us"]
+    return {
+        "messages": report["http_put_totals"]["messages"],
+        "seconds": report["http_put_totals"]["seconds"],
+        "msg_per_s": statistics.median(puts["http"]),
+        "tcp_msg_per_s": statistics.median(puts["tcp"]),
+        "broker_cpu_us_per_msg": statistics.median(cpu["http"]),
+        "tcp_broker_cpu_us_per_msg": statistics.median(cpu["tcp"]),
+        "put_ratio": report["put_ratio"],
+        "mb_per_s": statistics.median(gets["http"]),
+        "tcp_mb_per_s": statistics.median(gets["tcp"]),
+        "get_ratio": report["get_ratio"],
+        "connections": report["connections"],
+    }
+
+
 def format_report(report: dict) -> str:
     def rates(values: list[float]) -> str:
         return " ".join(f"{value:,.0f}" for value in values)
 
     puts, gets = report["put_msg_per_s"], report["get_mb_per_s"]
+    cpu = report["put_broker_cpu_us"]
     return "\n".join(
         [
-            f"put, {report['connections']} connections, {report['message_bytes']} B (msg/s):",
-            f"  tcp   {rates(puts['tcp'])}",
-            f"  http  {rates(puts['http'])}",
+            f"put, {report['connections']} connections, {report['message_bytes']} B (msg/s; "
+            "broker CPU per message, median):",
+            f"  tcp   {rates(puts['tcp'])}   {statistics.median(cpu['tcp']):.1f} us",
+            f"  http  {rates(puts['http'])}   {statistics.median(cpu['http']):.1f} us",
             f"  http/tcp {report['put_ratio']:.2f} (target {PUT_TARGET:.2f}: "
             f"{'met' if report['put_target_met'] else 'MISSED'})",
             f"get of a {report['backlog_mb']} MB backlog, 1 MiB gets (MB/s):",

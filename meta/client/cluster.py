@@ -1,6 +1,6 @@
 """Cluster identifiers and the pure rules clients use to read the cluster out of ZooKeeper.
 
-What lives here (zk spec §0, §1.2, §1.4, §1.5, §3.1, §3.3):
+What lives here:
 
 - ``Partition`` (``B-P``) and ``BrokerAddress`` (``meta://host:port[?slaveId=N]``);
 - the producer partition list (``topics-pub`` ``B-m`` children, sorted numerically) and the
@@ -10,7 +10,7 @@ What lives here (zk spec §0, §1.2, §1.4, §1.5, §3.1, §3.3):
 
 Invariants: nothing here talks to ZooKeeper; callers pass the children (name -> node data) they
 read. Sorting and parsing follow the Java client exactly, because Java and Python consumers in
-one group must compute the same assignment, or they fight over owner nodes (spec §7.1).
+one group must compute the same assignment, or they fight over owner nodes.
 ``local_host`` reads this machine's interface addresses (``meta.local_address``) and sends
 nothing.
 Thread-safe: pure functions and immutable values.
@@ -34,13 +34,13 @@ from meta.protocol.commands import LONG_MAX
 log = logging.getLogger("meta.client")
 
 RANDOM_PARTITION_TEXT = "-1--1"
-"""Java's "random partition" (broker -1, partition -1): the broker picks one (spec §0)."""
+"""Java's "random partition" (broker -1, partition -1): the broker picks one."""
 
 PARTITIONS_PER_BROKER_MAX = 65_536
 """Our sanity bound on a topic node's ``numParts``; a larger value is treated as corrupt."""
 
 INVALID_GROUP_CHARACTERS = "~!#$%^&*()+=`'\",;/?[]<>.: "
-"""Characters Java's ``checkConsumerConfig`` refuses in a group name (spec §3.1)."""
+"""Characters Java's ``checkConsumerConfig`` refuses in a group name."""
 
 _DIGITS_RE = re.compile(r"[0-9]+")
 _PARTITION_RE = re.compile(r"([0-9]+)-([0-9]+)")
@@ -193,7 +193,7 @@ def _master_children(pub_children: Mapping[str, bytes]) -> Iterable[tuple[str, i
 
 
 def producer_partitions(pub_children: Mapping[str, bytes]) -> list[Partition]:
-    """Return a producer's partitions of one topic (spec §1.4, Java's numeric order).
+    """Return a producer's partitions of one topic (Java's numeric order).
 
     Only ``B-m`` children count (slaves never take writes). A child whose data is not usable
     JSON is skipped with a warning, as Java logs and skips it.
@@ -221,7 +221,7 @@ def master_broker_ids(pub_children: Mapping[str, bytes]) -> list[int]:
 
 
 def consumer_partition_strings(sub_children: Mapping[str, bytes]) -> list[str]:
-    """Return a consumer's partition strings of one topic (spec §1.4, Java's string order).
+    """Return a consumer's partition strings of one topic (Java's string order).
 
     Every ``X-Y`` child counts, masters and slaves alike, so a partition stays assigned while
     only a slave serves it. ``X`` is kept as written (Java does not parse it); a child whose
@@ -250,12 +250,12 @@ def consumer_partition_strings(sub_children: Mapping[str, bytes]) -> list[str]:
 
 
 def format_offset(msg_id: int, offset: int) -> str:
-    """Return the offset node text ``<msgId>-<offset>`` (spec §1.5), e.g. ``-1-0``."""
+    """Return the offset node text ``<msgId>-<offset>``, e.g. ``-1-0``."""
     return f"{msg_id}-{offset}"
 
 
 def parse_offset(text: str) -> tuple[int, int]:
-    """Parse an offset node's text into ``(msg_id, offset)`` (spec §1.5).
+    """Parse an offset node's text into ``(msg_id, offset)``.
 
     The text is split at the last ``-``. If that index is > 0 the parts are the message id and
     the offset (ids are often negative: ``-6054433245132763136-1048576``); otherwise the whole
@@ -281,7 +281,7 @@ def parse_offset(text: str) -> tuple[int, int]:
 
 
 def local_host() -> str:
-    """Return this machine's address for generated names (spec §0 ``getLocalHost``).
+    """Return this machine's address for generated names (Java's ``getLocalHost``).
 
     Java's rule, in one place for the client and the broker: ``meta.local_address``.
     """
@@ -289,7 +289,7 @@ def local_host() -> str:
 
 
 def consumer_id_string(group: str, consumer_id: str | None) -> str:
-    """Return the consumer id string ``<group>_<id>`` (spec §1.2).
+    """Return the consumer id string ``<group>_<id>``.
 
     Args:
         group: the consumer group.
@@ -300,7 +300,7 @@ def consumer_id_string(group: str, consumer_id: str | None) -> str:
 
 
 def validate_group(group: str) -> None:
-    """Refuse a consumer group that Java's ``checkConsumerConfig`` refuses (spec §3.1).
+    """Refuse a consumer group that Java's ``checkConsumerConfig`` refuses.
 
     Raises:
         InvalidGroupError: blank, or containing one of ``INVALID_GROUP_CHARACTERS``; the text
@@ -316,7 +316,7 @@ def validate_group(group: str) -> None:
 
 
 def broadcast_group(group: str, host: str | None = None) -> str:
-    """Return the per-host group of a broadcast consumer (spec §3.3 broadcast variant).
+    """Return the per-host group of a broadcast consumer (Java's broadcast variant).
 
     ``<group>-<host>`` with every ``.`` and ``:`` of the host replaced by ``-``. As in Java, an
     IPv6 host keeps its brackets, which makes the group fail ``validate_group``.
@@ -330,7 +330,7 @@ def broadcast_group(group: str, host: str | None = None) -> str:
 
 
 def validate_topic(topic: str) -> None:
-    """Refuse a topic name DECISIONS 9 does not allow, before anything is sent or written.
+    """Refuse a topic name the topic-name rule does not allow, before anything is sent or written.
 
     This is ``meta.config.validate_topic_name``; the error is not a ``ClientError`` because
     the broker raises the same type for the same rule.

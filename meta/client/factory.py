@@ -1,6 +1,6 @@
 """``MetaClientConfig`` and ``MetaMessageSessionFactory``: the entry point of the client library.
 
-A session factory owns what its producers share (zk spec §2.1, §2.7): one ``KazooClient``
+A session factory owns what its producers share: one ``KazooClient``
 (through ``meta.client.zk.cluster_view``; ``meta.client.zk``, the only client package that
 imports kazoo, is imported here only when ZooKeeper is configured), one ``ZkClusterView``
 and one ``ConnectionPool`` (``meta.client.net.pool``, re-exported here) of pipelined broker
@@ -57,7 +57,7 @@ DIRECT_USER = "<direct>"
 
 @dataclass(frozen=True)
 class MetaClientConfig:
-    """Client settings (Java's ``MetaClientConfig`` and ``ZKConfig``, spec §1.1, §2.1).
+    """Client settings (Java's ``MetaClientConfig`` and ``ZKConfig``).
 
     Attributes:
         zk_connect: ZooKeeper connect string ``host:port[,host:port...]``.
@@ -181,7 +181,7 @@ class MetaMessageSessionFactory:
     def create_producer(
         self, partition_selector: PartitionSelector | None = None
     ) -> MessageProducer:
-        """Return a new producer; its selector defaults to a fresh round robin (spec §2.2).
+        """Return a new producer; its selector defaults to a fresh round robin.
 
         Raises:
             ClientClosedError: the factory was shut down.
@@ -207,7 +207,7 @@ class MetaMessageSessionFactory:
     def create_xa_producer(
         self, selector: PartitionSelector | None = None, unique_qualifier_prefix: str | None = None
     ) -> XAMessageProducer:
-        """An XA producer (spec §4.8, ``meta.client.produce.xa``); qualifier ``<prefix>-<host>``.
+        """An XA producer (``meta.client.produce.xa``); qualifier ``<prefix>-<host>``.
 
         Raises:
             ClientError: direct mode, a closed factory, or a prefix that is not allowed.
@@ -238,7 +238,7 @@ class MetaMessageSessionFactory:
 
         Args:
             partitions_info: Java's ``topic.num.<topic>`` -> ``"<brokerId>:<count>;..."``;
-                partitions are chosen over this configured list (spec §2.6).
+                partitions are chosen over this configured list.
             partition_selector: chooses among the configured partitions; a
                 ``HashPartitionSelector`` (by ``Message.key``) when None.
             local_path: the backlog directory (``<local_path>/<topic>@<B-P>``).
@@ -274,7 +274,7 @@ class MetaMessageSessionFactory:
         local_path: str = "~/.meta_async_storage",
         recover_interval_ms: int = 300_000,
     ) -> AsyncMessageProducer:
-        """Return a one-way producer with a window of ``window`` permits (spec §2.5).
+        """Return a one-way producer with a window of ``window`` permits.
 
         Args:
             window: permits; a message costs ``max(1, len(data) // 4096)``.
@@ -314,7 +314,7 @@ class MetaMessageSessionFactory:
     def create_consumer(
         self, config: ConsumerConfig, *, group_class: type[ZkConsumerGroup] | None = None
     ) -> MessageConsumer:
-        """Return a new consumer of ``config.group`` (spec §3); it joins at ``complete_subscribe``.
+        """Return a new consumer of ``config.group``; it joins at ``complete_subscribe``.
 
         In direct mode (``server_url``) the consumer reads the partitions named in
         ``config.partition`` from that broker, without ZooKeeper (``meta.client.consume.direct``).
@@ -355,7 +355,7 @@ class MetaMessageSessionFactory:
     def create_broadcast_consumer(
         self, config: ConsumerConfig, offsets_path: str | None = None
     ) -> MessageConsumer:
-        """A consumer that gets every message: a per-host group (§3.3), offsets in a local file."""
+        """A consumer that gets every message: a per-host group, offsets in a local file."""
         from meta.client.consume.broadcast import create_broadcast_consumer
 
         return create_broadcast_consumer(self, config, offsets_path)
@@ -363,7 +363,7 @@ class MetaMessageSessionFactory:
     def create_topic_browser(
         self, topic: str, max_size: int = 1 << 20, timeout_s: float = 5.0
     ) -> TopicBrowser:
-        """Iterate every message of every partition of ``topic`` from offset 0 (§3.9)."""
+        """Iterate every message of every partition of ``topic`` from offset 0."""
         from meta.client.consume.pull import TopicBrowser
 
         return TopicBrowser(self, topic, max_size, timeout_s)
@@ -371,13 +371,13 @@ class MetaMessageSessionFactory:
     def get(
         self, topic: str, partition: Partition, offset: int, max_size: int = 1 << 20
     ) -> MessageIterator | None:
-        """Pull one batch from ``partition`` at ``offset``; None on 404/403/301 (§3.9)."""
+        """Pull one batch from ``partition`` at ``offset``; None on 404/403/301."""
         from meta.client.consume.pull import get
 
         return get(self, topic, partition, offset, max_size)
 
     def get_partitions_for_topic(self, topic: str) -> list[Partition]:
-        """Read the producer partitions of ``topic`` from ZooKeeper once (spec §3.9).
+        """Read the producer partitions of ``topic`` from ZooKeeper once.
 
         Returns:
             The partitions in numeric order; ``[]`` when no broker publishes the topic.

@@ -1,4 +1,4 @@
-"""The client-side message and the result of sending one (zk spec §2.3).
+"""The client-side message and the result of sending one.
 
 ``Message`` is what applications build and what consumers receive. Only ``topic``, ``data`` and
 ``attribute`` travel on the wire (through ``meta.protocol.message.encode_payload``); ``key`` is
@@ -109,7 +109,7 @@ def as_message(
 
 @dataclass(frozen=True, slots=True)
 class SendResult:
-    """The outcome of one send, with Java's ``SendResult`` semantics (spec §2.3).
+    """The outcome of one send, with Java's ``SendResult`` semantics.
 
     On success (``success`` means stored by a broker) ``partition`` is where the message went
     and ``offset`` its byte offset (-1 for a transactional put). On failure ``partition`` is

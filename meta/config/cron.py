@@ -1,4 +1,4 @@
-"""Quartz cron expressions (``deleteWhen``, spec 4.8): validation and the next fire time.
+"""Quartz cron expressions (``deleteWhen``): validation and the next fire time.
 
 ``QuartzCron`` translates a Quartz expression (``sec min hour day-of-month month day-of-week
 [year]``) into a croniter expression; ``next_fire_s`` is the next fire time. Quartz and

@@ -2,8 +2,8 @@
 
 What lives here: the safe integer-expression evaluator (Java evaluated int values with the
 Aviator expression language, so ``1024*1024*1024`` is a valid size), the two boolean rules, the
-``deletePolicy`` grammar (spec section 4.8), the ``deleteWhen`` check (a full Quartz parse by
-``meta.config.cron``), the filter target shape (DECISIONS 12), paths and the ZooKeeper root.
+``deletePolicy`` grammar, the ``deleteWhen`` check (a full Quartz parse by
+``meta.config.cron``), the filter target shape (compatibility.md), paths and the ZooKeeper root.
 ``meta.config.keys`` maps each key kind to one of them.
 
 Invariants: every parser is pure and reads no file (``path`` values are resolved against the
@@ -134,7 +134,7 @@ def parse_java_bool(text: str) -> bool:
 
 
 def parse_delete_policy(text: str) -> DeletePolicySpec:
-    """Parse ``delete,<N>[s|m|h]`` or ``archive,<N>[s|m|h][,<compress>]`` (spec section 4.8).
+    """Parse ``delete,<N>[s|m|h]`` or ``archive,<N>[s|m|h][,<compress>]``.
 
     ``N`` without a suffix counts hours and must fit a Java int. Fields are stripped of white
     space; ``compress`` is read like Java ``Boolean.valueOf``.

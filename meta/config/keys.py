@@ -128,7 +128,7 @@ ZOOKEEPER_KEYS: tuple[_Key, ...] = (
 )
 
 # Defaults of topic keys are the parsed [system] values of the same field name. Keys starting
-# with "group." name server-side filters (DECISIONS 12) and are handled outside this table.
+# with "group." name server-side filters (compatibility.md) and are handled outside this table.
 TOPIC_KEYS: tuple[_Key, ...] = (
     _Key("numPartitions", "num_partitions", "int", low=1),
     _Key("unflushThreshold", "unflush_threshold", "int"),
@@ -148,7 +148,7 @@ SLAVE_KEYS: tuple[_Key, ...] = (
     _Key("autoSyncMasterConfig", "auto_sync_master_config", "java_bool", False),
 )
 
-# conf/jettyBroker.properties: the HTTP protocol (spec §2.1).
+# conf/jettyBroker.properties: the HTTP protocol.
 HTTP_KEYS: tuple[_Key, ...] = (_Key("serverPort", "server_port", "int", 8080, low=0, high=65535),)
 
 # Field names of Java's MetaConfig that its key check accepts in [system]; ignored here.

@@ -1,7 +1,7 @@
 """Loading ``server.ini`` and ``async_slave.properties`` into the frozen objects of ``settings``.
 
 This is the ONLY module that reads configuration files. ``load_config`` parses MetaQ's
-``server.ini`` shape (``[system]``, ``[zookeeper]``, ``[topic=NAME]``; spec section 5) into a
+``server.ini`` shape (``[system]``, ``[zookeeper]``, ``[topic=NAME]``, Java's) into a
 validated ``BrokerConfig``; ``load_slave_config`` reads ``async_slave.properties`` into a
 ``SlaveConfig``. Every ini key maps to a field in one explicit table of ``meta.config.keys``
 (``SYSTEM_KEYS``, ``ZOOKEEPER_KEYS``, ``TOPIC_KEYS``, ``SLAVE_KEYS``) that also gives its type,
@@ -10,11 +10,11 @@ default and whether it is required. Value grammars live in ``meta.config.grammar
 Rules kept from Java (ini4j + Aviator): keys are case-sensitive; lines are trimmed (so an indented
 line is never a continuation); a blank value counts as absent for optional keys; integer values
 may be arithmetic (``1024*1024*1024``); an unknown key is an error naming file, section and key
-(DECISIONS 6). Java's internal field names (``topics``, ``slaveConfig``, ...) are accepted and
+(compatibility.md). Java's internal field names (``topics``, ``slaveConfig``, ...) are accepted and
 ignored with a warning, as are ``[system]`` names inside ``[zookeeper]``. Every section name is a
 topic pattern (``*`` -> ``.*``, nothing else escaped, so ``.`` matches any character); per-topic
 settings are looked up by exact name only. Departures: unknown sections are errors (Java ignores
-them); duplicate keys and sections are errors; ``maxMessageSize`` is new (DECISIONS 8); relative
+them); duplicate keys and sections are errors; ``maxMessageSize`` is new; relative
 paths are resolved against the current working directory at load time; files are read as UTF-8.
 
 Invariants: every object returned is frozen and fully validated; ``BrokerConfig.topics`` keeps
@@ -79,7 +79,7 @@ def load_config(
         overrides: ``{"system.hostName": "127.0.0.1", "zookeeper.zk.zkConnect": "..."}``,
             applied as if written in the file (``"topic=NAME.key"`` for a topic section).
             They do not change ``checksum``, which covers the file bytes only.
-        topic_defaults: for a reload (spec 5.6), the running config: topic keys a section
+        topic_defaults: for a reload, the running config: topic keys a section
             leaves blank take its ``[system]`` values, as in Java, not the file's.
 
     Returns:
@@ -127,7 +127,7 @@ def load_slave_config(path: str) -> SlaveConfig:
 
 
 def load_http_config(path: str) -> HttpConfig:
-    """Read and validate a ``jettyBroker.properties`` (the HTTP protocol, spec §2.1).
+    """Read and validate a ``jettyBroker.properties`` (the HTTP protocol).
 
     Raises:
         ConfigError: unreadable file, duplicate or unknown key, bad value.
@@ -258,7 +258,7 @@ def _topic_config(
 
 
 def _check_topic_section_name(source: Source, section: str, name: str) -> None:
-    """An exact name must pass DECISIONS 9; a wildcard name must compile as a pattern."""
+    """An exact name must pass the topic-name rule; a wildcard name must compile as a pattern."""
     if "*" not in name:
         try:
             validate_topic_name(name)

@@ -2,7 +2,7 @@
 ``SlaveConfig``.
 
 ``meta.config.loading`` builds them from the files; everything else only reads them. Also the
-topic-name rule (DECISIONS 9, ``validate_topic_name``), the section-name pattern rule
+topic-name rule (compatibility.md, ``validate_topic_name``), the section-name pattern rule
 (``topic_regex``) and ``FlushMode``, how a partition or the journal makes appends durable.
 
 Invariants: every object is frozen and, when built by ``meta.config.loading``, fully validated;
@@ -28,8 +28,8 @@ FILTER_KEY_PREFIX = "group."
 
 
 class FlushMode(enum.Enum):
-    """How appends are made durable: a partition's (``unflushThreshold``, spec section 4.6,
-    DECISIONS 1-2) and the transaction journal's (``flushTxLogAtCommit``, zk spec §4.5).
+    """How appends are made durable: a partition's (``unflushThreshold``, see
+    docs/durability.md) and the transaction journal's (``flushTxLogAtCommit``).
 
     ``GROUP_COMMIT``: a write is answered after the fsync that covers it, and one fsync covers
     every write waiting at that moment (``unflushThreshold <= 0``; ``flushTxLogAtCommit=1``).
@@ -110,7 +110,7 @@ class BrokerConfig:
     broker_id: int  # 0..1023
     server_port: int = 8123  # 0 means "any free port" (tests)
     dashboard_http_port: int = 8120  # -1 turns the dashboard off, 0 picks a free port
-    host_name: str | None = None  # DECISIONS 19: listen/register address when set
+    host_name: str | None = None  # listen/register address when set (compatibility.md)
     data_path: str  # default ~/meta, expanded, absolute
     data_log_path: str  # default = data_path
     app_class_path: str | None = None  # default <config dir>/../provided when it exists
@@ -119,7 +119,7 @@ class BrokerConfig:
     unflush_interval_ms: int
     segment_bytes_max: int  # maxSegmentSize
     transfer_bytes_max: int  # maxTransferSize
-    message_bytes_max: int  # maxMessageSize, default = transfer_bytes_max (DECISIONS 8)
+    message_bytes_max: int  # maxMessageSize, default = transfer_bytes_max (compatibility.md)
     get_process_thread_count: int
     put_process_thread_count: int
     delete_policy: str = "delete,168"
@@ -169,7 +169,7 @@ class BrokerConfig:
         return TopicConfig(name=topic, **defaults)  # type: ignore[arg-type]
 
     def is_legal_topic(self, topic: str) -> bool:
-        """Whether ``topic`` passes DECISIONS 9 and fully matches some section's pattern."""
+        """Whether ``topic`` passes the topic-name rule and fully matches some section's pattern."""
         try:
             validate_topic_name(topic)
         except InvalidTopicError:
@@ -202,13 +202,13 @@ class SlaveConfig:
 
 @dataclass(frozen=True)
 class HttpConfig:
-    """A validated ``jettyBroker.properties``: the HTTP protocol's settings (spec §2.1)."""
+    """A validated ``jettyBroker.properties``: the HTTP protocol's settings."""
 
     server_port: int = 8080  # serverPort; 0 picks a free port (logged)
 
 
 def validate_topic_name(topic: str) -> None:
-    """Refuse a topic name that DECISIONS 9 does not allow.
+    """Refuse a topic name that the topic-name rule does not allow.
 
     Args:
         topic: the name to check.

@@ -1,4 +1,4 @@
-"""The dashboard's two actions (spec §3.2, §3.4): reload the config, skip a group's backlog.
+"""The dashboard's two actions: reload the config, skip a group's backlog.
 
 ``POST /reload-config`` and ``POST /topics/<t>/groups/<g>/partitions/<p>/skip`` (also under
 ``/api/v1``) answer the Java dashboard's texts. They are accepted only from an operator

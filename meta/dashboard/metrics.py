@@ -7,7 +7,7 @@ scrapes, so the put and get paths count nothing twice; ``partitions_text`` write
 The only metric fed as events happen is ``metaq_fsync_seconds``: the flusher reports each
 batch's duration (one observation per fsync batch, not per message).
 
-The names and labels are those of spec §3.4. Consumer lag needs ZooKeeper reads, so it is
+The names and labels are those of docs/dashboard.md. Consumer lag needs ZooKeeper reads, so it is
 only exposed for the groups a scrape names (``/metrics?groups=G1,G2``): see
 ``consumer_lag_text``. Families of features this broker does not run
 (synchronous replication, an async slave's lag on a master) are exposed with no samples, so
@@ -33,7 +33,7 @@ from meta.tx import states
 __all__ = ["CONTENT_TYPE", "BrokerCollector", "BrokerMetrics", "consumer_lag_text"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-"""Spec §3.4: the text format 0.0.4, which ``generate_latest`` writes (newer releases of
+"""The Prometheus text format 0.0.4, which ``generate_latest`` writes (newer releases of
 ``prometheus_client`` label the same text ``version=1.0.0`` by default)."""
 
 FSYNC_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)

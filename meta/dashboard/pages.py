@@ -1,4 +1,4 @@
-"""The HTML fragments at the original dashboard's URLs (spec §3.2, §3.4).
+"""The HTML fragments at the original dashboard's URLs.
 
 Each ``*_page`` function returns one fragment (the shell at ``/`` loads it into its main
 pane) built from the same facts as the JSON API; every value goes through

@@ -3,7 +3,7 @@
 ``route(dashboard, request)`` returns a ``Reply``, or a Deferred firing with one for the
 actions (they wait for a reload or a ZooKeeper write). The original dashboard's URLs answer
 HTML fragments, or JSON when the request's ``Accept`` or ``Content-Type`` is JSON or the
-query has ``format=json`` (spec §3.4); ``/api/v1/...`` always answers JSON. Unknown paths
+query has ``format=json``; ``/api/v1/...`` always answers JSON. Unknown paths
 answer 404 with the Java dashboard's text.
 
 Reactor thread only.
@@ -24,7 +24,7 @@ from meta.status import facts
 from meta.status.health import readiness
 
 NOT_FOUND_TEXT = "I am sorry, i can't find the page."
-"""The Java dashboard's 404 text (spec §3.2)."""
+"""The Java dashboard's 404 text."""
 
 TEXT = "text/plain; charset=utf-8"
 JSON = "application/json"

@@ -2,13 +2,13 @@
 
 ``start_dashboard`` listens (or not: ``-1`` turns the dashboard off; ``0`` picks a free port,
 which is logged) on ``hostName`` when it is set, else on every interface, as the broker's TCP
-port does (DECISIONS 19). A port that cannot be taken is a startup error naming the port and
+port does (compatibility.md). A port that cannot be taken is a startup error naming the port and
 the key. It also installs the ``/logging`` ring on the root logger and starts sampling the
 rates the charts show.
 
 ``DashboardResource`` turns each HTTP request into a ``routes.Request`` and writes the
 ``routes.Reply`` it gets back, at once or when its Deferred fires (the ZooKeeper views and
-the actions). A route that raises answers 500 ``Server error: <message>`` (spec §3.2).
+the actions). A route that raises answers 500 ``Server error: <message>``.
 
 Reactor thread only.
 """

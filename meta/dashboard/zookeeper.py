@@ -3,8 +3,8 @@
 Every ZooKeeper call runs on the broker registry's worker thread (``BrokerRegistry.read``),
 through ``meta.admin.zk.ZkAdmin`` on the registry's own session; results come back to the
 reactor, where the pages are built. ``/cluster`` asks each registered broker for its
-``stats config`` over TCP (spec D4) on the reactor's thread pool, with a short timeout; a
-broker that does not answer is shown as unreachable (D2), and answers are cached for
+``stats config`` over TCP on the reactor's thread pool, with a short timeout; a
+broker that does not answer is shown as unreachable, and answers are cached for
 ``PEER_CACHE_S``.
 
 Reactor thread only (the functions passed to ``read`` and ``deferToThread`` run elsewhere
@@ -35,7 +35,7 @@ SKIP_OWNED = (
     "Could not skip pending messages,because the parition was owned by {owner},"
     "maybe you have to stop the consumers at first."
 )
-"""The Java dashboard's refusal text (spec §3.2), spelling included."""
+"""The Java dashboard's refusal text, spelling included."""
 SKIP_DONE = "success"
 
 

@@ -1,4 +1,4 @@
-"""Sans-I/O decoder and encoder of the Metamorphosis text protocol (wire spec §1-§2).
+"""Sans-I/O decoder and encoder of the Metamorphosis text protocol.
 
 ``Decoder.receive_data(bytes)`` only buffers; ``Decoder.next_command()`` returns one frozen
 command from ``meta.protocol.commands``, a ``BodyTooLarge`` event, or ``NEED_DATA``.
@@ -11,7 +11,7 @@ character only, as the Java decoder does, so ``vxyz`` is a version request and a
 quits. A malformed command raises ``LocalProtocolError`` and leaves the decoder broken: the
 caller must close the connection (Java sends nothing either).
 
-Limits (constructor arguments, DECISIONS 8): a header line longer than
+Limits (constructor arguments, docs/compatibility.md): a header line longer than
 ``header_bytes_max`` is a protocol error; a body longer than ``body_bytes_max`` yields
 ``BodyTooLarge`` and is discarded as it arrives, never buffered whole.
 

@@ -1,9 +1,9 @@
-"""Frozen command and frame objects of the Metamorphosis text protocol (wire spec §1-§2).
+"""Frozen command and frame objects of the Metamorphosis text protocol.
 
 One class per request (``Put``, ``Get``, ``Offset``, ``Version``, ``Stats``, ``Quit``,
 ``Transaction``, ``Sync``), per response frame (``Result``, ``Data``), and one decoder event
 (``BodyTooLarge``) for a body over the configured limit, which the decoder skips without
-buffering (DECISIONS 8). Field values are exactly what the wire carries; no I/O here.
+buffering (docs/compatibility.md). Field values are exactly what the wire carries; no I/O here.
 Immutable (``Put`` by convention, see its docstring), so thread-safe.
 """
 
@@ -16,7 +16,7 @@ OPAQUE_DEFAULT = 2147483647
 
 LONG_MAX = 9223372036854775807
 """Java's ``Long.MAX_VALUE``, the one definition in ``meta``: a get at this offset asks for the
-partition's end (wire spec §2.2)."""
+partition's end."""
 
 TRANSACTION_TYPES = frozenset(
     {
@@ -61,7 +61,7 @@ class Put:
 class Get:
     """``get <topic> <group> <partition> <offset> <maxSize> <opaque> [<maxWaitMs>]``.
 
-    ``max_wait_ms`` is the long-polling extension of DECISIONS 16 (None: answer at once).
+    ``max_wait_ms`` is the long-polling extension (compatibility.md; None: answer at once).
     """
 
     topic: str

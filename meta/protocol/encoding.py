@@ -1,4 +1,4 @@
-"""The encoder of the Metamorphosis text protocol (wire spec §1-§2), re-exported by ``codec``.
+"""The encoder of the Metamorphosis text protocol, re-exported by ``codec``.
 
 ``encode(command)`` returns the exact bytes a Java peer sends; ``encode_result`` and
 ``encode_value_header`` are the broker's hot paths. Pure functions, thread-safe.

@@ -1,4 +1,4 @@
-"""Header grammar of the text protocol: one parser per command (wire spec §1.2, §2).
+"""Header grammar of the text protocol: one parser per command.
 
 Each parser takes the tokens of one header line (split like Java's ``split(" ")``) and
 returns a ``Header``. ``parse_header`` dispatches on the first character only, as the Java
@@ -130,7 +130,7 @@ def _parse_get(tokens: list[str]) -> Header:
     if len(tokens) < 7:
         raise LocalProtocolError(f"get has {len(tokens)} tokens; expected 7")
     max_wait_ms = None
-    # DECISIONS 16: one optional token after the opaque; Java ignores extra tokens, so an
+    # Long polling: one optional token after the opaque; Java ignores extra tokens, so an
     # extra token that is not a non-negative number is ignored here too.
     if len(tokens) > 7 and _DIGITS.fullmatch(tokens[7]) and tokens[7]:
         max_wait_ms = min(int(tokens[7]), INT_MAX)

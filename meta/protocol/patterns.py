@@ -21,7 +21,7 @@ FAST_TRANSACTION = re.compile(
 )
 FAST_RESULT = re.compile(rb"result (\d{1,9}) (\d{1,9}) (-?\d{1,10})")
 # The broker's put runs (``Decoder.next_put_run``): puts to a legal topic name (ASCII,
-# DECISIONS 9) whose partition and opaque are written canonically (no sign on 0, no leading
+# compatibility.md) whose partition and opaque are written canonically (no sign on 0, no leading
 # zero, at most 9 digits, so always in range) and whose length and flag have at most 9 digits,
 # with or without a ``TX:``/``XID:`` key of printable ASCII (its grammar is checked by
 # ``parse_transaction_key``). Such a header is always shorter than the codec's

@@ -1,4 +1,4 @@
-"""The put reply: its wire format, as byte-format constants, and its decoder (wire spec §2.1).
+"""The put reply: its wire format, as byte-format constants, and its decoder.
 
 A put that was taken is answered with a ``result`` frame of code 200 whose body names the
 stored message::

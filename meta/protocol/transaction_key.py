@@ -1,4 +1,4 @@
-"""Transaction keys of the wire protocol (wire spec §2.7.1, DECISIONS 5).
+"""Transaction keys of the wire protocol, as Java's.
 
 Grammar::
 

@@ -1,4 +1,4 @@
-"""XA constants and the wire form of XA errors (wire spec §2.7.2, zk spec §4.1, DECISIONS 5).
+"""XA constants and the wire form of XA errors, as Java's.
 
 The broker answers an XA failure with ``result 500`` and the body
 ``XAException:code=<errorCode>,msg=<message>`` (the message may be ``null``). The codes are the

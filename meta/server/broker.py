@@ -2,13 +2,13 @@
 ZooKeeper registry.
 
 Lifecycle: ``start()`` loads and recovers every partition on disk, starts the flush timers,
-recovers the transactions (``meta.tx.manager``), listens, then registers in ZooKeeper (zk
-spec §1.3 step 1). ``stop()`` stops accepting connections, deregisters, waits
+recovers the transactions (``meta.tx.manager``), listens, then registers in ZooKeeper (as
+Java's broker does). ``stop()`` stops accepting connections, deregisters, waits
 ``zkSyncTimeMs`` on the reactor so clients can move away, writes a last transaction
 checkpoint, flushes and closes the store (which answers every waiting put), then closes
 connections.
 
-Reload (``reload()``, spec §5.6, zk spec §1.3 step 3): the topic sections of the re-read
+Reload (``reload()``, docs/operations.md): the topic sections of the re-read
 ``server.ini`` replace the running ones; ``[system]`` and ``[zookeeper]`` keep their running
 values until restart (each changed key is logged), and topic keys a section leaves blank
 keep inheriting the running ``[system]`` values. The rule for topics is "as a restart with
@@ -99,13 +99,13 @@ TOO_LARGE_LOG_INTERVAL_S = 60.0
 
 
 def advertised_host(config: BrokerConfig) -> str:
-    """``hostName`` when set, else this machine's address as Java finds it (DECISIONS 19,
+    """``hostName`` when set, else this machine's address as Java finds it (compatibility.md,
     ``meta.local_address``)."""
     return config.host_name or local_host()
 
 
 def broker_uri(host: str, port: int) -> str:
-    """``meta://host:port``, with IPv6 hosts in brackets (zk spec §0)."""
+    """``meta://host:port``, with IPv6 hosts in brackets."""
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"meta://{host}:{port}"
@@ -119,7 +119,7 @@ class Broker:
         reactor: the reactor to use (default: the global one).
         registry: a ``BrokerRegistry``-like object, or None to build one from the config.
         store: a ``StoreManager`` (tests inject one with a recording file layer), or None.
-        slave_id: -1 for a master; ``N >= 0`` for async slave N (zk spec 6: registers as
+        slave_id: -1 for a master; ``N >= 0`` for async slave N (as in Java: registers as
             ``ids/B/slave<N>`` and ``B-s<N>``, answers puts 403; ``meta.slave`` copies).
     """
 
@@ -256,7 +256,7 @@ class Broker:
     # --- reload ---------------------------------------------------------------------------------
 
     def reload(self, reread: BrokerConfig) -> defer.Deferred:
-        """Apply a re-read ``server.ini``: its topic sections take effect now (spec §5.6).
+        """Apply a re-read ``server.ini``: its topic sections take effect now.
 
         See the module docstring for what changes and what waits for a restart.
 
@@ -386,7 +386,7 @@ class Broker:
             self.realtime.record("put_failed", topic, f"{self.config.broker_id}-{partition}")
 
     def record_put_too_large(self, topic: str, partition: int, size: int) -> None:
-        """Count a put refused for its size (DECISIONS 8) for ``stats rejected``, and log it:
+        """Count a put refused for its size (compatibility.md) for ``stats rejected``, and log it:
         the first one, then at most one line per ``TOO_LARGE_LOG_INTERVAL_S`` with the count."""
         counters = self.counters
         counters.put_too_large += 1

@@ -1,6 +1,6 @@
 """``BrokerNodes``: the broker's ZooKeeper nodes and the kazoo session they live in.
 
-What lives here: the registry's worker-thread half (zk spec sections 1.2 and 1.3) and the pure
+What lives here: the registry's worker-thread half and the pure
 path and payload helpers. ``BrokerNodes`` owns the ``KazooClient``: it connects, claims the
 broker node, writes, rewrites and deletes topic nodes, unregisters and closes. The nodes
 (``R`` = ``zk.zkRoot``, ``B`` = broker id, ``x`` = ``m`` for a master or ``s<N>`` for slave
@@ -273,7 +273,7 @@ class BrokerNodes:
             self.delete_if_exists(path)
 
     def read_master(self) -> tuple[bytes | None, dict[str, bytes]]:
-        """Read what an async slave copies (zk spec 1.4, "slave's view of its master").
+        """Read what an async slave copies (the slave's view of its master).
 
         Returns:
             ``(master, topics)``: the data of ``ids/B/master`` (None when it is missing) and,
@@ -313,7 +313,7 @@ class BrokerNodes:
             return None
 
     def unregister_and_close(self, topics: list[str]) -> None:
-        """Delete our nodes if connected (zk spec 1.3 step 5), then close the client.
+        """Delete our nodes if connected, then close the client.
 
         Errors are logged, never raised: the ephemeral nodes go away with the session anyway.
 
@@ -339,7 +339,7 @@ class BrokerNodes:
                 client.close()
 
     def _unregister(self, topics: list[str]) -> None:
-        """zk spec 1.3 step 5: broker node, checksum, ``ids/B``, then the topic nodes."""
+        """As Java unregisters: broker node, checksum, ``ids/B``, then the topic nodes."""
         if self._claimed:
             self.delete_if_exists(self.broker_path)
             if self._is_master:

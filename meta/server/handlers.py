@@ -10,7 +10,7 @@ file by the protocol), None (no reply: ``transaction END`` and dropped frames), 
 waiting for its write and fsync, a long-polling get). Handlers never touch a transport: the
 protocol decides what to write and when (STYLE 2, 17). Puts use a plain callback rather than
 a Deferred because a Deferred costs more than the rest of the put path (measured 3.4 us).
-Status codes and texts follow the wire spec §2 and DECISIONS; counters follow §6.2.
+Status codes, texts and counters are Java's, except where docs/compatibility.md says.
 
 Reactor thread only.
 """
@@ -58,7 +58,7 @@ def not_exists_text(topic: str, partition: int) -> bytes:
 
 
 def handle_put(broker: BrokerServices, command: Put, connection) -> Reply:
-    """Stage one plain put; the reply is sent when the store acknowledges it (DECISIONS 1-4).
+    """Stage one plain put; the reply is sent when the store acknowledges it (compatibility.md).
 
     What a put accepts and what it is answered are ``meta.server.puts``'s rules; a put that
     names a transaction is dispatched to ``tx_handlers.handle_transactional_put`` instead.
@@ -89,7 +89,7 @@ def handle_put(broker: BrokerServices, command: Put, connection) -> Reply:
 
 
 def handle_body_too_large(broker: BrokerServices, event: BodyTooLarge, connection) -> Reply:
-    """A put over ``maxMessageSize`` gets 500 (DECISIONS 8); other frames are dropped."""
+    """A put over ``maxMessageSize`` gets 500 (compatibility.md); other frames are dropped."""
     if event.command == "put":
         return too_large(broker, event)
     if event.command == "sync":
@@ -98,7 +98,7 @@ def handle_body_too_large(broker: BrokerServices, event: BodyTooLarge, connectio
 
 
 def handle_get(broker: BrokerServices, command: Get, connection) -> Reply:
-    """Serve a slice of one segment, or the 301/400/404 answers of wire spec §2.2."""
+    """Serve a slice of one segment, or the 301/400/404 answers of a Java broker's get."""
     broker.counters.cmd_get += 1
     partition_log = broker.store.get(command.topic, command.partition)
     if partition_log is None:
@@ -114,7 +114,7 @@ def handle_get(broker: BrokerServices, command: Get, connection) -> Reply:
         header = encode_value_header(found.length, command.opaque)
         return FileReply(header, found.segment, found.position, found.length)
     if command.max_wait_ms and found.kind == "after" and command.offset == found.offset:
-        # DECISIONS 16: hold the get until data arrives at this offset or the wait ends.
+        # Long polling: hold the get until data arrives at this offset or the wait ends.
         def woken() -> None:
             connection.respond(_get_after_wait(broker, command, partition_log, limit))
 
@@ -148,7 +148,7 @@ def _get_out_of_range(broker: BrokerServices, command: Get, kind: str, answer: i
 
 
 def handle_offset(broker: BrokerServices, command: Offset, connection) -> Reply:
-    """The start of the segment holding ``offset``, clamped to the partition (§2.3)."""
+    """The start of the segment holding ``offset``, clamped to the partition."""
     broker.counters.cmd_offset += 1
     partition_log = broker.store.get(command.topic, command.partition)
     if partition_log is None:
@@ -171,12 +171,12 @@ def _no_processor(class_name: str, opaque: int) -> bytes:
 
 
 def handle_sync(broker: BrokerServices, command: Sync, connection) -> Reply:
-    """A plain broker has no sync processor (wire spec §2.8)."""
+    """A plain broker has no sync processor."""
     return _no_processor("SyncCommand", command.opaque)
 
 
 def handle_reply_frame(broker: BrokerServices, command: Result | Data, connection) -> Reply:
-    """Replies sent to the broker match no request of ours; they are dropped (§2.9)."""
+    """Replies sent to the broker match no request of ours; they are dropped."""
     return None
 
 

@@ -7,8 +7,8 @@ by ``meta.status.facts``, the functions behind the dashboard's JSON API, so both
 same facts under the same names. Every document names its item (``"item"``).
 
 Why this item name: a Java broker answers any item it does not know as a topic name (the
-text block of spec 6.3 with ``resultCode 1``). A ``:`` never appears in a legal topic name
-(DECISIONS 9), so ``json:...`` cannot shadow a topic on either broker, and a client tells
+``STATS`` text block with ``resultCode 1``). A ``:`` never appears in a legal topic name
+(docs/compatibility.md), so ``json:...`` cannot shadow a topic on either broker, and a client tells
 the two answers apart by the body's first bytes (``{`` here, ``STATS`` from Java). An
 unknown ``json:`` item answers 400 with a text naming the known ones.
 

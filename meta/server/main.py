@@ -1,7 +1,7 @@
 """Entry point of the broker: ``meta-server -f server.ini`` / ``python -m meta.server``.
 
 ``--slave async_slave.properties`` (or Java's ``-Fmetaslave=async_slave.properties``) starts
-an async slave (zk spec 6): the broker registers as ``ids/B/slave<N>``, refuses puts with
+an async slave: the broker registers as ``ids/B/slave<N>``, refuses puts with
 403, and a ``meta.slave.replicator.Replicator`` copies the master once the broker serves;
 at a stop, replication stops first (its batches in progress are appended), then the broker.
 

@@ -19,9 +19,9 @@ and returns the record to stage; a new write path starts there. The rules:
 * **Replies**: a taken put is answered by ``meta.protocol.put_reply`` (200 with
   ``<msg_id> <partition> <offset>``). A refused or failed one by ``put_failed`` (500, Java's
   ``Put message to ... failed.`` text), ``append_failed`` (its append or fsync failed),
-  ``refused_by_slave`` (403, DECISIONS 13), ``too_large`` (500, DECISIONS 8) and, inside a
+  ``refused_by_slave`` (403, compatibility.md), ``too_large`` (500, compatibility.md) and, inside a
   transaction, ``transactional_put_failed`` (500 with the error's own text). Each counts the
-  failure as Java does (wire spec §2.1, §6.2).
+  failure as Java does.
 
 Nothing here stages, journals or writes a record: callers do, with what this module
 returns. ``take_put`` has the effects of accepting a put (the first put to a partition
@@ -186,7 +186,7 @@ def take_put(
 
 
 def failure_text(broker: BrokerServices, topic: str, partition: int, detail: str | None) -> bytes:
-    """Java's put failure body (no space before ``Detail:``, wire spec §2.1)."""
+    """Java's put failure body (no space before ``Detail:``)."""
     text = f"Put message to [broker '{broker.uri}'] [partition '{topic}-{partition}'] failed."
     if detail is not None:
         text += f"Detail:{detail}"
@@ -205,7 +205,7 @@ def put_failed(
 def append_failed(
     error: BaseException, broker: BrokerServices, topic: str, partition: int, opaque: int
 ) -> bytes:
-    """The 500 of a put whose append or fsync failed with ``error`` (DECISIONS 3)."""
+    """The 500 of a put whose append or fsync failed with ``error`` (compatibility.md)."""
     if not isinstance(error, MetaError):
         log.error("append to %s-%d failed: %r", topic, partition, error)
     known = isinstance(error, PartitionFailedError | DescriptorShortageError)
@@ -214,7 +214,7 @@ def append_failed(
 
 
 def refused_by_slave(broker: BrokerServices, topic: str, partition: int, opaque: int) -> bytes:
-    """DECISIONS 13: the 403 of a put sent to an async slave (Java's slave accepts them)."""
+    """The 403 of a put sent to an async slave (Java's slave accepts them; compatibility.md)."""
     broker.counters.put_failed += 1
     detail = (
         f"this broker is async slave {broker.slave_id} of broker {broker.config.broker_id}; "
@@ -224,7 +224,7 @@ def refused_by_slave(broker: BrokerServices, topic: str, partition: int, opaque:
 
 
 def too_large(broker: BrokerServices, event: BodyTooLarge) -> bytes:
-    """DECISIONS 8: the 500 of a put whose body is over ``maxMessageSize``; counts the put."""
+    """The 500 of a put whose body is over ``maxMessageSize``; counts the put."""
     broker.counters.cmd_put += 1
     broker.counters.put_failed += 1
     broker.record_put_too_large(event.topic, event.partition, event.length)

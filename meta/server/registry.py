@@ -1,4 +1,4 @@
-"""``BrokerRegistry``: the broker's ZooKeeper registration (zk spec section 1.2 and 1.3).
+"""``BrokerRegistry``: the broker's ZooKeeper registration.
 
 What lives here: the reactor-side half of the registration: the lifecycle (start, stop), the
 hand-off of kazoo's state changes to the reactor, re-registration after a lost session with
@@ -9,7 +9,7 @@ every kazoo call are in ``meta.server.broker_nodes`` (``BrokerNodes``); ``Regist
 Invariants:
 
 * A ``master``/``slave<N>`` node owned by another live session is never taken over: it is
-  waited out for at most the session timeout plus a margin (DECISIONS 6), then start fails.
+  waited out for at most the session timeout plus a margin (compatibility.md), then start fails.
 * ``registered_topics`` holds, per topic, the ``TopicConfig`` its nodes were written from; a
   new session re-creates the broker node, the checksum node and exactly those topics.
 * At most one ZooKeeper operation per topic is in flight (``_in_flight``); a later call for
@@ -131,7 +131,7 @@ class BrokerRegistry:
         return dict(self._registered)
 
     def start(self, topics_with_stores: Iterable[str]) -> defer.Deferred:
-        """Connect, register the broker node, the checksum and every topic (zk spec 1.3 step 1).
+        """Connect, register the broker node, the checksum and every topic.
 
         Args:
             topics_with_stores: topics that have a store directory on disk; they are registered
@@ -154,7 +154,7 @@ class BrokerRegistry:
         return started
 
     def register_topic(self, topic: str, force: bool = False) -> defer.Deferred:
-        """Write ``topic``'s three nodes unless they are already registered (zk spec 1.3).
+        """Write ``topic``'s three nodes unless they are already registered.
 
         Args:
             topic: the topic name (a wildcard section name is registered literally).
@@ -224,7 +224,7 @@ class BrokerRegistry:
         self._config = config
 
     def update_config_checksum(self, checksum: int) -> defer.Deferred:
-        """Rewrite ``master_config_checksum`` with ``checksum`` (master only; zk spec 1.3 step 3).
+        """Rewrite ``master_config_checksum`` with ``checksum`` (master only).
 
         Returns:
             A Deferred that fires with None when written (at once for a slave, when disabled,
@@ -258,7 +258,7 @@ class BrokerRegistry:
         return self._run(self._nodes.read_master_checksum)
 
     def stop(self) -> defer.Deferred:
-        """Unregister (zk spec 1.3 step 5), close the session and stop the worker. Idempotent.
+        """Unregister, close the session and stop the worker. Idempotent.
 
         Deletes the broker node; for a master also the checksum node, then ``ids/B`` (or writes
         ``""`` into it when slaves are still below it); then every registered topic's nodes.

@@ -1,6 +1,6 @@
 """Broker statistics: command counters, realtime counters and the ``stats`` command's text.
 
-What lives here (wire spec sections 2.5 and 6):
+What lives here:
 
 * ``BrokerCounters``: the plain counters behind the general stats (``cmd_put``, ``get_miss``...).
 * ``RealtimeStats``: Java's ``MetaStatLog``. Events are keyed ``(kind, topic, key)``; each adds 1
@@ -73,10 +73,10 @@ _DECIMALS_MAX = 2
 
 @dataclass(slots=True)
 class BrokerCounters:
-    """Command counters behind the general stats (spec 6.2). Reactor thread only.
+    """Command counters behind the general stats. Reactor thread only.
 
     ``get_failed`` is kept (Java has it) but never printed. ``put_too_large`` (puts refused
-    for their size, DECISIONS 8) and ``put_too_large_last`` (``<topic>-<partition> <bytes>`` of
+    for their size, compatibility.md) and ``put_too_large_last`` (``<topic>-<partition> <bytes>`` of
     the last one, ``-`` before any) are metaq-py's own, printed by the ``rejected`` item.
     ``http_*`` count the requests of the HTTP protocol (``meta.server.http``), printed by the
     ``http`` item: every request, and the puts, gets and offsets among them (which the
@@ -275,7 +275,7 @@ def _section_pattern(section_name: str) -> re.Pattern[str]:
 
 
 def stat_enabled(config: StatsConfig, topic: str) -> bool:
-    """Whether realtime stats are recorded for ``topic`` (spec 6.4).
+    """Whether realtime stats are recorded for ``topic``.
 
     Java ``StatsManager.isStatTopic``: true when any section whose ``stat`` is true matches
     ``topic`` as a pattern. A section's ``stat`` defaults to ``[system] stat``; a topic that
@@ -299,7 +299,7 @@ def stat_enabled(config: StatsConfig, topic: str) -> bool:
 
 @dataclass(frozen=True)
 class PartitionView:
-    """One store's numbers (spec 4.9): offsets in bytes, counts as the store keeps them."""
+    """One store's numbers: offsets in bytes, counts as the store keeps them."""
 
     topic: str
     partition: int
@@ -339,7 +339,7 @@ class _TopicTotals:
 
 
 def render_stats(item: str, view: BrokerView, realtime: RealtimeStats) -> tuple[int, bytes]:
-    """Answer ``stats <item>`` (spec 6.1).
+    """Answer ``stats <item>``.
 
     Args:
         item: the item token; empty or whitespace asks for the general stats.
@@ -367,7 +367,7 @@ def render_stats(item: str, view: BrokerView, realtime: RealtimeStats) -> tuple[
         lines = ["reset ok"]
     elif item == "transactions":  # metaq-py's own item, for meta-admin tx list
         lines = [_line(*transaction) for transaction in view.transactions]
-    elif item == "rejected":  # metaq-py's own: puts refused for their size (DECISIONS 8)
+    elif item == "rejected":  # metaq-py's own: puts refused for their size (compatibility.md)
         lines = _rejected_lines(view)
     elif item == "http":  # metaq-py's own: requests of the HTTP protocol
         lines = _http_lines(view)
@@ -485,7 +485,7 @@ def _realtime_lines(realtime: RealtimeStats) -> list[str]:
 
 
 def _topic_lines(topic: str, view: BrokerView, realtime: RealtimeStats) -> list[str]:
-    """Spec 6.3: resultCode 0 = has stores, 1 = unknown, 2 = configured without stores yet."""
+    """Java's resultCode: 0 = has stores, 1 = unknown, 2 = configured without stores yet."""
     totals = _topic_totals(store for store in view.partitions if store.topic == topic).get(topic)
     if totals is not None:
         result_code = 0

@@ -1,4 +1,4 @@
-"""Handlers of the ``transaction`` command and of puts inside a transaction (wire spec §2.7).
+"""Handlers of the ``transaction`` command and of puts inside a transaction.
 
 ``handle_transaction(broker, command, connection)`` and ``handle_transactional_put`` follow
 the contract of ``meta.server.handlers``: they return reply bytes, None (END gets no reply at
@@ -77,7 +77,7 @@ def canonical_key(text: str) -> str:
 
 
 def handle_transactional_put(broker: BrokerServices, command: Put, connection) -> Reply:
-    """Journal one message of a transaction; 200 ``<msgId> <partition> -1`` (§2.7.5)."""
+    """Journal one message of a transaction; 200 ``<msgId> <partition> -1``."""
     broker.counters.cmd_put += 1
     partition = command.partition
     opaque = command.opaque
@@ -207,7 +207,7 @@ def _put_into(
 
 
 def handle_transaction(broker: BrokerServices, command: Transaction, connection) -> Reply:
-    """BEGIN, PREPARE, COMMIT_*, ROLLBACK, RECOVER, FORGET and END (§2.7.2)."""
+    """BEGIN, PREPARE, COMMIT_*, ROLLBACK, RECOVER, FORGET and END."""
     type_ = command.type
     if type_ == "END":
         return None

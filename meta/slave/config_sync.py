@@ -1,8 +1,8 @@
-"""``autoSyncMasterConfig``: the slave takes its master's ``server.ini`` (zk spec 6.1, 6.4).
+"""``autoSyncMasterConfig``: the slave takes its master's ``server.ini``.
 
 How (``meta.slave.replicator`` drives it): when ``ids/B/master_config_checksum`` differs from
 the checksum last synced (and once after start-up), the slave sends ``stats config`` to its
-master; the reply body is the master's ``server.ini`` (wire spec 6.1). ``merge_master_config``
+master; the reply body is the master's ``server.ini``. ``merge_master_config``
 builds the slave's new file from it, keeping what belongs to the slave's machine (below);
 when that differs from the slave's file, ``write_merged_config`` validates it, writes it to
 a temporary file and renames it over the slave's ``server.ini``, and the replicator applies

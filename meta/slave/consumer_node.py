@@ -1,8 +1,8 @@
-"""``ConsumerNode``: the async slave's membership node in its consumer group (zk spec 6.2).
+"""``ConsumerNode``: the async slave's membership node in its consumer group.
 
 Java's slave is a consumer of its master, built by its own session factory with its own
 ZooKeeper client (``SlaveConsumerZooKeeper``). What it writes there, and all it writes
-(zk spec 1.2, 6.2):
+(as Java's slave does):
 
 * the ephemeral ``R/consumers/<slaveGroup>/ids/<slaveGroup>_<host>-<pid>-<uuid>`` whose data
   is the subscribed topics, comma-joined with no spaces (here sorted; Java's order is

@@ -23,7 +23,7 @@ rolls after a write that fills its last segment to ``maxSegmentSize``, as the ma
 but the master writes a transaction's records (and records staged behind its reservation)
 in one write, so its segment can go on past the first record that reaches the size, where
 a record-by-record copy would roll. A get never crosses a master segment, and ``offset``
-answers the start of the master segment holding an offset (wire spec 2.2, 2.3). So when a
+answers the start of the master segment holding an offset. So when a
 batch reaches the local roll size (``Layout``), the fetch thread asks the master ``offset``
 at the batch's end: if a master segment starts there, the records from the first one that
 reaches the size to the end are staged as **one** entry (one write, then the roll, as on
@@ -46,7 +46,7 @@ one the store writes.
 
 A 301 for a partition that has **no local data yet** means the master's data starts later
 (retention deleted its first segments): the reactor creates the local partition with its
-first segment at that offset (zk spec 6.1 step 6.3) and fetching goes on from there.
+first segment at that offset and fetching goes on from there.
 
 A partition stops (its request leaves the manager; ``halt(key, reason)`` runs on the
 reactor, which logs an ERROR) when the master sends a bad record, answers 301 for a

@@ -1,6 +1,6 @@
 """Replication lag of an async slave, per partition, in bytes and seconds (pure).
 
-Definitions (issue 6, "Lag"), computed from two numbers per partition:
+Definitions (docs/operations.md, "Replication lag"), computed from two numbers per partition:
 
 * the **master's end**: ``max_offset`` of the master's ``stats offsets`` (its visible end),
   read by the replicator once per ``POLL_INTERVAL_S`` (``LagTracker.observe``);

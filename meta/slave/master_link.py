@@ -2,7 +2,7 @@
 
 The replicator asks its master ``stats offsets`` once per poll (the master's partition ends,
 for the lag, ``meta.slave.lag``) and ``stats config`` when ``autoSyncMasterConfig`` is set and
-``master_config_checksum`` changed (zk spec 6.1 step 6.1: the reply body is the master's
+``master_config_checksum`` changed (as Java's slave does: the reply body is the master's
 ``server.ini``). The connection is opened on first use, kept, and opened again when the
 master's address changes or a request fails. Every socket operation is bounded by the
 timeout.

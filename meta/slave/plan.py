@@ -1,6 +1,6 @@
 """What an async slave copies, worked out from what it read in ZooKeeper (pure).
 
-What lives here (zk spec 1.4 "slave's view of its master", 6.1, 6.2): ``MasterView``, the
+What lives here (the slave's view of its master, as Java's slave has it): ``MasterView``, the
 master's address and the (topic, partition) pairs it serves to subscribers, built by
 ``master_view`` from the raw node data that ``BrokerRegistry.read_master`` returns; and
 ``check_slave_setup``, the start-up checks of a slave that ``meta.config`` cannot make alone.
@@ -25,7 +25,7 @@ class MasterView:
 
     Attributes:
         address: where the master listens, or None when ``ids/B/master`` is missing (then
-            nothing is fetched: spec 6.2, "while the master is down ... fetching stops").
+            nothing is fetched while the master is down, as in Java).
         partitions: every (topic, partition) to copy, sorted.
         problems: one text per topic node that could not be read.
     """
@@ -78,7 +78,7 @@ def master_view(master: bytes | None, topics: dict[str, bytes]) -> MasterView:
     problems: list[str] = []
     for topic, data in sorted(topics.items()):
         if "*" in topic:
-            continue  # a wildcard section, registered literally (zk spec 1.3): never has data
+            continue  # a wildcard section, registered literally: never has data
         try:
             count = num_parts(data)
         except ValueError as error:

@@ -1,20 +1,20 @@
-"""``Replicator``: an async slave copying its master, byte for byte (zk spec 6.1-6.3).
+"""``Replicator``: an async slave copying its master, byte for byte.
 
 The slave is an ordinary client of its master (STYLE 24): every ``POLL_INTERVAL_S`` it reads
 through its ``BrokerRegistry`` the master with its own ``brokerId`` (``ids/B/master``) and the
 topics that master serves to subscribers (``topics-sub/T/B-m``, partitions
 ``0..numParts-1``), and runs a ``SlaveFetchManager`` (the client's fetch loop) on exactly those
 partitions, as consumer group ``slaveGroup``, with ``slaveMaxDelayInMills`` as the fetch
-back-off maximum (and as the long-polling wait, DECISIONS 16). When the master, its address,
+back-off maximum (and as the long-polling wait, compatibility.md). When the master, its address,
 or its topics and partitions change (a topic created on the master, a master restarted), the
 fetch loop is stopped and started again on the new set.
 
 Offsets: every partition is fetched from the **local** end of its log (0 when there is no
-local partition yet), never from ZooKeeper (zk spec 6.2, ``SlaveOffsetStorage``): the
+local partition yet), never from ZooKeeper (Java's ``SlaveOffsetStorage``): the
 consumer-id node is registered (``meta.slave.consumer_node``) but no offset and no owner
 node is ever written. When the master's data for a partition with no local data starts
 after 0 (it answers 301), the local partition is created with its first segment at the
-master's first offset (``_start_at``, zk spec 6.1 step 6.3), so offsets match exactly. Each
+master's first offset (``_start_at``, as Java's slave does), so offsets match exactly. Each
 fetched record is appended verbatim (same header, id, flag and payload) through the broker's
 store, the records of one fetch as one write (two around a master segment boundary, see
 "Segment boundaries" in ``meta.slave.fetcher``), so segments roll at the same offsets as on
@@ -381,7 +381,7 @@ class Replicator:
         )
 
     def _start_at(self, topic: str, partition: int, offset: int) -> Layout | None:
-        """Create the local partition with its first segment at ``offset`` (zk spec 6.1 6.3).
+        """Create the local partition with its first segment at ``offset``.
 
         Returns:
             The new partition's layout; None when the partition exists already (then the
@@ -400,7 +400,7 @@ class Replicator:
                 f"cannot create the local partition: {error} (see the [topic=...] sections of "
                 f"{broker.config.path})"
             ) from None
-        if broker.registry is not None:  # as a first put does (zk spec 1.3 step 2)
+        if broker.registry is not None:  # as a first put does
             registered = broker.registry.register_topic(topic)
             registered.addErrback(
                 lambda failure: log.error(

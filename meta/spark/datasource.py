@@ -18,6 +18,7 @@ instance is used by one thread at a time.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 from pyspark.sql.datasource import (
@@ -89,19 +90,46 @@ class MetaQBatchReader(DataSourceReader):
 
 
 class MetaQBatchWriter(DataSourceWriter):
-    """Each task writes its rows through its own producer."""
+    """Each task writes its rows through its own producer.
+
+    At least once by default: a stored message stays whatever happens to its job. With
+    ``transactional=true``, exactly once: tasks write into prepared XA branches and
+    ``commit`` commits them (``meta.spark.transaction_log``); a failed job leaves nothing
+    visible. The write's id is ``transactionalId`` or a fresh one, made here on the driver
+    (every task gets this pickled object).
+    """
 
     def __init__(self, options: WriteOptions, keyed: bool) -> None:
         self.options = options
         self.keyed = keyed
+        self.write_id: str | None = None
+        if options.transaction is not None:
+            self.write_id = options.transaction.write_id or f"batch-{uuid.uuid4().hex[:24]}"
 
     def write(self, iterator: Iterator) -> WriterCommitMessage:
+        if self.write_id is not None:
+            from meta.spark.transactional_write import write_rows_transactionally
+
+            return write_rows_transactionally(iterator, self.options, self.write_id)
         from meta.spark.writing import write_rows
 
         return write_rows(iterator, self.options, self.keyed)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Nothing to do: every message was stored when its task ended."""
+        """Commit the tasks' branches (transactional); else nothing: every message was
+        stored when its task ended."""
+        if self.write_id is not None:
+            from meta.spark.transaction_log import TransactionLog, branches_of
+
+            transactions = TransactionLog(self.options, self.write_id)
+            transactions.commit(branches_of(messages), 0)
+            if self.options.transaction and self.options.transaction.write_id is None:
+                transactions.forget()  # a fresh id: no later write can repeat this one
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Nothing can be undone: stored messages stay (at-least-once delivery)."""
+        """Roll back the tasks' branches (transactional); else nothing can be undone:
+        stored messages stay (at-least-once delivery)."""
+        if self.write_id is not None:
+            from meta.spark.transaction_log import TransactionLog, branches_of
+
+            TransactionLog(self.options, self.write_id).abort(branches_of(messages), 0)

@@ -73,13 +73,29 @@ class ReadOptions:
 
 
 @dataclass(frozen=True)
+class TransactionOptions:
+    """Exactly-once writes (``transactional=true``): see ``meta.spark.transactional_write``.
+
+    ``write_id`` is ``transactionalId``: stable across restarts of a streaming query (it names
+    the query's commit record in ZooKeeper), None for a batch write without it (a fresh id
+    per write is taken then).
+    """
+
+    write_id: str | None = None
+    rows_per_transaction: int = 10_000
+    branches_per_task_max: int = 16
+    timeout_s: int = 60
+
+
+@dataclass(frozen=True)
 class WriteOptions:
-    """Everything a writer task needs."""
+    """Everything a writer task needs; ``transaction`` is None for at-least-once writes."""
 
     zk: ZkOptions
     topic: str | None = None
     send_timeout_s: float = 10.0
     in_flight_max: int = 1000
+    transaction: TransactionOptions | None = None
 
 
 def lowered(options: Mapping[str, str]) -> dict[str, str]:
@@ -175,6 +191,39 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         topic=topic,
         send_timeout_s=_positive_int(options, "sendTimeoutMs", 10_000) / 1000,
         in_flight_max=_positive_int(options, "maxInFlight", 1000),
+        transaction=_transaction_options(options, topic),
+    )
+
+
+_WRITE_ID = re.compile(r"[A-Za-z0-9_.\-]{1,40}")
+
+
+def _transaction_options(
+    options: Mapping[str, str], topic: str | None
+) -> TransactionOptions | None:
+    """``transactional`` and its options (None when it is off).
+
+    Raises:
+        OptionError: a malformed value, ``transactionalId`` that is not 1 to 40 of
+            ``[A-Za-z0-9_.-]``, or no ``topic`` option (a transactional write takes one topic).
+    """
+    if not _boolean(options, "transactional", False):
+        return None
+    if topic is None:
+        raise OptionError(
+            "transactional writes take one topic: set the topic option (a topic column is "
+            "not supported with transactional=true)"
+        )
+    write_id = options.get("transactionalid")
+    if write_id is not None and _WRITE_ID.fullmatch(write_id) is None:
+        raise OptionError(
+            f"option transactionalId must be 1 to 40 of A-Z a-z 0-9 _ . -, got {write_id!r}"
+        )
+    return TransactionOptions(
+        write_id=write_id,
+        rows_per_transaction=_positive_int(options, "rowsPerTransaction", 10_000),
+        branches_per_task_max=_positive_int(options, "maxBranchesPerTask", 16),
+        timeout_s=max(1, _positive_int(options, "transactionTimeoutMs", 60_000) // 1000),
     )
 
 

@@ -2,7 +2,7 @@
 
 ``plan_ranges`` resolves the topics and their partitions from ``R/brokers/topics-sub``
 (``meta.client.zk.spark``), asks every broker for each partition's first and end offsets
-(the ``offset`` command at 0 and at Long.MAX_VALUE, wire spec §2.3), applies the starting and
+(the ``offset`` command at 0 and at Long.MAX_VALUE), applies the starting and
 ending offsets (and a group's committed offsets), and returns one ``RangePartition`` per
 (broker, topic, partition, offset range). ``split_range`` cuts a range larger than
 ``maxBytesPerPartition`` into pieces.

@@ -2,7 +2,7 @@
 
 One row per message: ``topic``, ``partition`` (``B-P``), ``broker_id``, ``partition_id``,
 ``offset`` (the byte offset of the message start), ``msg_id``, ``timestamp`` (the
-wall-clock milliseconds in the id, DECISIONS 5; ids from Java brokers carry a monotonic
+wall-clock milliseconds in the id, docs/compatibility.md; ids from Java brokers carry a monotonic
 clock instead, so their timestamps are not calendar times), ``flag``, ``attribute`` (null
 when the message has none) and ``value``. Only ``attribute`` is nullable.
 

@@ -182,19 +182,46 @@ class MetaQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class MetaQStreamWriter(DataSourceStreamWriter):
-    """Each task of each micro-batch writes its rows through its own producer."""
+    """Each task of each micro-batch writes its rows through its own producer.
+
+    With ``transactional=true`` (and a ``transactionalId`` that stays the same across
+    restarts of the query), every micro-batch lands exactly once: tasks write into prepared
+    XA branches and ``commit`` commits them once per batch id
+    (``meta.spark.transaction_log``), even when a restarted query runs a batch again.
+    """
 
     def __init__(self, options: WriteOptions, keyed: bool) -> None:
         self.options = options
         self.keyed = keyed
+        transaction = options.transaction
+        if transaction is not None and transaction.write_id is None:
+            raise OptionError(
+                "a transactional stream needs the option transactionalId: a name that stays "
+                "the same when the query restarts from its checkpoint, unique per query"
+            )
+        self.write_id = None if transaction is None else transaction.write_id
 
     def write(self, iterator: Iterator):
+        if self.write_id is not None:
+            from meta.spark.transactional_write import write_rows_transactionally
+
+            return write_rows_transactionally(iterator, self.options, self.write_id)
         from meta.spark.writing import write_rows
 
         return write_rows(iterator, self.options, self.keyed)
 
     def commit(self, messages: list, batchId: int) -> None:
-        """Nothing to do: every message was stored when its task ended."""
+        """Commit the batch's branches once (transactional); else nothing: every message
+        was stored when its task ended."""
+        if self.write_id is not None:
+            from meta.spark.transaction_log import TransactionLog, branches_of
+
+            TransactionLog(self.options, self.write_id).commit(branches_of(messages), batchId)
 
     def abort(self, messages: list, batchId: int) -> None:
-        """Nothing can be undone: stored messages stay (at-least-once delivery)."""
+        """Roll back the batch's branches (transactional); else nothing can be undone:
+        stored messages stay (at-least-once delivery)."""
+        if self.write_id is not None:
+            from meta.spark.transaction_log import TransactionLog, branches_of
+
+            TransactionLog(self.options, self.write_id).abort(branches_of(messages), batchId)

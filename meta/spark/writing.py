@@ -27,7 +27,11 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from meta.client.cluster import Partition
 from meta.client.factory import MetaClientConfig, MetaMessageSessionFactory
 from meta.client.message import Message, SendResult
-from meta.client.produce.selectors import HashPartitionSelector, RoundRobinPartitionSelector
+from meta.client.produce.selectors import (
+    HashPartitionSelector,
+    PartitionSelector,
+    RoundRobinPartitionSelector,
+)
 from meta.errors import ClientError
 from meta.spark.options import OptionError, WriteOptions
 
@@ -71,7 +75,7 @@ def check_write_schema(schema: StructType, options: WriteOptions) -> None:
 
 
 class _KeySelector:
-    """Hash by key when the message has one, else round robin."""
+    """Hash by key when the message has one, else round robin (``keyed_selector``)."""
 
     def __init__(self) -> None:
         self._hash = HashPartitionSelector()
@@ -85,6 +89,22 @@ class _KeySelector:
         return self._hash.get_partition(topic, partitions, message)
 
 
+def keyed_selector() -> PartitionSelector:
+    """The partition selector of rows with a ``key`` column: hash by key, else round robin."""
+    return _KeySelector()
+
+
+def client_config(options: WriteOptions) -> MetaClientConfig:
+    """The client configuration of a write task (ZooKeeper from the options)."""
+    zk = options.zk
+    return MetaClientConfig(
+        zk_connect=zk.connect,
+        zk_root=zk.root,
+        zk_session_timeout_ms=zk.session_timeout_ms,
+        zk_connection_timeout_ms=zk.connection_timeout_ms,
+    )
+
+
 def write_rows(rows: Iterable, options: WriteOptions, keyed: bool) -> WriteResult:
     """Send every row; return how many were stored.
 
@@ -92,20 +112,14 @@ def write_rows(rows: Iterable, options: WriteOptions, keyed: bool) -> WriteResul
         ClientError: a put failed (the text is the broker's), timed out, or ZooKeeper or the
             broker could not be reached.
     """
-    zk = options.zk
-    config = MetaClientConfig(
-        zk_connect=zk.connect,
-        zk_root=zk.root,
-        zk_session_timeout_ms=zk.session_timeout_ms,
-        zk_connection_timeout_ms=zk.connection_timeout_ms,
-    )
+    config = client_config(options)
     count = 0
     in_flight: deque[tuple[Message, Future[SendResult]]] = deque()
     with MetaMessageSessionFactory(config) as factory:
         producer = factory.create_producer(_KeySelector() if keyed else None)
         published: set[str] = set()
         for row in rows:
-            message = _message(row, options.topic)
+            message = row_message(row, options.topic)
             if message.topic not in published:
                 producer.publish(message.topic)  # Loads the topic's masters from ZooKeeper.
                 published.add(message.topic)
@@ -119,7 +133,12 @@ def write_rows(rows: Iterable, options: WriteOptions, keyed: bool) -> WriteResul
     return WriteResult(count)
 
 
-def _message(row, topic_option: str | None) -> Message:
+def row_message(row, topic_option: str | None) -> Message:
+    """The message of one row (``topic_option`` wins over the row's ``topic``).
+
+    Raises:
+        ClientError: a null value, or no topic.
+    """
     fields = row.asDict() if hasattr(row, "asDict") else dict(row)
     value = fields["value"]
     if value is None:

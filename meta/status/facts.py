@@ -190,7 +190,7 @@ def topics_without_stores(broker: Any) -> list[str]:
 
 
 def rejected_facts(broker: Any) -> dict[str, Any]:
-    """Puts refused for their size (DECISIONS 8): how many, the last one, the limit.
+    """Puts refused for their size (compatibility.md): how many, the last one, the limit.
 
     ``put_too_large_last`` is ``<topic>-<partition> <bytes>``, or None before any.
     """

@@ -1,4 +1,4 @@
-"""``/healthz`` and ``/readyz`` (spec §3.4).
+"""``/healthz`` and ``/readyz``.
 
 * ``/healthz``: the process answers, so it is alive: always 200.
 * ``/readyz``: 200 once the broker serves (its stores are open and, with ZooKeeper, it is

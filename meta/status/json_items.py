@@ -2,7 +2,7 @@
 
 The broker answers them (``meta.server.json_stats``); ``meta-admin`` asks them first and
 falls back to the text items on a broker that answers text (``meta.admin.reads``). A ``:``
-never appears in a legal topic name (DECISIONS 9), so no item here can shadow a topic.
+never appears in a legal topic name (docs/compatibility.md), so no item here can shadow a topic.
 """
 
 from __future__ import annotations

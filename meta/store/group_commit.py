@@ -49,7 +49,7 @@ def should_flush(
 ) -> bool:
     """Return whether the append just written must wait for the fsync that covers it.
 
-    Group commit (DECISIONS 2): always. Threshold mode N >= 1 (DECISIONS 1): when this append
+    Group commit: always. Threshold mode N >= 1: when this append
     makes ``unflushed_count >= N`` (so N = 1 syncs every message, unlike Java's ``> N``), or
     when ``elapsed_ms >= interval_ms`` since the last flush request. An interval <= 0 makes the
     time test always true, the nearest safe reading of Java's "whenever the clock moved".

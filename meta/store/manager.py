@@ -1,9 +1,9 @@
 """The store of a broker: every partition log, the single flusher, the flush-interval timers.
 
 What lives here: ``StoreManager`` (MetaQ's ``MessageStoreManager``): loading every partition
-directory at start-up (spec 4.5 step 1, DECISIONS 10), ``get`` / ``get_or_create`` with the
-topic and partition checks of spec 2.1 step 4, the background flush timers of threshold mode
-(spec 4.6), the retention schedule (spec 4.8) and the orderly close.
+directory at start-up (docs/compatibility.md), ``get`` / ``get_or_create`` with the
+topic and partition checks of a Java put, the background flush timers of threshold mode,
+the retention schedule and the orderly close.
 
 Retention: ONE reactor timer, armed with ``callLater`` for the earliest next fire time of every
 distinct ``deleteWhen`` (``[system]`` and each ``[topic=NAME]``). When it fires, the partitions
@@ -137,7 +137,7 @@ class StoreManager:
     # -- loading -------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Open and recover every partition directory under every data path (DECISIONS 10).
+        """Open and recover every partition directory under every data path (compatibility.md).
 
         Raises:
             StoreError: a directory name has a non-numeric partition, the same partition was
@@ -237,8 +237,8 @@ class StoreManager:
         """Return the partition's log, creating its directory and first segment if needed.
 
         A partition created here (new directory) has its first segment start at
-        ``first_offset`` (an async slave copying a master whose data starts there, zk spec
-        6.1 step 6.3); an existing one is returned as is.
+        ``first_offset`` (an async slave copying a master whose data starts there, as
+        in Java); an existing one is returned as is.
 
         Raises:
             InvalidTopicError: ``The server do not accept topic <topic>``.
@@ -317,7 +317,7 @@ class StoreManager:
     # -- timers and closing --------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the flush timers of threshold-mode partitions (spec 4.6) and retention's."""
+        """Start the flush timers of threshold-mode partitions and retention's."""
         self._started = True
         for log in self._partitions.values():
             self._ensure_timer(log)
@@ -391,7 +391,7 @@ class StoreManager:
             self._own_executor.stop()
         logger.info("store closed")
 
-    # -- retention (spec 4.8) ------------------------------------------------------------
+    # -- retention ------------------------------------------------------------
 
     def _cron(self, expression: str) -> QuartzCron | None:
         """The parsed ``deleteWhen`` (validated at config load; None if it still fails)."""

@@ -1,18 +1,18 @@
 """One partition's log (MetaQ's ``MessageStore``): its segments, append, roll, slice, flush.
 
 What lives here: ``PartitionLog``, for a partition directory ``<dataPath>/<topic>-<partition>/``
-(spec 4.1-4.5); its segments are loaded by ``segment.open_segments``.
+(docs/formats.md §3); its segments are loaded by ``segment.open_segments``.
 
 Invariants:
     * Segments are sorted by start and contiguous: ``start + written_size == next start``.
       Only the last one is written to.
     * ``durable_end <= written_end`` and ``max_offset <= written_end``. ``max_offset`` (the
       visible end) is the end of the last record whose append was acknowledged; acks are
-      released strictly in append order (DECISIONS 4, 18), so a consumer can read a record
+      released strictly in append order (docs/compatibility.md), so a consumer can read a record
       exactly when its producer was answered.
     * A record that must be durable (``should_flush``) is released only once ``durable_end``
       covers it. A record is never released after its partition failed.
-    * After a failed write or fsync the partition is failed for good (DECISIONS 3): its files
+    * After a failed write or fsync the partition is failed for good (docs/durability.md): its files
       are first cut back to ``max_offset`` (``meta.store.tail_cut``), then every waiting
       append errbacks with ``PartitionFailedError`` and every later append is refused. So no
       record answered 500, or left unanswered by the failure, is served after a restart.
@@ -62,7 +62,7 @@ class PartitionLog:
         partition: the partition number.
         directory: the partition directory.
         message_count: (property) appends written to the current segments since open (a
-            transaction batch counts 1) plus the records recovered at start-up (spec 4.9).
+            transaction batch counts 1) plus the records recovered at start-up.
         failed: the ``PartitionFailedError`` that stopped the partition, or None.
         appended_messages, appended_bytes: appends (a transaction batch counts 1) and record
             bytes acknowledged by this process, never decreasing (the dashboard's counters);
@@ -358,7 +358,7 @@ class PartitionLog:
 
     def _fail(self, error: BaseException) -> None:
         """Cut back to the acknowledged end, then stop the partition for good and fail every
-        waiting append (DECISIONS 3)."""
+        waiting append (compatibility.md)."""
         if self.failed is not None:
             return
         self._refusal = "failed"
@@ -448,7 +448,7 @@ class PartitionLog:
         self._release()
 
     def flush_failed(self, task: PartitionFlushTask, error: BaseException) -> None:
-        """Reactor thread: the fsync failed; fail the partition (DECISIONS 3). Without a free
+        """Reactor thread: the fsync failed; fail the partition (compatibility.md). Without a free
         descriptor to open the directory, cut back and fail only what waits (transient)."""
         if self.failed is not None:
             return
@@ -487,7 +487,7 @@ class PartitionLog:
 
     @property
     def max_offset(self) -> int:
-        """The visible end: end of the last acknowledged record (DECISIONS 4)."""
+        """The visible end: end of the last acknowledged record (compatibility.md)."""
         return self._visible_end
 
     @property
@@ -502,7 +502,7 @@ class PartitionLog:
 
     @property
     def byte_count(self) -> int:
-        """Sum of the written sizes of the current segments (spec 4.9)."""
+        """Sum of the written sizes of the current segments."""
         return self._written_end - self._starts[0]
 
     @property
@@ -535,7 +535,7 @@ class PartitionLog:
         return result.segment.read(result.position, result.length)
 
     def nearest_offset(self, offset: int) -> int:
-        """The ``offset`` command's answer (spec 2.3): clamp, else the containing segment start."""
+        """The ``offset`` command's answer: clamp, else the containing segment start."""
         if offset < self._starts[0]:
             return self._starts[0]
         if offset >= self._visible_end:

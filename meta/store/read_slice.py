@@ -1,4 +1,4 @@
-"""Where a read lands in a partition log: ``SliceResult`` and its three kinds (spec 2.2).
+"""Where a read lands in a partition log: ``SliceResult`` and its three kinds.
 
 ``PartitionLog.slice`` returns one; the server turns ``BEFORE`` and ``AFTER`` into the 301
 replies of a ``get`` and streams a ``DATA`` slice. Immutable, so thread-safe.
@@ -17,7 +17,7 @@ DATA = "data"
 
 @dataclass(frozen=True, slots=True)
 class SliceResult:
-    """Where a read at ``offset`` lands (spec 2.2 step 6-7).
+    """Where a read at ``offset`` lands.
 
     ``kind`` is ``"before"`` (``offset`` is then the first offset of the log), ``"after"``
     (``offset`` is then ``max_offset``) or ``"data"``: ``length`` bytes of ``segment`` from

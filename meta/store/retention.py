@@ -1,4 +1,4 @@
-"""Retention (spec 4.8, zk spec 5): the ``deletePolicy`` work.
+"""Retention: the ``deletePolicy`` work.
 
 When it runs is the ``deleteWhen`` Quartz cron of ``meta.config.cron``. What lives here:
     * ``eligible_count`` (pure): how many of a partition's oldest segments a policy may process.
@@ -56,7 +56,7 @@ class SegmentFacts:
 
 
 def eligible_count(facts: Iterable[SegmentFacts], now_s: float, retention_ms: int) -> int:
-    """How many of the oldest segments a policy may process now (spec 4.8).
+    """How many of the oldest segments a policy may process now.
 
     A segment is eligible when it is not the last one, is durable, and
     ``now - mtime > retention`` (strictly, in milliseconds, as Java). Counting stops at the
@@ -104,7 +104,7 @@ class RetentionStopped(Exception):
 
 
 def archive_path(segment_path: str, compress: bool) -> str:
-    """``X.meta.arc`` or ``X.meta.zip`` (spec 4.8; ignored when segments are loaded)."""
+    """``X.meta.arc`` or ``X.meta.zip`` (ignored when segments are loaded)."""
     return segment_path + (ZIP_SUFFIX if compress else ARCHIVE_SUFFIX)
 
 

@@ -4,7 +4,7 @@ What lives here: ``Segment`` (append / read / fsync / recover / close), ``segmen
 ``parse_segment_name``, ``durable_end``, and ``load_segments`` / ``open_segments``, which
 open a partition directory's segments (contiguity checked, the last one recovered;
 ``open_segments`` creates the first one when there is none). A segment is a plain concatenation of
-Metamorphosis records (spec 3.3) with no header, index or trailer, so a file written by a
+Metamorphosis records with no header, index or trailer, so a file written by a
 Java broker opens here unchanged.
 
 Invariants:
@@ -88,7 +88,7 @@ class Segment:
         self.written_size = size
         self.flushed_size = size
         # Appends written here since open (plus records recovered at start-up, for the last
-        # segment): its share of the partition's message count (spec 4.9). Kept by the owner.
+        # segment): its share of the partition's message count. Kept by the owner.
         self.message_count = 0
 
     @classmethod

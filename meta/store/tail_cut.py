@@ -1,4 +1,4 @@
-"""Cutting a partition's segment files back to its acknowledged end (DECISIONS 3 and 4).
+"""Cutting a partition's segment files back to its acknowledged end (docs/durability.md).
 
 What lives here: ``cut_back``, which a ``PartitionLog`` runs when a write or fsync fails,
 before it answers the waiting appends: every byte after the last acknowledged record goes, so

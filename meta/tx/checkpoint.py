@@ -8,7 +8,7 @@ decision), or the end of the journal when none is. Format (docs/formats.md), ASC
     <file number> <position>\\n
     <crc>\\n                    CRC-32 (zlib) of the two lines above, decimal
 
-Writing (STYLE 9, DECISIONS 11): ``checkpoint.<N>.tmp`` is written and fsynced, renamed to
+Writing (STYLE 9, docs/formats.md §6.2): ``checkpoint.<N>.tmp`` is written and fsynced, renamed to
 ``checkpoint.<N>``, then the directory is fsynced; the oldest files beyond ``keep`` are
 deleted. Reading takes the highest-numbered file that parses and checks; a damaged one is
 logged and the next older one is used.

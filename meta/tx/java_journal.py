@@ -2,8 +2,8 @@
 
 A Java Metamorphosis broker keeps its transaction journal in ``<dataLogPath>/transactions/``
 (``redo.<N>`` files of protobuf ``TxCommand`` records, JSON ``checkpoint.<N>`` files and a
-Java-serialized ``heuristic.log``; the layout is in the zk/client/tx spec §4.4). metaq-py's
-journal has its own format (DECISIONS 11), so a Java data directory opened by metaq-py must
+Java-serialized ``heuristic.log``; Java's own layout). metaq-py's
+journal has its own format (docs/formats.md §6), so a Java data directory opened by metaq-py must
 first have its ``transactions/`` moved aside. That is only safe when the Java journal holds
 nothing a Java broker would still act on at its next start:
 

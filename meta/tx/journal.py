@@ -3,14 +3,14 @@
 What lives here: ``Journal``, which replays the files at start-up (truncating a damaged or torn
 tail and logging the bytes cut), appends records (``meta.tx.records``), counts the open
 transactions of each file, deletes a file once no open transaction is left in it, and makes
-records durable as ``flushTxLogAtCommit`` says (zk spec §4.5), as a ``FlushMode``:
+records durable as ``flushTxLogAtCommit`` says, as a ``FlushMode``:
 
 * ``OS`` (0): never fsync explicitly;
 * ``GROUP_COMMIT`` (1): ``sync`` answers after an fsync covering every record written before
   it (commits, rollbacks and prepares call it); concurrent callers share one fsync;
 * ``THRESHOLD`` (2): ``sync`` answers at once; a timer fsyncs the written files once a second.
 
-Placement (zk spec §4.4): a transaction's first record goes to the current file, which then
+Placement: a transaction's first record goes to the current file, which then
 counts one more open transaction (``retain``); its later records go to that same file, even
 after newer files exist; finishing it ``release``s the file. The current file rolls over once
 it holds ``file_bytes_max`` bytes, when the next transaction starts.
@@ -18,7 +18,7 @@ it holds ``file_bytes_max`` bytes, when the next transaction starts.
 Invariants:
     * Records are only appended; a file's bytes up to ``size`` are whole records behind the
       magic. After a failed write or fsync the journal is failed for good (``failed``): every
-      waiting and later ``sync`` and every ``append`` fails, as a partition does (DECISIONS 3).
+      waiting and later ``sync`` and every ``append`` fails, as a partition does (durability.md).
       In ``GROUP_COMMIT`` each file is first cut back to its fsynced size (what a ``sync`` may
       have answered), so no record whose ``sync`` failed is replayed after a restart; the
       other modes answer ``sync`` once written, so their files keep what was written.

@@ -1,4 +1,4 @@
-"""Records of the transaction journal: the byte format of ``redo.<N>`` (DECISIONS 11).
+"""Records of the transaction journal: the byte format of ``redo.<N>`` (docs/formats.md §6.1).
 
 The format is this project's own (docs/formats.md, "Transaction journal"); Java journals are
 not readable. A file starts with the 8-byte ``FILE_MAGIC`` (or ``FILE_MAGIC_V1``, a file of

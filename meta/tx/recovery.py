@@ -1,6 +1,6 @@
 """Recovery of transactions at start-up: replay the journal, finish commits, restore branches.
 
-What lives here: ``recover`` (zk spec §4.6 with DECISIONS 11 and 17), run once by the
+What lives here: ``recover`` (Java's, with compatibility.md's changes), run once by the
 ``TransactionManager`` after the partitions were loaded and before the broker listens:
 
 1. Replay the journal from the newest checkpoint (``Journal.replay`` truncates a damaged or
@@ -13,7 +13,7 @@ What lives here: ``recover`` (zk spec §4.6 with DECISIONS 11 and 17), run once 
    the bytes there matches, so it is stored; the partition ends at or before the location,
    so the whole batch is appended; the partition holds a prefix of the batch (a crash tore the
    append), so the rest is appended. Anything else is logged and the batch is appended at the
-   end: no committed message is lost. Appends go to the live partition log (DECISIONS 17).
+   end: no committed message is lost. Appends go to the live partition log (docs/compatibility.md).
    Then every partition is flushed: a batch found in place may be in the page cache only.
 3. Roll back every transaction still open that was not prepared (a ROLLBACK record each),
    and restore each prepared XA branch so that RECOVER lists it.

@@ -1,4 +1,4 @@
-"""The transaction state machine, as tables (STYLE 4; zk spec §4.2, wire spec §2.7.2).
+"""The transaction state machine, as tables (STYLE 4), Java's states.
 
 Rule 1: every transition of a transaction's state goes through ``transition``; nothing else
 assigns ``Transaction.state``.

@@ -1,8 +1,8 @@
 """Open transactions of a broker: begin, put, prepare, commit, rollback, forget, timeouts.
 
 What lives here: ``TransactionStore``, the table of ``meta.tx.transaction.Transaction``
-records (Java's ``TransactionalCommandProcessor`` with its ``JournalTransactionStore``; zk
-spec §4, wire spec §2.7). Local transactions live in their connection's session, XA
+records (Java's ``TransactionalCommandProcessor`` with its ``JournalTransactionStore``).
+Local transactions live in their connection's session, XA
 branches in one broker-wide table, and operator-finished (heuristic) branches in a third
 table until FORGET. A local commit still storing, or that failed to store, when its
 connection closes leaves the session for a fourth (``_orphaned_commits``): it stays live, so
@@ -134,7 +134,7 @@ class TransactionStore:
     # -- commands ----------------------------------------------------------------------------
 
     def begin(self, key: str, session: object, timeout_s: int) -> None:
-        """BEGIN: create the transaction unless it exists; arm its timeout (wire spec §2.7.4).
+        """BEGIN: create the transaction unless it exists; arm its timeout.
 
         Raises:
             TransactionError: ``null`` key, too many open transactions, or the timer capacity
@@ -180,7 +180,7 @@ class TransactionStore:
         self, transaction: Transaction, topic: str, partition: int, record: bytes, count: int = 1
     ) -> None:
         """Keep one message (or ``count`` joined) of a transaction in memory until PREPARE or
-        COMMIT journals it (§2.7.5, see the module doc).
+        COMMIT journals it (see the module doc).
 
         Raises:
             MetaError: the transaction no longer takes messages, or a bound is reached.
@@ -295,7 +295,7 @@ class TransactionStore:
         return [(t.key, t.state, t.message_count, t.byte_count) for t in self.live_transactions()]
 
     def session_closed(self, session: object) -> int:
-        """Roll back the open local transactions of a closed connection (DECISIONS 7); its
+        """Roll back the open local transactions of a closed connection (compatibility.md); its
         committing ones go on without it. Returns how many were rolled back."""
         rolled_back = 0
         for transaction in list(self._sessions.get(session, {}).values()):

@@ -220,9 +220,21 @@ class BrokenStream(io.BytesIO):
         raise BrokenPipeError(32, "Broken pipe")
 
 
+class FullStream(io.BytesIO):
+    def write(self, data) -> int:
+        raise OSError(28, "No space left on device")
+
+
 def test_a_failed_write_is_an_admin_error_and_not_counted():
+    output = Output(FullStream(), "text", None)
+    with pytest.raises(AdminError, match="cannot write to stdout: No space left on device"):
+        output.write(received(b"a"))
+    assert output.count == 0
+
+
+def test_a_closed_pipe_is_told_apart_from_other_write_errors_and_not_counted():
     output = Output(BrokenStream(), "text", None)
-    with pytest.raises(AdminError, match="cannot write to stdout: Broken pipe"):
+    with pytest.raises(BrokenPipeError):
         output.write(received(b"a"))
     assert output.count == 0
 
@@ -256,14 +268,17 @@ def test_the_group_printer_prints_nothing_after_stop():
     assert not printer.finished.is_set()
 
 
-def test_the_group_printer_fails_a_message_it_could_not_write_and_keeps_the_error():
-    printer = GroupPrinter(Output(BrokenStream(), "text", None))
+@pytest.mark.parametrize(
+    ("stream", "error"), [(FullStream, AdminError), (BrokenStream, BrokenPipeError)]
+)
+def test_the_group_printer_fails_a_message_it_could_not_write_and_keeps_the_error(stream, error):
+    printer = GroupPrinter(Output(stream(), "text", None))
     first, second = delivered(b"a"), delivered(b"b")
     printer(first)
     printer(second)
     assert first.rollback_only and second.rollback_only
     assert printer.finished.is_set()
-    assert isinstance(printer.error, AdminError)
+    assert isinstance(printer.error, error)
 
 
 # --- options ---------------------------------------------------------------------------------

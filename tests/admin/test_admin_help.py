@@ -24,6 +24,7 @@ COMMANDS = {
     "find-message": ("ID", "--topic", "--scan-bytes-max"),
     "stats": ("BROKER", "--topics"),
     "slaves": ("BROKER",),
+    "spark-writes": ("--json",),
     "produce": ("TOPIC", "--file", "--attribute", "--partition", "--count", "--rate"),
     "consume": (
         "TOPIC",
@@ -55,6 +56,7 @@ def test_every_command_group_is_registered():
         "produce",
         "consume",
         "migrate",
+        "spark_writes",
     }
 
 

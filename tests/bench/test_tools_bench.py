@@ -64,6 +64,10 @@ def test_quick_run_reports_every_scenario(tmp_path: Path):
     consumer = rows[("consumer", "1000")]
     assert consumer["messages"] == report["parameters"]["backlog_messages"]
     assert consumer["msg_per_s"] > 0
+    http = rows[("http", "1000")]  # its own broker (meta.bench.http), HTTP and TCP in turns
+    assert http["msg_per_s"] > 0 and http["tcp_msg_per_s"] > 0 and http["mb_per_s"] > 0
+    assert http["broker_cpu_us_per_msg"] > 0 and http["tcp_broker_cpu_us_per_msg"] > 0
+    assert {entry["scenario"] for entry in report["targets"]} >= {"http"}
     group = rows[("group", "1000")]  # its own ZooKeeper and broker (meta.bench.group)
     assert group["messages"] == report["parameters"]["backlog_messages"]
     assert group["msg_per_s"] > 0 and group["client_cpu_us_per_msg"] > 0

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from meta.protocol.commands import Data, Get, Put, Result
+from meta.protocol.commands import Data, Get, Put, Result, Stats
 from meta.protocol.message import iter_messages
 from tests.integration.broker_process import REPO, BrokerProcess, free_port, server_ini
 
@@ -84,6 +84,15 @@ def raw_exchange(broker, raw: bytes) -> tuple[int, bytes]:
     return int(head.split()[1]), body
 
 
+def tcp_stats(broker) -> dict[str, str]:
+    """The general ``stats`` block of the broker, read over TCP: ``{name: value}``."""
+    with broker.connect() as connection:
+        reply = connection.request(Stats("", connection.next_opaque()))
+    assert isinstance(reply, Result) and reply.code == 200, reply
+    lines = reply.body.decode().split("\r\n")[1:-2]  # between STATS and END
+    return dict(line.split(" ", 1) for line in lines)
+
+
 def test_put_get_and_offset_answer_as_the_spec_example(broker):
     status, headers, body = request(
         broker, "POST", "/put/0?topic=example&partition=0&flag=0&length=5", b"hello"
@@ -118,6 +127,44 @@ def test_error_cases_answer_their_status_as_text(broker):
         status, headers, text = request(broker, method, path, body)
         assert (path, status) == (path, expected), text
         assert headers["Content-Type"] == "text/plain; charset=utf-8"
+
+
+def test_an_oversized_put_is_refused_before_its_body_is_sent(broker):
+    """Goal: a 100 MB upload is refused from its headers. Method: ``Expect: 100-continue`` and
+    a ``Content-Length`` over ``maxMessageSize``, no body sent: the 413 (no ``100 Continue``)
+    arrives, then the connection closes; the put counts as failed and nothing is stored."""
+    before = tcp_stats(broker)
+    head = (
+        b"POST /put/0?topic=test&partition=0&flag=0&length=100000000 HTTP/1.1\r\n"
+        b"Host: 127.0.0.1\r\nExpect: 100-continue\r\nContent-Length: 100000000\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", broker.http_port), timeout=10) as sock:
+        sock.sendall(head)
+        received = b""
+        while chunk := sock.recv(65536):  # ends at the broker's close (10 s socket timeout)
+            received += chunk
+    status_line, _, rest = received.partition(b"\r\n")
+    assert status_line == b"HTTP/1.1 413 Request Entity Too Large", received
+    assert b"Connection: close" in rest
+    assert b"maxMessageSize 4096" in rest
+    after = tcp_stats(broker)
+    assert int(after["put_failed"]) == int(before["put_failed"]) + 1
+    assert int(after["cmd_put"]) == int(before["cmd_put"]) + 1
+
+
+def test_an_oversized_put_sent_whole_gets_one_answer(broker):
+    """The same refusal when the body follows the headers in the same segments: one 413,
+    then the close, and the connection never reads the body as a next request."""
+    body = b"x" * 5000 + b"GET /offset/0?topic=test&partition=0&offset=0 HTTP/1.1\r\n\r\n"
+    head = b"POST /put/0?topic=test&partition=0&flag=0&length=5000 HTTP/1.1\r\n"
+    head += b"Host: 127.0.0.1\r\nContent-Length: 5000\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", broker.http_port), timeout=10) as sock:
+        sock.sendall(head + body)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    assert received.count(b"HTTP/1.1 ") == 1, received
+    assert received.startswith(b"HTTP/1.1 413 ")
 
 
 def test_a_form_encoded_body_is_stored_byte_exact(broker):

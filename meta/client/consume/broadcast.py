@@ -1,4 +1,4 @@
-"""The broadcast consumer (zk spec §3.3 broadcast variant, §3.4).
+"""The broadcast consumer, as Java's ``BroadcastMessageConsumer``.
 
 ``create_broadcast_consumer`` is Java's ``MetaBroadcastMessageSessionFactory
 .createBroadcastConsumer``: the group becomes ``cluster.broadcast_group(group)``

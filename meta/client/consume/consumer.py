@@ -1,4 +1,4 @@
-"""``ConsumerConfig`` and ``MessageConsumer``: a member of a consumer group (zk spec §3).
+"""``ConsumerConfig`` and ``MessageConsumer``: a member of a consumer group.
 
 A consumer records subscriptions (``subscribe``), then ``complete_subscribe`` joins the
 group in ZooKeeper (``meta.client.zk.group``), which assigns it partitions and runs the fetch
@@ -9,7 +9,7 @@ Offsets are committed to ZooKeeper every ``commit_offset_period_ms``, on every r
 at shutdown, in the Java format, so Python and Java consumers can share a group. In direct
 mode (a factory with ``server_url``) ``meta.client.consume.direct`` replaces the group: the
 partitions named in ``ConsumerConfig.partition`` are read from that one broker, no
-ZooKeeper, offsets in memory only (spec §3.2). Topics subscribed without a listener are read
+ZooKeeper, offsets in memory only. Topics subscribed without a listener are read
 with ``poll`` or ``messages`` instead (``meta.client.consume.handoff``).
 
 Invariants:
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("meta.client")
 
 OFFSET_RESETS = ("follow-broker", "earliest", "latest", "error")
-"""The ``offset_reset`` policies (DECISIONS 15)."""
+"""The ``offset_reset`` policies (compatibility.md)."""
 
 COMMIT_JOIN_S = 10.0
 """How long ``shutdown`` waits for a periodic offset commit in progress."""
@@ -75,7 +75,7 @@ REJECT_POLICIES = ("recover", "drop")
 
 @dataclass(frozen=True)
 class ConsumerConfig:
-    """Consumer settings (Java's ``ConsumerConfig``, spec §3.1).
+    """Consumer settings (Java's ``ConsumerConfig``).
 
     Attributes:
         group: the consumer group (checked as Java's ``checkConsumerConfig`` does).
@@ -85,7 +85,7 @@ class ConsumerConfig:
         commit_offset_period_ms: period of the offset commit.
         offset: the start offset of partitions without a committed offset.
         consume_from_max_offset: start those partitions at the newest message instead
-            (DECISIONS 14: a get at ``Long.MAX_VALUE``, whose 301 answer is adopted);
+            (compatibility.md: a get at ``Long.MAX_VALUE``, whose 301 answer is adopted);
             ``"always"`` is the same as ``always_consume_from_max_offset=True``.
         always_consume_from_max_offset: start every newly owned partition at the newest
             message, even one with a committed offset (Java's ``alwaysConsumeFromMaxOffset``).
@@ -94,7 +94,7 @@ class ConsumerConfig:
             broker's offset (Java); ``"earliest"`` goes to the partition's first offset,
             ``"latest"`` to its end (both asked with an ``offset`` command); ``"error"`` logs
             and stops that partition until the next rebalance.
-        long_poll_ms: the get's ``maxWaitMs`` (DECISIONS 16); 0 disables long polling.
+        long_poll_ms: the get's ``maxWaitMs`` (compatibility.md); 0 disables long polling.
         fetch_threads: number of fetch threads.
         zk_sync_s: pause between failed rebalance attempts (Java's ``zkSyncTimeMs``).
         max_fetch_retries: listener failures of one head message beyond which it is
@@ -135,7 +135,7 @@ class ConsumerConfig:
 
     @property
     def always_from_max(self) -> bool:
-        """True when every newly owned partition starts at the tail (DECISIONS 14)."""
+        """True when every newly owned partition starts at the tail (compatibility.md)."""
         return self.always_consume_from_max_offset or self.consume_from_max_offset == "always"
 
     def __post_init__(self) -> None:
@@ -237,7 +237,7 @@ class MessageConsumer:
         listener: Any = None,
         message_filter: Any = None,
     ) -> MessageConsumer:
-        """Record a subscription (spec §3.2); fetching starts with ``complete_subscribe``.
+        """Record a subscription; fetching starts with ``complete_subscribe``.
 
         Args:
             topic: the topic.
@@ -248,7 +248,7 @@ class MessageConsumer:
                 messages are returned by ``poll`` and ``messages``.
             message_filter: None, ``filter(group, message) -> bool`` or an object with
                 ``accept(group, message)``; rejected messages skip the listener but count
-                as consumed (spec §3.6).
+                as consumed.
 
         Raises:
             ClientError: after ``complete_subscribe``, a topic subscribed twice, or a bad
@@ -338,7 +338,7 @@ class MessageConsumer:
         self.shutdown()
 
     def get(self, topic: str, partition: Partition, offset: int, max_size: int = 1 << 20) -> Any:
-        """Pull one batch outside the group (§3.9): a ``MessageIterator``, or None on
+        """Pull one batch outside the group: a ``MessageIterator``, or None on
         404/403/301 as in Java (``meta.client.consume.pull.fetch`` also reports a 301's offset)."""
         if self._pull is None:
             raise ClientError("this consumer was not created by a session factory")

@@ -1,4 +1,4 @@
-"""What happens to each fetched message before and after the listener (zk spec §3.6 step 2-5).
+"""What happens to each fetched message before and after the listener.
 
 What lives here: ``Subscription``, the callable the fetch loop gives each message of a topic
 to, and ``ProcessedIds``, the process-wide LRU of messages already processed.

@@ -1,4 +1,4 @@
-"""Direct-mode consumption: one broker, given partitions, no ZooKeeper (zk spec §3.2).
+"""Direct-mode consumption: one broker, given partitions, no ZooKeeper.
 
 ``DirectConsumerGroup`` stands in for ``meta.client.zk.group.ZkConsumerGroup`` when the
 session factory has a ``server_url`` instead of ZooKeeper. As Java's

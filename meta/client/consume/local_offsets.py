@@ -1,4 +1,4 @@
-"""Broadcast consumers' offsets in a local JSON file (Java ``LocalOffsetStorage``, spec §3.4).
+"""Broadcast consumers' offsets in a local JSON file (Java ``LocalOffsetStorage``).
 
 File format (Java's, so either client can read the other's file)::
 

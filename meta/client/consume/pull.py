@@ -1,4 +1,4 @@
-"""Pull-style reads of one partition and the topic browser (zk spec §3.9).
+"""Pull-style reads of one partition and the topic browser.
 
 ``get`` is Java's ``MessageConsumer.get``: it resolves the partition's broker through the
 factory's **producer** view (masters of ``topics-pub`` only, the topic is published once per
@@ -250,7 +250,7 @@ def _connection(
 
 
 class TopicBrowser:
-    """Iterate every message of ``topic`` (Java's ``TopicBrowser``, spec §3.9).
+    """Iterate every message of ``topic`` (Java's ``TopicBrowser``).
 
     Each iteration reads the producer partitions (numeric order) once, then each partition
     from offset 0 up to the end it has when reached, following 301s. A message larger than

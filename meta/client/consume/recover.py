@@ -1,4 +1,4 @@
-"""The consumer's local recover store (zk spec §3.7): rejected messages, redelivered later.
+"""The consumer's local recover store: rejected messages, redelivered later.
 
 A message whose listener failed more than ``max_fetch_retries`` times is appended here
 (``RecoverStore.append``) and the partition moves on. ``RecoverManager`` gives the stored

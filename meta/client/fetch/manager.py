@@ -1,8 +1,8 @@
-"""The consumer's fetch loop (zk spec §3.6-3.8): one request per owned partition, run by threads.
+"""The consumer's fetch loop: one request per owned partition, run by threads.
 
 ``FetchManager`` holds one ``FetchRequest`` per owned partition in a delay queue ordered by
 due time (ties keep insertion order). ``fetch_threads`` threads take due requests, send
-``get T G P offset maxSize opaque [maxWaitMs]`` (DECISIONS 16 long polling) to the
+``get T G P offset maxSize opaque [maxWaitMs]`` (long polling, docs/compatibility.md) to the
 partition's broker, give every complete message to the topic's listener in order, and put
 the request back only after its batch, so each partition is processed strictly in order.
 
@@ -21,7 +21,7 @@ Invariants:
 * A listener raising ``StopBatch`` ends the batch before its message without a failure.
 * A listener failure stops the batch; ``retries`` counts how often the head message failed
   in a row. Once it exceeds ``max_fetch_retries`` that message goes to the reject handler
-  instead of the listener and the offset moves past it (spec §3.7): listener calls for one
+  instead of the listener and the offset moves past it: listener calls for one
   message are at most ``max_fetch_retries + 1``.
 * After ``stop()`` returns no fetch thread runs and no listener call is in progress;
   ``stop()`` cancels gets still waiting for a reply (a long poll), so it does not wait
@@ -318,12 +318,12 @@ class FetchManager:
                 self._gets_in_flight.discard(future)
 
     def backoff(self, request: FetchRequest) -> None:
-        """Empty fetch or error: the delay grows by a tenth of the maximum (spec §3.6)."""
+        """Empty fetch or error: the delay grows by a tenth of the maximum."""
         maximum = self._settings.max_delay_fetch_ms
         request.delay_ms = min(request.delay_ms + maximum // 10, maximum)
 
     def handle_moved(self, request: FetchRequest, offset: int) -> bool:
-        """The 301 hook: move per the reset policy (DECISIONS 14, 15); False stops the partition.
+        """The 301 hook: move per the reset policy (compatibility.md); False stops the partition.
 
         ``follow-broker`` adopts ``offset``; ``earliest`` asks the broker for the first offset
         (an ``offset`` command at 0), ``latest`` for the end (at ``Long.MAX_VALUE``);
@@ -395,7 +395,7 @@ class FetchManager:
         elif not (batch.consumed or batch.failed or batch.stopped or request.control.rolled_back):
             self.grow(request, data)
         elif len(data) < request.max_size // 2 and request.max_size > request.initial_max_size:
-            # Shrink back toward the subscription's size (spec §3.6).
+            # Shrink back toward the subscription's size.
             request.max_size = max(request.initial_max_size, request.max_size // 2)
 
     def grow(self, request: FetchRequest, data: bytes) -> None:
@@ -424,7 +424,7 @@ class FetchManager:
         request.delay_ms = 0
 
     def _finish(self, request: FetchRequest, base: int, batch: Delivery) -> None:
-        """Move the offsets, the retry count and the delay after a batch (spec §3.6, §3.8)."""
+        """Move the offsets, the retry count and the delay after a batch."""
         control = request.control
         if batch.failed:
             request.retries = request.retries + 1 if batch.consumed == 0 else 1
@@ -455,7 +455,7 @@ class FetchManager:
             request.tmp_offset = offset
 
     def _reject_head(self, request: FetchRequest, data: bytes) -> bool:
-        """Hand the head message to the reject handler and skip it (spec §3.7).
+        """Hand the head message to the reject handler and skip it.
 
         Returns:
             False if ``data`` holds no complete valid message (the batch proceeds normally).
@@ -484,7 +484,7 @@ class FetchManager:
         return True
 
     def _jump_to_segment_start(self, request: FetchRequest, error: InvalidRecordError) -> None:
-        """A bad record: ask the broker for its segment's start and go there (spec §3.6)."""
+        """A bad record: ask the broker for its segment's start and go there."""
         offset = self.ask_offset(request, request.next_offset)
         if offset is not None:
             log.warning("%s in %s/%s: jumping to %d", error, *request.key, offset)

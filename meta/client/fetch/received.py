@@ -1,7 +1,7 @@
 """What a consumer's listener receives: ``ReceivedMessage`` and its ``PartitionControl``.
 
 ``PartitionControl`` is Java's ``commons.cluster.Partition`` ack flags for one partition
-(manual acknowledgement, zk spec §3.8); ``ReceivedMessage`` is a ``Message`` carrying it.
+(manual acknowledgement, as in Java); ``ReceivedMessage`` is a ``Message`` carrying it.
 ``decode_batch`` turns a fetched message set into ``ReceivedMessage`` objects in one loop
 (the consumer's hot path: no intermediate ``Record``), with exactly the checks of
 ``meta.protocol.message.iter_messages`` (a test pins the two to the same results).

@@ -1,4 +1,4 @@
-"""The HTTP client: produce and consume over a broker's HTTP protocol (spec §2).
+"""The HTTP client: produce and consume over a broker's HTTP protocol.
 
 The shape of Java's ``SimpleHttpProducer`` / ``SimpleHttpConsumer``, with the TCP client's
 types and errors:

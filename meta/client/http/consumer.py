@@ -7,7 +7,7 @@ past what it returned. Answers, as the TCP consumer treats them:
 
 * 404 and 403: nothing to read now (an empty list);
 * 301 (offset out of range, ``X-Meta-Offset``): the ``offset_reset`` policy of the TCP
-  consumer (DECISIONS 15): ``follow-broker`` adopts the broker's offset, ``earliest`` and
+  consumer (docs/compatibility.md): ``follow-broker`` adopts the broker's offset, ``earliest`` and
   ``latest`` ask ``/offset`` for the partition's first or end offset, ``error`` raises
   ``MovedError``;
 * anything else raises ``ClientError`` with the status and the broker's text.

@@ -1,6 +1,6 @@
 """A local file of messages (``RecoverFile``): append-only, CRC per record, fsynced.
 
-The consumer's recover store (``meta.client.consume.recover``, zk spec §3.7) keeps rejected
+The consumer's recover store (``meta.client.consume.recover``) keeps rejected
 messages in these files, and the ordered and async producers keep their backlog in them
 (``meta.client.produce.ordered``). The format is this client's own, not Java's.
 

@@ -1,4 +1,4 @@
-"""Async one-way producer (zk spec §2.5): fire-and-forget puts through a bounded window.
+"""Async one-way producer: fire-and-forget puts through a bounded window.
 
 ``AsyncMessageProducer.async_send_message`` checks the message, takes
 ``max(1, len(data) // 4096)`` permits (capped at the window) from a window of ``window``

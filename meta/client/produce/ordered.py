@@ -1,4 +1,4 @@
-"""Ordered producer with local failover (zk spec §2.6), plus the local message storage.
+"""Ordered producer with local failover, plus the local message storage.
 
 ``OrderedMessageProducer`` chooses a message's partition over the topic's **configured**
 partitions (``parse_partitions_info``: Java's ``topic.num.<topic>`` -> ``"B:count;..."``,

@@ -1,4 +1,4 @@
-"""``MessageProducer``: sends messages to the brokers of a topic (zk spec §2.1-§2.3, §2.7).
+"""``MessageProducer``: sends messages to the brokers of a topic.
 
 A producer is created by ``MetaMessageSessionFactory.create_producer``. It publishes topics
 through the factory's ``ZkClusterView`` (or, in direct mode, sends everything to the one
@@ -6,7 +6,7 @@ configured broker with partition -1, letting the broker choose), picks a partiti
 ``PartitionSelector`` over the topic's current snapshot, and sends a 7-token ``put`` with the
 payload checksum on the factory's shared ``PipelinedConnection`` to that partition's master.
 
-Outcomes follow Java's ``SimpleMessageProducer`` (spec §2.3): 200 is a success carrying the
+Outcomes follow Java's ``SimpleMessageProducer``: 200 is a success carrying the
 partition, offset and message id of the reply (also set on the message); 403 is
 ``SendResult(False, None, -1, "403")``; any other code is a failure with the reply text. No
 retry. A timeout raises ``OperationTimeoutError``; a connection failure a ``ClientError``.
@@ -117,7 +117,7 @@ class MessageProducer:
 
     @property
     def session_id(self) -> str:
-        """This producer's session id ``<localHost>-<startupMillis>-<seq>`` (spec §0)."""
+        """This producer's session id ``<localHost>-<startupMillis>-<seq>``."""
         with self._lock:
             if self._session_id is None:
                 self._session_id = new_session_id()
@@ -145,13 +145,13 @@ class MessageProducer:
             return frozenset(self._topics)
 
     def publish(self, topic: str) -> None:
-        """Publish ``topic``: watch its brokers and connect to them (spec §2.1).
+        """Publish ``topic``: watch its brokers and connect to them.
 
         Publishing the same topic twice is a no-op. In direct mode only the name is checked.
 
         Raises:
             ClientError: blank topic, closed producer, or ZooKeeper unreadable.
-            InvalidTopicError: the name is not allowed (DECISIONS 9).
+            InvalidTopicError: the name is not allowed (compatibility.md).
         """
         if not isinstance(topic, str) or not topic.strip():
             raise ClientError("topic must not be blank")
@@ -168,7 +168,7 @@ class MessageProducer:
             self._pool.connect_quietly(address)
 
     def begin_transaction(self, timeout: int = 0) -> LocalTransaction:
-        """Bind a new local transaction to the calling thread; no network call (spec §4.8).
+        """Bind a new local transaction to the calling thread; no network call.
 
         The first ``send_message`` of this thread then begins it on the broker it selects.
         The result is a context manager: commit on normal exit, rollback on an exception.
@@ -234,7 +234,7 @@ class MessageProducer:
         return self._transaction_request_timeout_s
 
     def send_message(self, message: Message, timeout_s: float = DEFAULT_TIMEOUT_S) -> SendResult:
-        """Send one message and wait for the broker's answer (spec §2.3).
+        """Send one message and wait for the broker's answer.
 
         Inside a transaction of this thread the put carries the transaction key and goes to
         the transaction's broker (the first one begins the transaction there).
@@ -422,7 +422,7 @@ class MessageProducer:
         return connection
 
     def _route(self, message: Message) -> tuple[Partition, BrokerAddress]:
-        """Choose the partition and its master broker (spec §2.2).
+        """Choose the partition and its master broker.
 
         Raises:
             TopicNotPublishedError: ``publish(topic)`` was never called.

@@ -1,4 +1,4 @@
-"""A put reply as a ``SendResult`` (zk spec §2.3): the producer's reply converter.
+"""A put reply as a ``SendResult``: the producer's reply converter.
 
 200 is a success carrying the partition, offset and message id of the reply (also set on the
 message); 403 is ``SendResult.failure("403")``; any other code is a failure with the reply

@@ -1,4 +1,4 @@
-"""Producer partition selectors: which of a topic's partitions one message goes to (spec §2.2).
+"""Producer partition selectors: which of a topic's partitions one message goes to.
 
 The producer passes the topic's partitions in Java's numeric order (``producer_partitions``).
 

@@ -1,4 +1,4 @@
-"""XA producer (zk spec §4.8; DECISIONS 5); its ``XAResource`` is in ``transact.xa_resource``.
+"""XA producer (Java's ``XAMessageProducer``); its ``XAResource`` is in ``transact.xa_resource``.
 
 ``MetaMessageSessionFactory.create_xa_producer`` returns an ``XAMessageProducer``, whose
 ``get_xa_resource()`` hands each thread an ``XAResource`` pinned to one broker chosen at random
@@ -89,7 +89,7 @@ class XAMessageProducer(MessageProducer):
         self._unique_qualifier = validate_unique_qualifier(f"{prefix}-{self._hostname}")
 
     def candidate_brokers(self) -> list[BrokerAddress]:
-        """The masters common to every published topic, sorted by URI (spec §4.8)."""
+        """The masters common to every published topic, sorted by URI."""
         common: dict[str, BrokerAddress] | None = None
         for topic in sorted(self.published_topics):
             brokers = {address.uri: address for address in self._snapshot(topic).brokers.values()}
@@ -98,6 +98,38 @@ class XAMessageProducer(MessageProducer):
             else:
                 common = {uri: address for uri, address in common.items() if uri in brokers}
         return [common[uri] for uri in sorted(common)] if common else []
+
+    def get_xa_resource_on(self, broker_uri: str) -> XAResource:
+        """A new ``XAResource`` pinned to the candidate broker ``broker_uri``.
+
+        For a transaction manager that enlists one branch per broker, or completes a branch
+        on the broker where it was prepared. Like ``get_xa_resource``'s, its ``start`` makes
+        it the calling thread's resource until ``end``.
+
+        Raises:
+            NoBrokerError: ``broker_uri`` is not a candidate broker now.
+            ClientClosedError: the producer was shut down.
+        """
+        self._check_open()
+        candidates = {address.uri: address for address in self.candidate_brokers()}
+        address = candidates.get(broker_uri)
+        if address is None:
+            raise NoBrokerError(
+                f"broker {broker_uri} does not serve every published topic "
+                f"{sorted(self.published_topics)} now (candidates: {sorted(candidates)})"
+            )
+        return self._resource(address)
+
+    def _resource(self, address: BrokerAddress) -> XAResource:
+        return XAResource(
+            self._pool,
+            self._transactions,
+            address,
+            self.session_id,
+            self._unique_qualifier,
+            self._request_timeout,
+            self.candidate_brokers,
+        )
 
     def get_xa_resource(self) -> XAResource:
         """Return the calling thread's ``XAResource``, creating (and pinning) it if needed.
@@ -117,13 +149,5 @@ class XAMessageProducer(MessageProducer):
             )
         with self._lock:
             address = self._rng.choice(candidates)
-        slots.xa = XAResource(
-            self._pool,
-            slots,
-            address,
-            self.session_id,
-            self._unique_qualifier,
-            self._request_timeout,
-            self.candidate_brokers,
-        )
+        slots.xa = self._resource(address)
         return slots.xa

@@ -1,4 +1,4 @@
-"""Local transactions of a ``MessageProducer`` (zk spec §4.1, §4.8; wire spec §2.7).
+"""Local transactions of a ``MessageProducer``, as in Java.
 
 ``producer.begin_transaction(timeout)`` binds a ``LocalTransaction`` to the calling thread
 without any network call (Java semantics). The first ``send_message`` of that thread selects
@@ -81,7 +81,7 @@ _host: list[str] = []  # local_host() asks the resolver: computed once, on first
 
 
 def new_session_id() -> str:
-    """Return a fresh producer session id ``<localHost>-<startupMillis>-<seq>`` (spec §0).
+    """Return a fresh producer session id ``<localHost>-<startupMillis>-<seq>``.
 
     An IPv6 host loses its brackets and has its ``:`` replaced by ``.``: a ``:`` would break
     the ``TX:<sessionId>:<n>`` key, which the broker splits on ``:``.

@@ -1,5 +1,5 @@
-"""``XAResource``: one thread's XA branch handle, pinned to one broker (zk spec §4.1, §4.2,
-§4.8; wire spec §2.7; DECISIONS 5). Made by ``meta.client.produce.xa.XAMessageProducer``.
+"""``XAResource``: one thread's XA branch handle, pinned to one broker (Java's
+``XAResource`` of its XA producer). Made by ``meta.client.produce.xa.XAMessageProducer``.
 
 The XA methods follow the JTA ``XAResource`` contract and raise ``meta.errors.XAError``
 carrying ``error_code`` (``meta.protocol.xa``): a 500 reply whose body is

@@ -1,4 +1,4 @@
-"""Consumer load-balance strategies: which partitions of a topic one consumer owns (spec §3.3).
+"""Consumer load-balance strategies: which partitions of a topic one consumer owns.
 
 Both strategies are pure functions of (this consumer, every consumer of the group subscribed to
 the topic, the topic's consumer partition strings). Java and Python consumers of one group must

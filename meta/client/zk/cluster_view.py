@@ -1,4 +1,4 @@
-"""The producer's view of the cluster in ZooKeeper (zk spec §1.4, §1.6, §2.1). kazoo is
+"""The producer's view of the cluster in ZooKeeper. kazoo is
 imported only by the client's ``meta.client.zk`` package (this module, ``group``, ``spark``).
 
 ``connect_zookeeper`` starts a ``KazooClient`` bounded by the connection timeout.
@@ -66,7 +66,7 @@ SnapshotCallback = Callable[[str, TopicSnapshot], None]
 
 
 def normalize_root(root: str) -> str:
-    """Java's root normalisation (zk spec §1.1): add a leading ``/``, drop one trailing ``/``."""
+    """Java's root normalisation: add a leading ``/``, drop one trailing ``/``."""
     if not root.startswith("/"):
         root = "/" + root
     if root.endswith("/") and len(root) > 1:

@@ -1,4 +1,4 @@
-"""Consumer group membership, rebalance and ZooKeeper offsets (zk spec §1.2, §1.5, §3.2-§3.5).
+"""Consumer group membership, rebalance and ZooKeeper offsets.
 
 ``ZkConsumerGroup`` registers the ephemeral ``R/consumers/G/ids/<consumerIdString>`` (data:
 the comma-joined topics), watches ``consumers/G/ids`` and ``brokers/topics-sub/T``, and runs
@@ -77,7 +77,7 @@ class ZkConsumerGroup:
         strategy: ``"DEFAULT"`` or ``"CONSIST"``.
         fetcher: the consumer's fetch manager (stopped).
         start_offset: the offset of partitions without a committed offset.
-        from_max_offset: start those partitions at the newest message instead (DECISIONS 14).
+        from_max_offset: start those partitions at the newest message instead (compatibility.md).
         zk_sync_s: pause after a failed attempt (Java's ``zkSyncTimeMs``).
         always_from_max: start every newly owned partition at the newest message, committed
             offset or not (Java's ``alwaysConsumeFromMaxOffset``).
@@ -140,7 +140,7 @@ class ZkConsumerGroup:
             return set(self._owned)
 
     def start(self) -> None:
-        """Register, watch, rebalance synchronously (spec §3.2), then start the thread.
+        """Register, watch, rebalance synchronously, then start the thread.
 
         Raises:
             ClientError: registration or every rebalance attempt failed.
@@ -163,7 +163,7 @@ class ZkConsumerGroup:
         self._thread.start()
 
     def commit(self) -> None:
-        """Write every modified offset to ``consumers/G/offsets/T/B-P`` (spec §1.5).
+        """Write every modified offset to ``consumers/G/offsets/T/B-P``.
 
         While the connection is suspended nothing is written; the entries stay modified
         for the next commit.
@@ -340,7 +340,7 @@ class ZkConsumerGroup:
         return False
 
     def _attempt(self) -> None:
-        """One rebalance attempt (spec §3.3); raises ``_AttemptFailed`` to retry."""
+        """One rebalance attempt; raises ``_AttemptFailed`` to retry."""
         consumers = self._consumers_per_topic()
         partitions = {topic: self._partition_strings(topic) for topic in self._topics}
         cluster = self._read_cluster()
@@ -418,7 +418,7 @@ class ZkConsumerGroup:
         return consumer_partition_strings(children)
 
     def _read_cluster(self) -> dict[int, BrokerAddress]:
-        """Broker id -> the master's address, else a slave's (spec §1.4, masters preferred)."""
+        """Broker id -> the master's address, else a slave's (masters preferred)."""
         ids_path = f"{self._root}/brokers/ids"
         cluster: dict[int, BrokerAddress] = {}
         for name in self._children(ids_path):

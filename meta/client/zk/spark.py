@@ -1,4 +1,4 @@
-"""One-shot ZooKeeper reads for the Spark driver (zk spec §1.2, §1.4, §1.5).
+"""One-shot ZooKeeper reads for the Spark driver.
 
 The Spark source (``meta.spark``) plans a read on the driver: it needs the topics under
 ``R/brokers/topics-sub``, each topic's partitions with the broker that serves them, and a
@@ -6,7 +6,7 @@ group's committed offsets. ``ZkSparkReader`` reads those once, without watches, 
 plain values that pickle to executors (which never talk to ZooKeeper). It also writes group
 offsets for the streaming source's ``commitToGroup``.
 
-Which broker serves a partition (``topics-sub/T`` children, spec §1.4): a ``B-m`` child is
+Which broker serves a partition (``topics-sub/T`` children, docs/formats.md §4): a ``B-m`` child is
 read from ``ids/B/master``. A ``B-s<N>`` child is a slave's copy, read from
 ``ids/B/slave<N>`` only when slaves are included and no master of ``B`` serves that
 partition (masters are preferred, as in Java's ``getBrokerRandom``).
@@ -111,7 +111,7 @@ class ZkSparkReader:
         return [ServedPartition(topic, key, served[key]) for key in sorted(served)]
 
     def group_offsets(self, group: str, topic: str) -> dict[Partition, int]:
-        """The committed offsets ``consumers/G/offsets/T/B-P`` of one topic (spec §1.5).
+        """The committed offsets ``consumers/G/offsets/T/B-P`` of one topic.
 
         Raises:
             ClientError: an offset node holds malformed text (the text names it).
@@ -133,7 +133,7 @@ class ZkSparkReader:
     def commit_group_offsets(
         self, group: str, topic: str, offsets: Mapping[Partition, int]
     ) -> None:
-        """Write ``-1-<offset>`` into each ``consumers/G/offsets/T/B-P`` (spec §1.5)."""
+        """Write ``-1-<offset>`` into each ``consumers/G/offsets/T/B-P``."""
         for partition, offset in offsets.items():
             path = f"{self._root}/consumers/{group}/offsets/{topic}/{partition}"
             data = format_offset(-1, offset).encode()

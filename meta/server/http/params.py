@@ -1,4 +1,4 @@
-"""The URL grammar of the HTTP protocol: path and query -> route and command (spec §2, H2, H3).
+"""The URL grammar of the HTTP protocol: path and query -> route and command (docs/http.md).
 
 A path is ``/get``, ``/put`` or ``/offset``, optionally followed by ``/<anything>`` (the
 ``/<brokerId>`` a load balancer routes on; ignored). Parameters come from the query string
@@ -104,7 +104,7 @@ def _group(params: dict[str, str]) -> str:
 
 
 def get_command(params: dict[str, str]) -> Get:
-    """The ``get`` of a ``/get`` query (``maxwait`` is DECISIONS 16's long polling, in ms).
+    """The ``get`` of a ``/get`` query (``maxwait`` is the get's long polling, in ms).
 
     Raises:
         BadParameter: a parameter is missing or malformed.

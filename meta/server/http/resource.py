@@ -1,9 +1,9 @@
-"""twisted.web serving the HTTP protocol (spec §2, decisions H1-H6) on the broker's reactor.
+"""twisted.web serving the HTTP protocol (docs/http.md) on the broker's reactor.
 
 Every request is turned into the TCP protocol's command (``params``) and handled by the TCP
 handler (``meta.server.handlers``): a put goes through ``meta.server.puts`` and its
 partition's staging, and its reply is sent only when the store acknowledges it (after the
-fsync in group commit, DECISIONS 1-4). Counters, status codes and texts are the TCP ones
+fsync in group commit, docs/durability.md). Counters, status codes and texts are the TCP ones
 (H5), and ``stats http`` counts the HTTP requests among them. A handler's ``result`` frame
 is decoded with the shared codec and becomes the status and a ``text/plain; charset=utf-8``
 body (H6). A 301 adds ``X-Meta-Offset`` and no
@@ -11,10 +11,12 @@ body (H6). A 301 adds ``X-Meta-Offset`` and no
 chunks by a producer that honours ``pauseProducing`` (twisted.web writes through its own
 channel, so ``os.sendfile`` is not available here).
 
-Bodies (H4): ``ProtocolRequest`` keeps at most ``maxMessageSize`` bytes; a body over it
-(by ``Content-Length`` or while a chunked body streams) is discarded as it arrives and the
-put is answered 413 with ``puts.too_large``'s text. The body is never parsed as a form
-(``parsePOSTFormSubmission=False``), and a body whose size is not ``length`` is 400.
+Bodies (H4): a put whose ``Content-Length`` is over ``maxMessageSize`` is answered 413 with
+``puts.too_large``'s text as soon as its headers are read, before any of the body (and with
+no ``100 Continue``), and the connection is closed (``ProtocolChannel``). Otherwise
+``ProtocolRequest`` keeps at most ``maxMessageSize`` bytes: a chunked body that grows over it
+is discarded as it arrives and the put is answered 413 once it ends. The body is never parsed
+as a form (``parsePOSTFormSubmission=False``), and a body whose size is not ``length`` is 400.
 
 Connections follow the TCP port's settings: at most ``maxConnections`` open on the HTTP port
 (``ConnectionLimit``), and closed after ``idleConnectionTimeoutInSeconds`` without a byte
@@ -30,7 +32,7 @@ import logging
 from typing import Any
 
 from twisted.protocols import policies
-from twisted.web import resource, server
+from twisted.web import http, resource, server
 
 from meta.errors import MetaError, StoreError
 from meta.protocol.codec import decode_all
@@ -118,9 +120,44 @@ class ProtocolRequest(server.Request):
         content.write(data)
 
 
+class ProtocolChannel(http.HTTPChannel):
+    """An HTTP/1.x connection that refuses an oversized put before reading its body.
+
+    When a request's ``Content-Length`` is over ``maxMessageSize`` and the request is a
+    well-formed ``/put`` (``ProtocolResource.refuse_early``), the 413 is written as soon as
+    the headers are in, with ``Connection: close``, and the connection closes after it:
+    nothing of the body is read or kept, and a client that sent ``Expect: 100-continue`` never
+    sends it. Bytes of the body already received are dropped.
+    """
+
+    _refused = False
+
+    def allHeadersReceived(self) -> None:
+        refusal = None
+        if self.length is not None:
+            resource = self.site.resource
+            refusal = resource.refuse_early(self._command, self._path, self.length)
+        if refusal is None:
+            super().allHeadersReceived()
+            return
+        self._refused = True
+        self.requests[-1].gotLength(self.length)  # a sink for body bytes already received
+        self.transport.write(refusal)
+        self.loseConnection()
+
+    def allContentReceived(self) -> None:
+        if not self._refused:
+            super().allContentReceived()
+
+    def dataReceived(self, data: bytes) -> None:
+        if not self._refused:
+            super().dataReceived(data)
+
+
 class ProtocolSite(server.Site):
     """The site of the HTTP protocol: one ``ProtocolResource``, bodies never parsed as forms."""
 
+    protocol = ProtocolChannel
     requestFactory = ProtocolRequest
 
     def __init__(self, broker: Any) -> None:
@@ -168,6 +205,29 @@ class ProtocolResource(resource.Resource):
             handler = handle_offset
         exchange.respond(handler(self._broker, command, exchange))
         return server.NOT_DONE_YET
+
+    def refuse_early(self, method: bytes, uri: bytes, length: int) -> bytes | None:
+        """The whole HTTP response refusing a put of ``length`` body bytes, when it is over
+        ``maxMessageSize`` and ``method``/``uri`` are a well-formed put; None otherwise (the
+        request is then read and answered as usual). Counts the request and the refusal."""
+        broker = self._broker
+        if length <= broker.config.message_bytes_max or route(uri.partition(b"?")[0]) != "put":
+            return None
+        if method not in METHODS["put"]:
+            return None
+        try:
+            put = put_parameters(parse_query(uri))
+        except BadParameter:
+            return None
+        broker.counters.http_requests += 1
+        broker.counters.http_put += 1
+        event = BodyTooLarge("put", max(length, put.length), 0, put.topic, put.partition)
+        body = _result(too_large(broker, event)).body
+        head = (
+            b"HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: %s\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (TEXT, len(body))
+        )
+        return head + body
 
     def _put(self, request: Any, params: dict[str, str]) -> Any:
         put = put_parameters(params)

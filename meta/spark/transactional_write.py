@@ -1,0 +1,252 @@
+"""Executor side of exactly-once writes: a task's rows go into prepared XA branches.
+
+With ``transactional=true`` (``meta.spark.options.TransactionOptions``) a write task sends
+nothing that a consumer can see. It writes its rows inside XA branches of the brokers' XA
+transactions (a transaction's records are visible only once it commits), ends and prepares
+each branch, and returns the prepared branches in its commit message. The driver
+(``meta.spark.transaction_log``) commits them once for the whole batch, or rolls them back.
+
+Branches: one broker per row, chosen among the topic's brokers (sorted by URI): by the
+CRC-32 of the row's key when it has one (same key, same broker, same partition there), else
+by the task's partition number (so an unkeyed task writes to one broker). Each broker the
+task touches gets one worker thread with its own ``XAResource``, fed through a bounded
+queue, since a thread's puts join at most one branch. A branch is prepared and the next one
+begun after ``rowsPerTransaction`` rows, so no branch outlives the broker's transaction
+timeout while its task is still writing (prepared branches never time out). At most
+``maxBranchesPerTask`` brokers per task.
+
+Ids: format ``FORMAT_ID``; global id ``<writeId>``; branch qualifier
+``<task partition>.<attempt nonce>.<broker index>.<sequence>``; XA unique qualifier
+``spark-<writeId>``, so the driver's ``recover`` lists this write's branches and no other.
+(A streaming task does not know its batch id: the driver's decision record maps batches
+to branches.)
+
+A task that fails rolls back the branches it began or prepared (best effort: a branch it
+could not reach is rolled back by the broker's timeout if unprepared, or by the driver's
+clean-up if prepared). Not thread-safe: one call per task.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import uuid
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import WriterCommitMessage
+
+from meta.client.factory import MetaMessageSessionFactory
+from meta.client.message import Message
+from meta.client.produce.xa import XAMessageProducer, XAResource, Xid
+from meta.errors import ClientError, MetaError
+from meta.spark.options import WriteOptions
+
+FORMAT_ID = 0x4D515350
+"""The XA format id of the Spark writer's branches (``MQSP``)."""
+QUEUE_ROWS = 1000
+_DONE = object()
+
+
+@dataclass(frozen=True)
+class PreparedBranch:
+    """One prepared XA branch: where it lives and its xid."""
+
+    broker_uri: str
+    global_id: bytes
+    branch_id: bytes
+
+    @property
+    def xid(self) -> Xid:
+        return Xid(FORMAT_ID, self.global_id, self.branch_id)
+
+
+@dataclass(frozen=True)
+class TransactionalWriteResult(WriterCommitMessage):
+    """What one task wrote: its row count and the branches the driver must finish."""
+
+    messages: int
+    branches: tuple[PreparedBranch, ...]
+
+
+def global_id(write_id: str) -> bytes:
+    """The XA global transaction id of every branch of one write."""
+    return write_id.encode()
+
+
+def unique_qualifier(write_id: str) -> str:
+    """The XA unique qualifier of every branch of one write (``recover`` filters by it)."""
+    return f"spark-{write_id}"
+
+
+def write_rows_transactionally(
+    rows: Iterable, options: WriteOptions, write_id: str
+) -> TransactionalWriteResult:
+    """Write every row into prepared branches; return them for the driver to commit.
+
+    Raises:
+        ClientError: a put, a BEGIN or a PREPARE failed (every branch begun here was rolled
+            back), or ZooKeeper or a broker could not be reached.
+    """
+    from meta.spark.writing import client_config, keyed_selector, row_message
+
+    partition, nonce = _task_identity()
+    topic = options.topic
+    assert topic is not None  # parse_write_options requires it with transactional=true
+    with MetaMessageSessionFactory(client_config(options)) as factory:
+        producer = factory.create_xa_producer(keyed_selector())
+        producer.set_unique_qualifier(unique_qualifier(write_id))
+        producer.set_transaction_request_timeout(options.send_timeout_s)
+        producer.publish(topic)
+        brokers = [address.uri for address in producer.candidate_brokers()]
+        if not brokers:
+            raise ClientError(f"no broker serves topic {topic} now")
+        prefix = f"{partition}.{nonce}"
+        workers: dict[int, _BranchWorker] = {}
+        try:
+            for row in rows:
+                message = row_message(row, topic)
+                index = _broker_index(message, partition, len(brokers))
+                worker = workers.get(index)
+                if worker is None:
+                    if len(workers) >= options.transaction.branches_per_task_max:
+                        raise ClientError(
+                            f"a task would write to more than maxBranchesPerTask="
+                            f"{options.transaction.branches_per_task_max} brokers"
+                        )
+                    branch_prefix = f"{prefix}.{index}"
+                    gid = global_id(write_id)
+                    worker = _BranchWorker(producer, brokers[index], gid, branch_prefix, options)
+                    workers[index] = worker
+                worker.put(message)
+            prepared = [branch for worker in workers.values() for branch in worker.finish()]
+        except BaseException:
+            for worker in workers.values():
+                worker.abandon()
+            raise
+    count = sum(worker.count for worker in workers.values())
+    return TransactionalWriteResult(count, tuple(prepared))
+
+
+def _task_identity() -> tuple[int, str]:
+    """The task's partition number and a nonce unique to this attempt."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    partition = context.partitionId() if context is not None else 0
+    return partition, uuid.uuid4().hex[:12]
+
+
+def _broker_index(message: Message, task_partition: int, brokers: int) -> int:
+    if message.key is None:
+        return task_partition % brokers
+    key = message.key.encode() if isinstance(message.key, str) else message.key
+    return zlib.crc32(key) % brokers
+
+
+class _BranchWorker:
+    """The branches of one task on one broker, written by a thread of their own."""
+
+    def __init__(
+        self,
+        producer: XAMessageProducer,
+        broker_uri: str,
+        gid: bytes,
+        prefix: str,
+        options: WriteOptions,
+    ) -> None:
+        self._producer = producer
+        self._broker_uri = broker_uri
+        self._global_id = gid
+        self._prefix = prefix
+        self._options = options
+        self._queue: queue.Queue = queue.Queue(QUEUE_ROWS)
+        self._prepared: list[PreparedBranch] = []
+        self._error: BaseException | None = None
+        self._stopped = threading.Event()
+        self.count = 0
+        self._thread = threading.Thread(
+            target=self._run, name=f"metaq-xa-{broker_uri}", daemon=True
+        )
+        self._thread.start()
+
+    def put(self, message: Message) -> None:
+        """Queue one message (blocks while the queue is full); raise the thread's error."""
+        while True:
+            if self._error is not None:
+                raise self._error
+            try:
+                self._queue.put(message, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def finish(self) -> list[PreparedBranch]:
+        """Prepare the last branch; return every branch prepared. Raises the thread's error."""
+        self._queue.put(_DONE)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._prepared
+
+    def abandon(self) -> None:
+        """Stop and roll back every branch begun or prepared here (best effort)."""
+        self._stopped.set()
+        try:
+            self._queue.put_nowait(_DONE)
+        except queue.Full:
+            pass
+        self._thread.join(self._options.send_timeout_s * 2)
+        resource = self._producer.get_xa_resource_on(self._broker_uri)
+        for branch in self._prepared:
+            try:
+                resource.rollback(branch.xid)
+            except MetaError:
+                pass  # the driver's clean-up rolls back prepared branches it finds
+
+    def _run(self) -> None:
+        resource = self._producer.get_xa_resource_on(self._broker_uri)
+        resource.set_transaction_timeout(self._options.transaction.timeout_s)
+        xid: Xid | None = None
+        in_branch = 0
+        sequence = 0
+        try:
+            while not self._stopped.is_set():
+                message = self._queue.get()
+                if message is _DONE:
+                    break
+                if xid is None:
+                    xid = Xid(FORMAT_ID, self._global_id, f"{self._prefix}.{sequence}".encode())
+                    sequence += 1
+                    resource.start(xid)
+                result = self._producer.send_message(message, self._options.send_timeout_s)
+                result.raise_for_status()
+                self.count += 1
+                in_branch += 1
+                if in_branch >= self._options.transaction.rows_per_transaction:
+                    self._prepare(resource, xid)
+                    xid, in_branch = None, 0
+            if xid is not None and not self._stopped.is_set():
+                self._prepare(resource, xid)
+                xid = None
+        except BaseException as error:  # handed to the task's thread by put/finish
+            self._error = error
+        finally:
+            if xid is not None:
+                _roll_back_quietly(resource, xid)
+
+    def _prepare(self, resource: XAResource, xid: Xid) -> None:
+        resource.end(xid)
+        resource.prepare(xid)
+        branch = PreparedBranch(self._broker_uri, xid.global_transaction_id, xid.branch_qualifier)
+        self._prepared.append(branch)
+
+
+def _roll_back_quietly(resource: XAResource, xid: Xid) -> None:
+    try:
+        if resource.associated_xid == xid:
+            resource.end(xid)
+        resource.rollback(xid)
+    except MetaError:
+        pass  # unprepared: the broker's transaction timeout rolls it back
