@@ -1,4 +1,4 @@
-"""``DataWaiters``: the gets that wait for data (long polling, DECISIONS 16), woken in slices.
+"""``DataWaiters``: the gets that wait for data (long polling), woken in slices.
 
 What lives here: the long-polled gets held per partition log, each with its timeout, and
 how they are woken when the log's visible end moves. One put can wake a great many of them
