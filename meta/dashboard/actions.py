@@ -3,10 +3,10 @@
 ``POST /reload-config`` and ``POST /topics/<t>/groups/<g>/partitions/<p>/skip`` (also under
 ``/api/v1``) answer the Java dashboard's texts. They are accepted only from an operator
 on the broker's host, by the rule ``meta.operator_access.is_operator_peer`` shares with the
-heuristic transaction commands (``127.0.0.1``, ``::1``, or the address the connection was
-accepted on), and only with the header ``X-MetaQ-Admin: 1``, which a cross-site form cannot
-set, and with a ``Host`` header that is an address or ``localhost`` (against DNS
-rebinding); anything else gets 403.
+heuristic transaction commands (``127.0.0.1``, ``::1``, or the non-loopback address the
+connection was accepted on), and only with the header ``X-MetaQ-Admin: 1``, which a
+cross-site form cannot set, and with a ``Host`` header that is an address or ``localhost``
+(against DNS rebinding); anything else gets 403.
 
 Reactor thread only.
 """
