@@ -350,6 +350,10 @@ class Broker:
         for connection in pending:
             connection.flush_output()
 
+    def call_soon(self, call: Callable[[], None]) -> None:
+        """Run ``call()`` in the next reactor turn (a connection's next slice of requests)."""
+        self._reactor.callLater(0, call)
+
     def connection_made(self, connection) -> None:
         if not self.connection_guard.admit(connection):
             return  # closed at once: maxConnections are open

@@ -24,6 +24,10 @@ Output and backpressure (STYLE 3, 13):
   Queued bytes also count in the broker's ``reply_budget`` (``maxQueuedReplyBytes`` over all
   connections), which stops reading from the connections holding the most while it is over
   (``hold_reading``) until their queues drain (``release_reading``).
+* One read's requests other than plain puts are handled ``TURN_REQUESTS_MAX`` at a time:
+  beyond that, reading stops and the rest of the read waits for the next reactor turn
+  (``_yield_turn``), so a connection that floods requests (a thousand gets in one read)
+  delays the other connections by one slice, not by its whole read.
 * Malformed input closes the connection (Java sends nothing either); replies already queued
   are still written first. After the peer's FIN (a half-close), the replies to every request
   read before it are still sent, then the connection closes. A reply whose segment was
@@ -62,6 +66,8 @@ QUEUED_BYTES_MAX = 8 * 1024 * 1024
 FILE_REPLY_COST_BYTES = 160
 # Puts decoded per put run; a run is also bounded by the bytes of one read.
 PUT_RUN_MAX = 4096
+# Requests other than plain puts handled per reactor turn and connection.
+TURN_REQUESTS_MAX = 256
 
 
 @implementer(interfaces.IHalfCloseableProtocol)
@@ -88,6 +94,7 @@ class BrokerProtocol(protocol.Protocol):
         self._transport_paused = False
         self._reading_paused = False
         self._held = False  # not read from for the broker's reply budget
+        self._turn_waiting = False  # the rest of a read waits for the next reactor turn
         self._closed = False
         self._read_closed = False  # the peer sent its FIN
         self.received_bytes = 0  # every byte read (``connections.ConnectionGuard``)
@@ -120,6 +127,7 @@ class BrokerProtocol(protocol.Protocol):
         broker = self._broker
         # Plain puts take the batch fast path (``put_run``); a slave answers every put 403.
         put_runs = self.put_runs and broker.slave_id < 0
+        handled = 0
         while not self._closed:
             if put_runs:
                 key, puts = decoder.next_put_run(PUT_RUN_MAX)
@@ -149,6 +157,10 @@ class BrokerProtocol(protocol.Protocol):
                 self._inflight += 1
             elif reply is not None:
                 self._send(reply)
+            handled += 1
+            if handled >= TURN_REQUESTS_MAX and decoder.buffered_bytes:
+                self._yield_turn()
+                break
         # Puts decoded from this read were staged; one write per partition covers them all,
         # and replies that need no fsync leave right here, in one transport write.
         broker.end_of_batch()
@@ -185,7 +197,7 @@ class BrokerProtocol(protocol.Protocol):
     def _close_when_answered(self) -> None:
         """After a half-close, close once every reply is handed to the transport (which
         sends what it holds before the FIN)."""
-        if self._closed or self._inflight:
+        if self._closed or self._inflight or self._turn_waiting:
             return
         self.flush_output()
         if self._stream is None and not self._queue:
@@ -302,11 +314,29 @@ class BrokerProtocol(protocol.Protocol):
                 self.transport.pauseProducing()  # a TCP transport stops reading
         elif (
             not self._held
+            and not self._turn_waiting
             and self._inflight <= INFLIGHT_MAX // 2
             and self._queued_bytes <= QUEUED_BYTES_MAX // 2
         ):
             self._reading_paused = False
             self.transport.resumeProducing()
+
+    def _yield_turn(self) -> None:
+        """Stop reading and handle the rest of the read in the next reactor turn, so the
+        other connections are served in between."""
+        self._turn_waiting = True
+        self.transport.pauseProducing()
+        self._broker.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._turn_waiting = False
+        if self._closed:
+            return
+        self.dataReceived(b"")
+        if not self._turn_waiting and not self._reading_paused:
+            self.transport.resumeProducing()
+        if self._read_closed:
+            self._close_when_answered()
 
     def hold_reading(self) -> None:
         """Stop reading requests: the broker's reply budget is over and this connection

@@ -101,6 +101,10 @@ class BrokerServices(Protocol):
         """``connection`` has replies to write at the end of the current batch."""
         ...
 
+    def call_soon(self, call: Callable[[], None]) -> None:
+        """Run ``call()`` in the next reactor turn."""
+        ...
+
     def connection_made(self, connection: Any) -> None:
         """A client connection opened."""
         ...
