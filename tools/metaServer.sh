@@ -3,13 +3,16 @@
 # shellcheck disable=SC2016
 # Start, stop and inspect a metaq-py broker, like Metamorphosis' bin/metaServer.sh.
 #
-#   tools/metaServer.sh start [local|slave] | stop | restart [local|slave] | reload | status
-#                       | promote   (--help on each)
+#   tools/metaServer.sh start [local|slave|samsa|gregor] | stop
+#                       | restart [local|slave|samsa|gregor] | reload | status
+#                       | promote [--new-slave HOST:PORT]   (--help on each)
 #
 # Run dir: $META_RUN_DIR or <checkout>/run (meta-server.pid, meta-server.log, and for `start
 # local` the ZooKeeper files plus the marker zookeeper.started-by-metaServer).
 # Config:  $META_CONF or <checkout>/conf/server.ini; for `start slave` also
-#          $META_SLAVE_CONF or <checkout>/conf/async_slave.properties.
+#          $META_SLAVE_CONF or <checkout>/conf/async_slave.properties, for `start samsa`
+#          $META_SAMSA_CONF or <checkout>/conf/samsa_master.properties, for `start gregor`
+#          $META_GREGOR_CONF or <checkout>/conf/gregor_slave.properties.
 # Python:  $META_PYTHON, else <checkout>/.venv/bin/python, else python3.
 set -euo pipefail
 
@@ -18,6 +21,8 @@ RUN_DIR="${META_RUN_DIR:-$ROOT/run}"
 CONF="${META_CONF:-$ROOT/conf/server.ini}"
 SLAVE_CONF="${META_SLAVE_CONF:-$ROOT/conf/async_slave.properties}"
 HTTP_CONF="${META_HTTP_CONF:-$ROOT/conf/jettyBroker.properties}"
+SAMSA_CONF="${META_SAMSA_CONF:-$ROOT/conf/samsa_master.properties}"
+GREGOR_CONF="${META_GREGOR_CONF:-$ROOT/conf/gregor_slave.properties}"
 PID_FILE="$RUN_DIR/meta-server.pid"
 LOG_FILE="$RUN_DIR/meta-server.log"
 ZK_MARKER="$RUN_DIR/zookeeper.started-by-metaServer"
@@ -51,16 +56,26 @@ commands:
                  zk.zkConnect=127.0.0.1:$ZK_LOCAL_PORT)
   start slave    start the broker as an async slave (also reads \$META_SLAVE_CONF or
                  conf/async_slave.properties): it copies the master with the same brokerId
+  start samsa    start the broker as a synchronous-replication master (also reads
+                 \$META_SAMSA_CONF or conf/samsa_master.properties): a put is answered 200 only
+                 once its gregor slave stored it too
+  start gregor   start the broker as a synchronous-replication slave (also reads
+                 \$META_GREGOR_CONF or conf/gregor_slave.properties): it takes 'sync' from its
+                 samsa master, refuses puts and registers nothing in ZooKeeper
   start --http   also serve the HTTP protocol (/put, /get, /offset) on serverPort of
-                 \$META_HTTP_CONF or conf/jettyBroker.properties (combines with local|slave)
+                 \$META_HTTP_CONF or conf/jettyBroker.properties (combines with every mode)
   stop [broker]  stop the broker (SIGTERM; SIGKILL after ${STOP_TIMEOUT_S} s) and the ZooKeeper
                  that 'start local' started; 'stop broker' leaves that ZooKeeper running
-  restart [local|slave] [--http]  stop the broker if it runs, then start the same way
+  restart [local|slave|samsa|gregor] [--http]
+                 stop the broker if it runs, then start the given way
   reload         make the running broker re-read its config file (SIGHUP); the [topic=...]
                  sections take effect, [system] and [zookeeper] changes wait for a restart
   status         print whether the broker runs, with pid and port, and its /readyz answer
-  promote        failover: stop the async slave and start it again as the master of its
-                 brokerId, on the same config and data (after the old master is gone)
+  promote [--new-slave HOST:PORT]
+                 failover: stop the async or gregor slave and start it again as the master of
+                 its brokerId, on the same config and data (after the old master is gone); a
+                 gregor slave's consumer offsets are recovered first, and with --new-slave it
+                 starts as a samsa master of that gregor slave
 
 Run dir: $RUN_DIR (\$META_RUN_DIR); log: meta-server.log there.
 'tools/metaServer.sh COMMAND --help' describes one command.
@@ -69,7 +84,7 @@ EOF
 
 usage_start() {
     cat <<EOF
-usage: tools/metaServer.sh start [local|slave] [--http]
+usage: tools/metaServer.sh start [local|slave|samsa|gregor] [--http]
 
 Starts the broker in the background, in its own session:
     $PY -m meta.server -f $CONF
@@ -97,6 +112,23 @@ registered when the wait ends, says so and leaves it running.
           topic and partition of its master byte for byte (resuming from its local data after
           a restart), serves gets and offsets, and answers puts with 403. To run a master and
           a slave on one machine, give each its own \$META_RUN_DIR.
+  samsa   start a synchronous-replication master (Java: -Fsamsa=FILE):
+              $PY -m meta.server -f $CONF --samsa $SAMSA_CONF
+          (\$META_SAMSA_CONF). Keys: slave (required: the gregor slave's host:port),
+          sendToSlaveTimeoutInMills (2000), slaveContinuousFailureThreshold (100),
+          checkSlaveIntervalInMills (100), recoverOffset (false: when true, the consumer
+          offsets in ZooKeeper are remapped to this broker's data before it registers, as
+          'meta-admin recover-offsets --execute' does). A put gets 200 only once the
+          record is stored here and on the slave; while the slave is down, puts get 500 and
+          the broker stops advertising itself to producers (consumers keep reading).
+          'stats sync' (or 'meta-admin replication') shows the replication state.
+  gregor  start a synchronous-replication slave (Java: -Fgregor=FILE):
+              $PY -m meta.server -f $CONF --gregor $GREGOR_CONF
+          (\$META_GREGOR_CONF; the file has no keys). server.ini must have the master's
+          brokerId and accept every topic of the master, with at least as many partitions,
+          and its own serverPort and dataPath. The slave takes 'sync' from its samsa master,
+          serves gets and offsets, answers puts with 403 and needs no ZooKeeper. Start it
+          before its master. 'promote' turns it into a master after its master is lost.
   --http  also serve the HTTP protocol (Java: -FjettyBroker=FILE):
               $PY -m meta.server -f $CONF --http $HTTP_CONF
           (\$META_HTTP_CONF; key serverPort, default 8080): POST /put/<brokerId>,
@@ -117,9 +149,10 @@ EOF
 
 usage_restart() {
     cat <<EOF
-usage: tools/metaServer.sh restart [local|slave] [--http]
+usage: tools/metaServer.sh restart [local|slave|samsa|gregor] [--http]
 
-Stops the broker if it runs (ZooKeeper keeps running), then does 'start [local|slave]'.
+Stops the broker if it runs (ZooKeeper keeps running), then does
+'start [local|slave|samsa|gregor] [--http]'.
 EOF
 }
 
@@ -144,14 +177,15 @@ EOF
 
 usage_promote() {
     cat <<EOF
-usage: tools/metaServer.sh promote
+usage: tools/metaServer.sh promote [--new-slave HOST:PORT]
 
-Failover of an async slave: promotes the slave of this run dir to master.
-Run it only once the old master is gone for good (killed, or its machine lost).
+Failover: promotes the slave of this run dir to master of its brokerId. Run it only once
+the old master is gone for good (killed, or its machine lost).
 
- 1. If an async slave runs (pid file $PID_FILE, started with
-    'start slave'), stops it with SIGTERM (it leaves ZooKeeper). If a broker runs that is
-    not a slave, refuses (exit 1). If nothing runs, goes on with step 2.
+An async slave (started with 'start slave'):
+ 1. If it runs (pid file $PID_FILE), stops it with SIGTERM (it leaves
+    ZooKeeper). If a broker runs that is not a slave, refuses (exit 1). If nothing runs,
+    goes on with step 2.
  2. Starts the broker as a master with the same config and data:
         $PY -m meta.server -f $CONF
     (no --slave: \$META_SLAVE_CONF is not read), so the same brokerId and dataPath.
@@ -160,15 +194,31 @@ Run it only once the old master is gone for good (killed, or its machine lost).
     ZooKeeper expires its session (zk.zkSessionTimeoutMs); the broker waits that out. If
     another live broker still holds ids/<brokerId>/master, the broker gives up after the
     session timeout and exits, and so does this command (exit 1).
+Offsets continue: the files are byte-identical to the old master's up to what was
+replicated. Messages the old master acknowledged but the slave had not copied are lost.
 
-Producers and consumers find the new master through ZooKeeper. Offsets continue: the files
-are byte-identical to the old master's up to what was replicated. Messages the old master
-acknowledged but the slave had not copied are lost. Consumers whose committed offset is
-beyond the promoted end: see "Failover" in docs/operations.md.
+A gregor slave (started with 'start gregor'; when nothing runs, known from the last start
+in the log):
+ 1. Stops it.
+ 2. Recovers the consumer offsets of its brokerId in ZooKeeper (zk.zkConnect and zk.zkRoot
+    of its server.ini) against its data, as 'meta-admin recover-offsets --execute' does:
+        $PY -m meta.admin recover-offsets -f $CONF --zk-from-config --execute
+    Skipped when zk.zkEnable=false. A failure stops here (exit 1): nothing is started.
+ 3. Starts it as a plain master (steps 2 and 3 above), or with --new-slave HOST:PORT as a
+    samsa master whose gregor slave is HOST:PORT: the samsa file is \$META_SAMSA_CONF (or
+    conf/samsa_master.properties) with slave=HOST:PORT and recoverOffset=false, written to
+    $RUN_DIR/samsa_master.promoted.properties. Start that slave (the old master, for
+    example, with an EMPTY dataPath, by 'start gregor'); until it is caught up, the samsa
+    master refuses puts.
+Every message the old samsa master acknowledged is on its gregor slave: a 200 meant two
+copies.
 
-To bring the old master back, start it as a slave of the new one ('start slave' with an
-async_slave.properties and an EMPTY dataPath: its un-replicated tail differs from the new
-master's data, and a slave refuses data that is not a copy of its master's).
+Producers and consumers find the new master through ZooKeeper. Consumers whose committed
+offset is beyond the promoted end: see "Failover" in docs/ha.md.
+
+To bring the old master of an async slave back, start it as a slave of the new one ('start
+slave' with an async_slave.properties and an EMPTY dataPath: its un-replicated tail differs
+from the new master's data, and a slave refuses data that is not a copy of its master's).
 EOF
 }
 
@@ -364,7 +414,8 @@ started_on() {
 }
 
 do_start() {
-    local local_flag=0 slave_flag=0 http_flag=0 pid host port log_offset started_zk=0 waited=0
+    local local_flag=0 slave_flag=0 http_flag=0 samsa_flag=0 gregor_flag=0
+    local pid host port log_offset started_zk=0 waited=0
     local mode="" argument
     for argument in "$@"; do
         case "$argument" in
@@ -378,6 +429,8 @@ do_start() {
         "") ;;
         local) local_flag=1 ;;
         slave) slave_flag=1 ;;
+        samsa) samsa_flag=1 ;;
+        gregor) gregor_flag=1 ;;
         *) usage_start >&2; die "unknown start mode: $mode" ;;
     esac
     if pid="$(running_pid)"; then
@@ -390,6 +443,12 @@ do_start() {
     [ -f "$CONF" ] || die "config file $CONF not found (set META_CONF)"
     if [ "$slave_flag" -eq 1 ] && [ ! -f "$SLAVE_CONF" ]; then
         die "slave config file $SLAVE_CONF not found (set META_SLAVE_CONF)"
+    fi
+    if [ "$samsa_flag" -eq 1 ] && [ ! -f "$SAMSA_CONF" ]; then
+        die "samsa config file $SAMSA_CONF not found (set META_SAMSA_CONF)"
+    fi
+    if [ "$gregor_flag" -eq 1 ] && [ ! -f "$GREGOR_CONF" ]; then
+        die "gregor config file $GREGOR_CONF not found (set META_GREGOR_CONF)"
     fi
     if [ "$http_flag" -eq 1 ] && [ ! -f "$HTTP_CONF" ]; then
         die "HTTP config file $HTTP_CONF not found (set META_HTTP_CONF)"
@@ -412,6 +471,8 @@ do_start() {
     local args=(-m meta.server -f "$CONF")
     [ "$local_flag" -eq 0 ] || args+=(--local)
     [ "$slave_flag" -eq 0 ] || args+=(--slave "$SLAVE_CONF")
+    [ "$samsa_flag" -eq 0 ] || args+=(--samsa "$SAMSA_CONF")
+    [ "$gregor_flag" -eq 0 ] || args+=(--gregor "$GREGOR_CONF")
     [ "$http_flag" -eq 0 ] || args+=(--http "$HTTP_CONF")
     touch "$LOG_FILE"
     log_offset="$(stat -c %s "$LOG_FILE")"
@@ -464,7 +525,7 @@ do_restart() {
     local argument
     for argument in "$@"; do
         case "$argument" in
-            local|slave|--http) ;;
+            local|slave|samsa|gregor|--http) ;;
             -h|--help) usage_restart; exit 0 ;;
             *) usage_restart >&2; die "unknown restart mode: $argument" ;;
         esac
@@ -507,24 +568,95 @@ do_reload() {
 }
 
 do_promote() {
-    case "${1:-}" in
-        "") ;;
-        -h|--help) usage_promote; exit 0 ;;
-        *) usage_promote >&2; die "promote takes no arguments (got $*)" ;;
-    esac
-    local pid log_offset waited=0 serving
+    local new_slave="" role="" pid log_offset
+    while [ "$#" -gt 0 ]; do
+        case "$1" in
+            -h|--help) usage_promote; exit 0 ;;
+            --new-slave)
+                [ "$#" -ge 2 ] || { usage_promote >&2; die "--new-slave needs HOST:PORT"; }
+                new_slave="$2"
+                shift 2 ;;
+            --new-slave=*) new_slave="${1#--new-slave=}"; shift ;;
+            *) usage_promote >&2; die "unknown promote argument: $1" ;;
+        esac
+    done
+    if [ -n "$new_slave" ] && ! [[ "$new_slave" =~ ^[^[:space:]]+:[0-9]+$ ]]; then
+        die "--new-slave $new_slave is not HOST:PORT"
+    fi
     if pid="$(running_pid)"; then
-        tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- " --slave " ||
-            die "meta-server (pid $pid) is not an async slave (no --slave): nothing to promote"
-        say "stopping async slave (pid $pid)"
+        role="$(process_role "$pid")"
+        [ -n "$role" ] ||
+            die "meta-server (pid $pid) is not a slave (no --slave or --gregor): nothing to promote"
+        say "stopping $role slave (pid $pid)"
         stop_broker || true
     else
-        say "no async slave runs from $RUN_DIR; starting its config and data as the master"
+        role="$(last_start_role)"
+        say "no slave runs from $RUN_DIR; starting its config and data as the master"
+    fi
+    if [ "$role" = gregor ]; then
+        recover_offsets_of_conf || die "offset recovery failed; nothing was started"
+    elif [ -n "$new_slave" ]; then
+        die "--new-slave promotes a gregor slave; $RUN_DIR did not run one"
     fi
     mkdir -p "$RUN_DIR"
     touch "$LOG_FILE"
     log_offset="$(wc -c <"$LOG_FILE")"
-    do_start
+    if [ -n "$new_slave" ]; then
+        write_promoted_samsa_conf "$new_slave"
+        SAMSA_CONF="$RUN_DIR/samsa_master.promoted.properties"
+        do_start samsa
+    else
+        do_start
+    fi
+    wait_for_master_registration "$log_offset"
+}
+
+# Prints "slave" or "gregor" when process $1 runs as an async or a gregor slave, else nothing.
+process_role() {
+    tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" | grep -oE -- ' --(slave|gregor) ' |
+        tr -d ' -' || true
+}
+
+# Prints "slave" or "gregor" when the last start logged in this run dir was one, else nothing.
+last_start_role() {
+    grep -a -F ' tools/metaServer.sh start: ' "$LOG_FILE" 2>/dev/null | tail -n 1 |
+        grep -oE -- ' --(slave|gregor) ' | tr -d ' -' || true
+}
+
+# Runs 'meta-admin recover-offsets --execute' on $CONF with its own ZooKeeper settings,
+# unless ZooKeeper is disabled there.
+recover_offsets_of_conf() {
+    local enabled
+    enabled="$("$PY" - "$CONF" <<'EOF'
+import sys
+from meta.config import load_config
+print("yes" if load_config(sys.argv[1]).zookeeper.enabled else "no")
+EOF
+)" || return 1
+    if [ "$enabled" != yes ]; then
+        say "zk.zkEnable=false in $CONF: no consumer offsets to recover"
+        return 0
+    fi
+    say "recovering the consumer offsets of $CONF against its data"
+    "$PY" -m meta.admin recover-offsets -f "$CONF" --zk-from-config --execute
+}
+
+# Writes $RUN_DIR/samsa_master.promoted.properties: $SAMSA_CONF (when it exists) with
+# slave=$1 and recoverOffset=false (the offsets were just recovered).
+write_promoted_samsa_conf() {
+    mkdir -p "$RUN_DIR"
+    {
+        printf '# Written by tools/metaServer.sh promote --new-slave %s\n' "$1"
+        if [ -f "$SAMSA_CONF" ]; then
+            grep -vE '^[[:space:]]*(slave|recoverOffset)[[:space:]]*[=:]' "$SAMSA_CONF" || true
+        fi
+        printf 'slave=%s\nrecoverOffset=false\n' "$1"
+    } >"$RUN_DIR/samsa_master.promoted.properties"
+}
+
+# Waits until the broker started at log offset $1 logged its registration as master.
+wait_for_master_registration() {
+    local log_offset="$1" waited=0 serving
     say "waiting for the registration as master (the old master's ZooKeeper session must end)"
     while :; do
         serving="$(tail -c +"$((log_offset + 1))" "$LOG_FILE" 2>/dev/null |

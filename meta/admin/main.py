@@ -10,7 +10,8 @@ Two kinds of leaves:
   (accepted before the group or after the command); ``run`` gets an ``AdminClient``;
 * the cluster commands (``brokers``, ``topics``, ``partitions``, ``groups``, ``lag``,
   ``reset-offsets``, ``browse``, ``find-message``, ``stats``, ``slaves``, ``produce``,
-  ``consume``, ``spark-writes``) find brokers through ZooKeeper:
+  ``consume``, ``spark-writes``, ``recover-offsets``, ``replication``) find brokers through
+  ZooKeeper:
   ``--zk-connect HOST:PORT[,...]``, ``--zk-root PATH`` and ``--timeout`` (also accepted before
   the command) and ``--json``; they set ``open_session`` and ``run`` gets a
   ``meta.admin.session.ClusterSession``.
@@ -36,6 +37,8 @@ from meta.admin import (
     messages,
     migrate,
     produce,
+    recover,
+    replication,
     slaves,
     spark_writes,
     tx,
@@ -48,7 +51,19 @@ from meta.admin.options import (
     zookeeper_options,
 )
 
-COMMAND_GROUPS = (tx, cluster, groups, messages, slaves, produce, consume, migrate, spark_writes)
+COMMAND_GROUPS = (
+    tx,
+    cluster,
+    groups,
+    messages,
+    slaves,
+    produce,
+    consume,
+    migrate,
+    recover,
+    replication,
+    spark_writes,
+)
 """Modules registering commands; add new groups here."""
 
 EPILOG = (

@@ -1,13 +1,13 @@
-"""Broker configuration: ``server.ini``, ``async_slave.properties`` and ``jettyBroker.properties``
--> frozen objects.
+"""Broker configuration: ``server.ini`` and the plug-in ``.properties`` files -> frozen objects.
 
 This package is the ONLY place configuration is read (STYLE 14), and this module is its public
 face: import from ``meta.config``. Its modules, each one concept:
 
 * ``settings``: the frozen objects (``BrokerConfig``, ``TopicConfig``, ``ZkConfig``,
-  ``SlaveConfig``, ``HttpConfig``, ``FlushMode``) and the topic-name rule;
-* ``loading``: ``load_config``, ``load_slave_config`` and ``load_http_config``, the only code
-  that reads the files;
+  ``SlaveConfig``, ``HttpConfig``, ``SamsaConfig``, ``GregorConfig``, ``FlushMode``) and the
+  topic-name rule;
+* ``loading``: ``load_config``, ``load_slave_config``, ``load_http_config``,
+  ``load_samsa_config`` and ``load_gregor_config``, the only code that reads the files;
 * ``keys``: the key tables, one explicit map from every ini key to its field, kind and default;
 * ``sections``: reading an ini section by its table, with errors that name file, section, key;
 * ``grammars``: the value grammars (integer expressions, booleans, ``deletePolicy``, ...);
@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from meta.config.grammars import DeletePolicySpec
 from meta.config.keys import (
+    GREGOR_KEYS,
     HTTP_KEYS,
     JAVA_INTERNAL_KEYS,
+    SAMSA_KEYS,
     SLAVE_KEYS,
     SYSTEM_KEYS,
     TOPIC_KEYS,
@@ -32,7 +34,9 @@ from meta.config.keys import (
 )
 from meta.config.loading import (
     load_config,
+    load_gregor_config,
     load_http_config,
+    load_samsa_config,
     load_slave_config,
     read_config_bytes,
 )
@@ -42,7 +46,9 @@ from meta.config.settings import (
     TOPIC_SECTION_PREFIX,
     BrokerConfig,
     FlushMode,
+    GregorConfig,
     HttpConfig,
+    SamsaConfig,
     SlaveConfig,
     TopicConfig,
     ZkConfig,
@@ -53,8 +59,10 @@ from meta.config.settings import (
 
 __all__ = [
     "FILTER_KEY_PREFIX",
+    "GREGOR_KEYS",
     "HTTP_KEYS",
     "JAVA_INTERNAL_KEYS",
+    "SAMSA_KEYS",
     "SLAVE_KEYS",
     "SYSTEM_KEYS",
     "TOPIC_KEYS",
@@ -64,12 +72,16 @@ __all__ = [
     "BrokerConfig",
     "DeletePolicySpec",
     "FlushMode",
+    "GregorConfig",
     "HttpConfig",
+    "SamsaConfig",
     "SlaveConfig",
     "TopicConfig",
     "ZkConfig",
     "load_config",
+    "load_gregor_config",
     "load_http_config",
+    "load_samsa_config",
     "load_slave_config",
     "journal_flush_mode",
     "read_config_bytes",

@@ -3,8 +3,8 @@
 What lives here: the safe integer-expression evaluator (Java evaluated int values with the
 Aviator expression language, so ``1024*1024*1024`` is a valid size), the two boolean rules, the
 ``deletePolicy`` grammar, the ``deleteWhen`` check (a full Quartz parse by
-``meta.config.cron``), the filter target shape (compatibility.md), paths and the ZooKeeper root.
-``meta.config.keys`` maps each key kind to one of them.
+``meta.config.cron``), the filter target shape (compatibility.md), paths, the ZooKeeper root
+and one ``host:port``. ``meta.config.keys`` maps each key kind to one of them.
 
 Invariants: every parser is pure and reads no file (``path`` values are resolved against the
 home directory and the current working directory), and reports a bad value by raising
@@ -192,6 +192,24 @@ def check_filter_target(text: str) -> str:
     if _FILTER_TARGET_RE.fullmatch(target) is None:
         raise ValueError("not a filter target (expected 'package.module:callable')")
     return target
+
+
+def parse_host_port(text: str) -> str:
+    """Check one ``host:port`` (a samsa master's ``slave``); return it trimmed.
+
+    The host is a name or an IPv4 address, or an IPv6 address in brackets; the port is
+    1..65535. A list (``,`` or white space) is refused: a samsa master has exactly one slave.
+    """
+    value = text.strip()
+    match = _HOST_PORT_RE.fullmatch(value)
+    if match is None:
+        raise ValueError("must be one host:port (e.g. 10.0.0.2:8123)")
+    if not 1 <= int(match.group("port")) <= 65535:
+        raise ValueError("port out of range (must be 1..65535)")
+    return value
+
+
+_HOST_PORT_RE = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>[0-9]{1,5})")
 
 
 def parse_path(text: str) -> str:

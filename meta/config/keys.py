@@ -2,9 +2,10 @@
 
 ``KeySpec`` describes one key and ``convert_value`` turns its raw text into a typed,
 range-checked value through the grammar of its kind (``meta.config.grammars``). The tables
-``SYSTEM_KEYS``, ``ZOOKEEPER_KEYS``, ``TOPIC_KEYS``, ``SLAVE_KEYS`` and ``HTTP_KEYS`` are the one
-explicit map from ``server.ini``, ``async_slave.properties`` and ``jettyBroker.properties``
-keys to the fields of the frozen objects of ``meta.config.settings``.
+``SYSTEM_KEYS``, ``ZOOKEEPER_KEYS``, ``TOPIC_KEYS``, ``SLAVE_KEYS``, ``HTTP_KEYS``,
+``SAMSA_KEYS`` and ``GREGOR_KEYS`` are the one explicit map from ``server.ini``,
+``async_slave.properties``, ``jettyBroker.properties``, ``samsa_master.properties`` and
+``gregor_slave.properties`` keys to the fields of the frozen objects of ``meta.config.settings``.
 Pure data and pure functions; thread-safe.
 """
 
@@ -20,6 +21,7 @@ from meta.config.grammars import (
     check_cron,
     check_delete_policy,
     parse_bool,
+    parse_host_port,
     parse_int_expression,
     parse_java_bool,
     parse_path,
@@ -54,6 +56,7 @@ CONVERTERS: dict[str, Callable[[str], object]] = {
     "str": str.strip,
     "path": parse_path,
     "zk_root": parse_zk_root,
+    "host_port": parse_host_port,
     "delete_policy": check_delete_policy,
     "cron": check_cron,
 }
@@ -150,6 +153,22 @@ SLAVE_KEYS: tuple[_Key, ...] = (
 
 # conf/jettyBroker.properties: the HTTP protocol.
 HTTP_KEYS: tuple[_Key, ...] = (_Key("serverPort", "server_port", "int", 8080, low=0, high=65535),)
+
+# conf/samsa_master.properties: a synchronous-replication master. The thread
+# counts and recoverParallel are Java's thread-pool sizes: accepted and checked, not used.
+SAMSA_KEYS: tuple[_Key, ...] = (
+    _Key("slave", "slave", "host_port", required=True),
+    _Key("callbackThreadCount", "callback_thread_count", "int", None, low=1),
+    _Key("sendToSlaveTimeoutInMills", "send_to_slave_timeout_ms", "int", 2000, low=1),
+    _Key("slaveContinuousFailureThreshold", "slave_failure_threshold", "int", 100, low=1),
+    _Key("checkSlaveIntervalInMills", "check_slave_interval_ms", "int", 100, low=1),
+    _Key("recoverOffset", "recover_offset", "java_bool", False),
+    _Key("recoverParallel", "recover_parallel", "java_bool", True),
+    _Key("recoverParallelHint", "recover_parallel_hint", "int", None, low=1),
+)
+
+# conf/gregor_slave.properties: a synchronous-replication slave has no keys.
+GREGOR_KEYS: tuple[_Key, ...] = ()
 
 # Field names of Java's MetaConfig that its key check accepts in [system]; ignored here.
 JAVA_INTERNAL_KEYS = frozenset(

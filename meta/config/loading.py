@@ -33,8 +33,10 @@ from collections.abc import Mapping
 
 from meta.config.grammars import check_filter_target
 from meta.config.keys import (
+    GREGOR_KEYS,
     HTTP_KEYS,
     JAVA_INTERNAL_KEYS,
+    SAMSA_KEYS,
     SLAVE_KEYS,
     SYSTEM_KEYS,
     TOPIC_KEYS,
@@ -46,7 +48,9 @@ from meta.config.settings import (
     FILTER_KEY_PREFIX,
     TOPIC_SECTION_PREFIX,
     BrokerConfig,
+    GregorConfig,
     HttpConfig,
+    SamsaConfig,
     SlaveConfig,
     TopicConfig,
     ZkConfig,
@@ -133,6 +137,25 @@ def load_http_config(path: str) -> HttpConfig:
         ConfigError: unreadable file, duplicate or unknown key, bad value.
     """
     return HttpConfig(**_read_properties(path, HTTP_KEYS))
+
+
+def load_samsa_config(path: str) -> SamsaConfig:
+    """Read and validate a ``samsa_master.properties`` (synchronous replication).
+
+    Raises:
+        ConfigError: unreadable file, duplicate or unknown key, a missing ``slave``, a
+            ``slave`` that is not one ``host:port``, a number that is not > 0.
+    """
+    return SamsaConfig(**_read_properties(path, SAMSA_KEYS))
+
+
+def load_gregor_config(path: str) -> GregorConfig:
+    """Read and validate a ``gregor_slave.properties``: any key in it is an error.
+
+    Raises:
+        ConfigError: unreadable file, or a key (the file has none in Java either).
+    """
+    return GregorConfig(**_read_properties(path, GREGOR_KEYS))
 
 
 def _read_properties(path: str, keys: tuple) -> dict:

@@ -100,6 +100,8 @@ def _skip_ignored_key(
     """Log a key that Java accepts without meaning; raise for any other unknown key."""
     where = source.where(section, key)
     if key not in ignored:
+        if not known:
+            raise ConfigError(f"{where} unknown key '{key}' (this file takes no keys)")
         suggestion = closest(key, known)
         raise ConfigError(f"{where} unknown key '{key}' (did you mean '{suggestion}'?)")
     _config_log.warning("%s key '%s' has no meaning here (Java accepts it); ignored", where, key)

@@ -1,5 +1,5 @@
 """The frozen configuration objects: ``BrokerConfig``, ``TopicConfig``, ``ZkConfig`` and
-``SlaveConfig``.
+``SlaveConfig``, ``HttpConfig``, ``SamsaConfig``, ``GregorConfig``.
 
 ``meta.config.loading`` builds them from the files; everything else only reads them. Also the
 topic-name rule (compatibility.md, ``validate_topic_name``), the section-name pattern rule
@@ -205,6 +205,36 @@ class HttpConfig:
     """A validated ``jettyBroker.properties``: the HTTP protocol's settings."""
 
     server_port: int = 8080  # serverPort; 0 picks a free port (logged)
+
+
+@dataclass(frozen=True)
+class SamsaConfig:
+    """A validated ``samsa_master.properties``: a synchronous-replication master.
+
+    ``slave`` is the one gregor slave's ``host:port``. ``callback_thread_count``,
+    ``recover_parallel`` and ``recover_parallel_hint`` size Java's thread pools; they are
+    accepted so Java files load, and have no effect here (None: Java's CPU-based default).
+    """
+
+    slave: str
+    callback_thread_count: int | None = None  # callbackThreadCount
+    send_to_slave_timeout_ms: int = 2000  # sendToSlaveTimeoutInMills
+    slave_failure_threshold: int = 100  # slaveContinuousFailureThreshold
+    check_slave_interval_ms: int = 100  # checkSlaveIntervalInMills
+    recover_offset: bool = False  # recoverOffset
+    recover_parallel: bool = True  # recoverParallel
+    recover_parallel_hint: int | None = None  # recoverParallelHint
+
+    @property
+    def slave_address(self) -> tuple[str, int]:
+        """``(host, port)`` of ``slave`` (brackets of an IPv6 host removed)."""
+        host, _, port = self.slave.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
+@dataclass(frozen=True)
+class GregorConfig:
+    """A validated ``gregor_slave.properties``: a synchronous-replication slave (no keys)."""
 
 
 def validate_topic_name(topic: str) -> None:

@@ -154,6 +154,11 @@ class Broker:
         self.registry = registry
         # An async slave's ``meta.slave.replicator.Replicator`` (set by main): ``stats slave``.
         self.replication: Any = None
+        # The synchronous-replication role (``meta.sync``; set by main): a samsa master or a
+        # gregor slave, None on a plain broker. It answers ``stats sync``.
+        self.sync: Any = None
+        # Every put gets 403: an async slave, or a gregor slave (main sets it with ``sync``).
+        self.refuses_puts = slave_id >= 0
         # True from the end of a successful start (stores open, registered) until stop.
         self.serving = False
         self._port = None
@@ -431,6 +436,11 @@ class Broker:
             # Ours, on a slave only: replication lag per partition (meta.slave.lag). On a
             # master "slave" stays what Java makes of it: a topic name.
             return 200, self.replication.lag_body()
+        if item == "sync" and self.sync is not None:
+            # Ours, on a samsa master or a gregor slave: the replication state. Elsewhere
+            # "sync" stays a topic name, as on Java brokers (a samsa master tells a metaq-py
+            # slave from a Java one by this difference).
+            return 200, self.sync.stats_body()
         partitions = tuple(
             PartitionView(
                 p.topic, p.partition, p.min_offset, p.max_offset, p.message_count, p.byte_count

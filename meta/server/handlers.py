@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from meta.errors import MetaError
 from meta.protocol.codec import encode_result, encode_value_header
 from meta.protocol.commands import (
     LONG_MAX,
@@ -42,11 +43,13 @@ from meta.server.puts import (
     put_failed,
     refused_by_slave,
     take_put,
+    take_sync,
     too_large,
 )
 from meta.server.replies import PENDING, FileReply, Reply
 from meta.server.services import BrokerServices
 from meta.server.tx_handlers import handle_transaction, handle_transactional_put
+from meta.sync.gregor import POOL_BUSY
 
 log = logging.getLogger("meta.server")
 
@@ -67,7 +70,7 @@ def handle_put(broker: BrokerServices, command: Put, connection) -> Reply:
     topic = command.topic
     partition = command.partition
     opaque = command.opaque
-    if broker.slave_id >= 0:
+    if broker.refuses_puts:
         return refused_by_slave(broker, topic, partition, opaque)
     data = command.data
     try:
@@ -89,10 +92,13 @@ def handle_put(broker: BrokerServices, command: Put, connection) -> Reply:
 
 
 def handle_body_too_large(broker: BrokerServices, event: BodyTooLarge, connection) -> Reply:
-    """A put over ``maxMessageSize`` gets 500 (compatibility.md); other frames are dropped."""
+    """A put over ``maxMessageSize`` gets 500 (compatibility.md), and so does a sync on a
+    gregor slave (elsewhere 503: no sync processor); other frames are dropped."""
     if event.command == "put":
         return too_large(broker, event)
     if event.command == "sync":
+        if broker.sync is not None and broker.sync.role == "gregor":
+            return too_large(broker, event)
         return _no_processor("SyncCommand", event.opaque)
     return None
 
@@ -171,8 +177,40 @@ def _no_processor(class_name: str, opaque: int) -> bytes:
 
 
 def handle_sync(broker: BrokerServices, command: Sync, connection) -> Reply:
-    """A plain broker has no sync processor."""
-    return _no_processor("SyncCommand", command.opaque)
+    """Store a message pushed by a samsa master, on a gregor slave.
+
+    The record keeps the master's id and flag; the reply is a put reply with the master's id
+    and this slave's offset, sent after the fsync this slave's flush mode requires. A full
+    partition queue gets 503 (``meta.sync.gregor``). Any other broker has no sync processor
+    and answers 503.
+    """
+    gregor = broker.sync
+    if gregor is None or gregor.role != "gregor":
+        return _no_processor("SyncCommand", command.opaque)
+    broker.counters.cmd_put += 1
+    topic, partition, opaque, data = command.topic, command.partition, command.opaque, command.data
+    size = len(data)
+    if not gregor.admit(topic, partition, size, connection):
+        return encode_result(503, POOL_BUSY.encode(), opaque)
+    try:
+        partition_log, record = take_sync(
+            broker, topic, partition, data, command.flag, command.msg_id, command.checksum
+        )
+    except MetaError as error:
+        gregor.finished(topic, partition, size, False)
+        return put_failed(broker, topic, partition, opaque, str(error))
+    broker.record_put(topic, partition, size)
+    msg_id = command.msg_id
+
+    def acknowledged(offset: int | None, error: BaseException | None) -> None:
+        gregor.finished(topic, partition, size, error is None)
+        if error is None:
+            connection.respond(encode_put_reply(msg_id, partition, offset, opaque))
+        else:
+            connection.respond(append_failed(error, broker, topic, partition, opaque))
+
+    partition_log.stage(record, acknowledged)
+    return PENDING
 
 
 def handle_reply_frame(broker: BrokerServices, command: Result | Data, connection) -> Reply:

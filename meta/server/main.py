@@ -35,18 +35,20 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from meta import __version__
 from meta.errors import ConfigError
 from meta.server.log_output import LogOutput
+from meta.server.sync_roles import become_gregor, gregor_started, offsets_recovered
 
 if TYPE_CHECKING:
     from meta.server.broker import Broker
 
 log = logging.getLogger("meta.server")
 
-PLUGIN_OPTIONS = {"metaslave": "slave", "jettyBroker": "http"}
+PLUGIN_OPTIONS = {"metaslave": "slave", "jettyBroker": "http", "samsa": "samsa", "gregor": "gregor"}
 """Java's ``-F<plugin>=FILE`` names -> the option they stand for."""
 
 LOCAL_OVERRIDES = {"system.hostName": "127.0.0.1", "zookeeper.zk.zkConnect": "127.0.0.1:2181"}
@@ -74,13 +76,25 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         "(jettyBroker.properties; without FILE: port 8080)",
     )
     parser.add_argument(
+        "--samsa",
+        metavar="FILE",
+        help="run as a synchronous-replication master configured by FILE "
+        "(samsa_master.properties): a put is answered 200 only once its gregor slave has it too",
+    )
+    parser.add_argument(
+        "--gregor",
+        metavar="FILE",
+        help="run as a synchronous-replication slave configured by FILE "
+        "(gregor_slave.properties): take sync from a samsa master, answer puts with 403",
+    )
+    parser.add_argument(
         "-F",
         dest="plugins",
         action="append",
         default=[],
         metavar="PLUGIN=FILE",
         help="Java's plugin form: -Fmetaslave=FILE is --slave FILE, -FjettyBroker=FILE is "
-        "--http FILE",
+        "--http FILE, -Fsamsa=FILE is --samsa FILE, -Fgregor=FILE is --gregor FILE",
     )
     parser.add_argument(
         "-l",
@@ -101,19 +115,46 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     problem = log_output(arguments).problem()
     if problem is not None:
         parser.error(problem)
+    _apply_plugins(parser, arguments)
+    problem = _role_conflict(arguments)
+    if problem is not None:
+        parser.error(problem)
+    return arguments
+
+
+def _apply_plugins(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> None:
+    """Turn Java's ``-F<plugin>=FILE`` forms into the options they stand for."""
     for plugin in arguments.plugins:
         name, _, path = plugin.partition("=")
         option = PLUGIN_OPTIONS.get(name)
         if option is None or not path:
             parser.error(
-                f"-F{plugin}: the plugins are metaslave and jettyBroker, as -Fmetaslave=FILE "
-                "and -FjettyBroker=FILE"
+                f"-F{plugin}: the plugins are metaslave, jettyBroker, samsa and gregor, as "
+                "-Fmetaslave=FILE, -FjettyBroker=FILE, -Fsamsa=FILE and -Fgregor=FILE"
             )
         given = getattr(arguments, option)
         if given and given != path:
             parser.error(f"-F{plugin} and --{option} {given} name different files")
         setattr(arguments, option, path)
-    return arguments
+
+
+def _role_conflict(arguments: argparse.Namespace) -> str | None:
+    """Why the HA roles asked for cannot be combined (Java drops some silently), or None."""
+    roles = [
+        f"--{name} ({role})"
+        for name, role in (
+            ("slave", "async slave"),
+            ("samsa", "synchronous master"),
+            ("gregor", "synchronous slave"),
+        )
+        if getattr(arguments, name)
+    ]
+    if len(roles) <= 1:
+        return None
+    return (
+        f"{' and '.join(roles)} cannot be combined: a broker is a plain master, an async "
+        "slave, a samsa master or a gregor slave"
+    )
 
 
 def _add_log_arguments(parser: argparse.ArgumentParser) -> None:
@@ -175,16 +216,14 @@ def configure_logging(level: str, output: LogOutput | None = None) -> None:
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_arguments(argv)
     configure_logging(arguments.log_level, log_output(arguments))
-    from meta.config import load_config
-
     overrides = LOCAL_OVERRIDES if arguments.local else None
     try:
-        config = load_config(arguments.config, overrides)
-        slave = _load_slave(config, arguments.slave)
-        http = _load_http(arguments.http)
+        config, slave, http, samsa, gregor = _load_configuration(arguments, overrides)
     except ConfigError as error:
         print(f"meta-server: configuration error: {error}", file=sys.stderr)
         return 2
+    if samsa is not None and samsa.recover_offset and not offsets_recovered(config):
+        return 1
     from meta.server.descriptor_limit import raise_descriptor_limit
 
     raise_descriptor_limit(config)
@@ -196,13 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     from meta.server.broker import Broker
 
     broker = Broker(config, reactor, slave_id=-1 if slave is None else slave.slave_id)
-    from meta.dashboard.server import DashboardError, start_dashboard
-
-    try:
-        # Before the start: /readyz answers 503 until the broker serves.
-        start_dashboard(broker, reactor, lambda: _reload(broker, overrides))
-    except DashboardError as error:
-        log.error("broker failed to start: %s", error)
+    is_gregor = gregor is not None
+    if is_gregor:
+        become_gregor(broker, reactor)
+    if not _dashboard_started(broker, reactor, overrides, is_gregor):
         return 1
     replicator = None
     if slave is not None:
@@ -212,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         broker.replication = replicator  # answers ``stats slave``
     outcome = {"status": 0}
     listeners: list[Any] = []  # the HTTP protocol's port, closed first at a stop
-    reloader = ConfigReloader(broker, lambda running: _load_in_thread(running, overrides))
+    reloader = ConfigReloader(
+        broker, partial(_load_in_thread, overrides=overrides, gregor=is_gregor)
+    )
 
     def started(_: object) -> None:
         if http is not None:
@@ -222,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
             listeners.append(start_http(broker, reactor, http.server_port))
         if replicator is not None:
             replicator.start()
+        if is_gregor:
+            gregor_started(broker)
 
     def started_failed(failure) -> None:
         log.error("broker failed to start: %s", failure.value)
@@ -241,6 +281,21 @@ def main(argv: list[str] | None = None) -> int:
     reactor.callWhenRunning(lambda: broker.start().addCallback(started).addErrback(started_failed))
     reactor.run(installSignalHandlers=False)
     return outcome["status"]
+
+
+def _dashboard_started(
+    broker: Any, reactor: Any, overrides: dict[str, str] | None, gregor: bool
+) -> bool:
+    """Start the dashboard (before the broker: /readyz answers 503 until the broker serves);
+    False (logged) when it cannot start."""
+    from meta.dashboard.server import DashboardError, start_dashboard
+
+    try:
+        start_dashboard(broker, reactor, lambda: _reload(broker, overrides, gregor))
+    except DashboardError as error:
+        log.error("broker failed to start: %s", error)
+        return False
+    return True
 
 
 class ConfigReloader:
@@ -302,18 +357,46 @@ class ConfigReloader:
             self._running = False
 
 
-def _reload(broker: Any, overrides: dict[str, str] | None) -> Any:
+def _reload(broker: Any, overrides: dict[str, str] | None, gregor: bool = False) -> Any:
     """Re-read the config file and apply it; a Deferred of the ``ReloadOutcome``."""
-    return _load_in_thread(broker.config, overrides).addCallback(broker.reload)
+    return _load_in_thread(broker.config, overrides, gregor).addCallback(broker.reload)
 
 
-def _load_in_thread(running: Any, overrides: dict[str, str] | None) -> Any:
-    """Re-read ``running.path`` on the reactor's thread pool (it is blocking file I/O)."""
+def _load_in_thread(running: Any, overrides: dict[str, str] | None, gregor: bool = False) -> Any:
+    """Re-read ``running.path`` on the reactor's thread pool (it is blocking file I/O); a
+    gregor slave keeps its status-test topic."""
     from twisted.internet import threads
 
     from meta.config import load_config
 
-    return threads.deferToThread(load_config, running.path, overrides, running)
+    loaded = threads.deferToThread(load_config, running.path, overrides, running)
+    if gregor:
+        from meta.sync.gregor import with_status_topic
+
+        loaded.addCallback(with_status_topic)
+    return loaded
+
+
+def _load_configuration(
+    arguments: argparse.Namespace, overrides: dict[str, str] | None
+) -> tuple[Any, Any, Any, Any, Any]:
+    """The broker's config and its roles' (async slave, HTTP, samsa, gregor; None when not
+    asked for). A gregor slave's config has the status-test topic and no ZooKeeper.
+
+    Raises:
+        ConfigError: a file, a key or its value is wrong, or the set-up cannot work.
+    """
+    from meta.config import load_config
+
+    config = load_config(arguments.config, overrides)
+    slave = _load_slave(config, arguments.slave)
+    http = _load_http(arguments.http)
+    samsa, gregor = _load_sync_replication(arguments.samsa, arguments.gregor)
+    if gregor is not None:
+        from meta.sync.gregor import with_status_topic, without_zookeeper
+
+        config = without_zookeeper(with_status_topic(config))
+    return config, slave, http, samsa, gregor
 
 
 def _load_slave(config: Any, path: str | None) -> Any:
@@ -343,6 +426,20 @@ def _load_http(path: str | None) -> Any:
     from meta.config import HttpConfig, load_http_config
 
     return load_http_config(path) if path else HttpConfig()
+
+
+def _load_sync_replication(samsa: str | None, gregor: str | None) -> tuple[Any, Any]:
+    """Read ``samsa_master.properties`` and ``gregor_slave.properties`` (None when not given).
+
+    Raises:
+        ConfigError: the file, a key or its value is wrong.
+    """
+    from meta.config import load_gregor_config, load_samsa_config
+
+    return (
+        None if samsa is None else load_samsa_config(samsa),
+        None if gregor is None else load_gregor_config(gregor),
+    )
 
 
 def _stop_then_exit(

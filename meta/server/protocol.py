@@ -126,7 +126,7 @@ class BrokerProtocol(protocol.Protocol):
         decoder.receive_data(data)
         broker = self._broker
         # Plain puts take the batch fast path (``put_run``); a slave answers every put 403.
-        put_runs = self.put_runs and broker.slave_id < 0
+        put_runs = self.put_runs and not broker.refuses_puts
         handled = 0
         while not self._closed:
             if put_runs:

@@ -136,7 +136,7 @@ def handle_put_run(
     (fast puts) or ``connection.respond`` (``handle_put``). ``targets`` is the caller's
     lookup cache (one per connection; partition logs are never replaced in a running store).
     """
-    assert broker.slave_id < 0  # a slave answers every put 403: the caller never comes here
+    assert not broker.refuses_puts  # a slave answers every put 403: the caller never comes here
     if len(puts) == 1:  # nothing to batch (a synchronous producer): no batch either
         return _handle_single(broker, puts, connection, targets)
     run = _Run(broker, connection, targets)

@@ -19,12 +19,13 @@ and returns the record to stage; a new write path starts there. The rules:
 * **Replies**: a taken put is answered by ``meta.protocol.put_reply`` (200 with
   ``<msg_id> <partition> <offset>``). A refused or failed one by ``put_failed`` (500, Java's
   ``Put message to ... failed.`` text), ``append_failed`` (its append or fsync failed),
-  ``refused_by_slave`` (403, compatibility.md), ``too_large`` (500, compatibility.md) and, inside a
-  transaction, ``transactional_put_failed`` (500 with the error's own text). Each counts the
-  failure as Java does.
+  ``refused_by_slave`` (403, compatibility.md, on an async or a gregor slave), ``too_large``
+  (500, compatibility.md) and, inside a transaction, ``transactional_put_failed`` (500 with
+  the error's own text). Each counts the failure as Java does.
 
 Nothing here stages, journals or writes a record: callers do, with what this module
-returns. ``take_put`` has the effects of accepting a put (the first put to a partition
+returns. ``take_sync`` is the same for a ``sync`` from a samsa master (the master's id and
+partition). ``take_put`` has the effects of accepting a put (the first put to a partition
 creates it, and a message id is taken); the failure replies count the failure. Reactor
 thread only (the broker's counters and statistics are not locked).
 """
@@ -214,13 +215,38 @@ def append_failed(
 
 
 def refused_by_slave(broker: BrokerServices, topic: str, partition: int, opaque: int) -> bytes:
-    """The 403 of a put sent to an async slave (Java's slave accepts them; compatibility.md)."""
+    """The 403 of a put sent to an async slave or a gregor (synchronous) slave
+    (``broker.refuses_puts``; Java's slaves accept them; compatibility.md)."""
     broker.counters.put_failed += 1
-    detail = (
-        f"this broker is async slave {broker.slave_id} of broker {broker.config.broker_id}; "
-        "only the master takes puts"
-    )
+    if broker.slave_id >= 0:
+        role = f"async slave {broker.slave_id} of broker {broker.config.broker_id}"
+    else:
+        role = f"the gregor (synchronous replication) slave of broker {broker.config.broker_id}"
+    detail = f"this broker is {role}; only the master takes puts"
     return encode_result(403, failure_text(broker, topic, partition, detail), opaque)
+
+
+def take_sync(
+    broker: BrokerServices, topic: str, partition: int, data: bytes, flag: int, msg_id: int,
+    checksum: int | None,
+) -> tuple[PartitionLog, bytes]:  # fmt: skip
+    """Apply the rules of a put to a ``sync`` from a samsa master and build its record.
+
+    The same partition, topic and checksum rules as ``take_put``, for exactly the partition
+    given (no ``-1``), with the master's id and flag.
+
+    Returns:
+        The partition log and the record to stage on it.
+
+    Raises:
+        MetaError: the topic or partition is refused, or the checksum (unless -1 or absent)
+            is wrong; answer ``put_failed(broker, topic, partition, opaque, str(error))``.
+    """
+    partition_log = broker.partition_for_put(topic, partition)
+    crc = accepted_crc(data, checksum)
+    if crc is None:
+        raise MetaError(CHECKSUM_FAILURE)
+    return partition_log, pack_record(data, crc, msg_id, flag)
 
 
 def too_large(broker: BrokerServices, event: BodyTooLarge) -> bytes:

@@ -39,6 +39,9 @@ class BrokerServices(Protocol):
         store: the partition logs.
         transactions: open and prepared transactions (``transaction`` and transactional puts).
         reply_budget: the bytes of replies queued over all connections (``maxQueuedReplyBytes``).
+        refuses_puts: every put gets 403 (an async slave or a gregor slave, compatibility.md).
+        sync: the synchronous-replication role (``meta.sync``; its ``role`` is ``"samsa"`` or
+            ``"gregor"``), or None on a plain broker or an async slave.
     """
 
     config: BrokerConfig
@@ -50,6 +53,8 @@ class BrokerServices(Protocol):
     store: StoreManager
     transactions: TransactionStore
     reply_budget: ReplyBudget
+    refuses_puts: bool
+    sync: Any
 
     def partition_for_put(self, topic: str, partition: int) -> PartitionLog:
         """The partition log a put goes to, created on the first put; raises ``MetaError``."""

@@ -9,6 +9,12 @@ Replies and error bodies are Java's: 200 with an empty body, ``0``/``3`` for PRE
 RECOVER keys joined by CRLF; XA failures as ``500 XAException:code=N,msg=...``, other failures
 as 500 with the plain text. Counters go up before the operation runs, so failures count too.
 
+With synchronous replication (``broker.sync`` set: a samsa master or a gregor slave) there
+are no transactions: every ``transaction`` command but END gets 500
+``Unsupported <method>``, a put inside a transaction gets 500
+``Transactions are not supported with synchronous replication`` on a samsa master, and 403
+on a gregor slave, which refuses every put.
+
 ``HEURISTIC_COMMIT`` / ``HEURISTIC_ROLLBACK`` are this project's stand-in for Java's JMX
 operations (used by ``meta-admin tx``); they are accepted only from the broker's own host.
 
@@ -62,6 +68,29 @@ _PUT_REPLY_JOINED = PUT_REPLY_JOINED
 
 OK = b""
 
+UNSUPPORTED_METHODS = {
+    "BEGIN": "beginTransaction",
+    "PREPARE": "prepareTransaction",
+    "COMMIT_ONE_PHASE": "commitTransaction",
+    "COMMIT_TWO_PHASE": "commitTransaction",
+    "ROLLBACK": "rollbackTransaction",
+    "FORGET": "forgetTransaction",
+    "RECOVER": "getPreparedTransactions",
+    "HEURISTIC_COMMIT": "heuristicCommit",
+    "HEURISTIC_ROLLBACK": "heuristicRollback",
+}
+"""Transaction type -> the Java method a samsa master or gregor slave names in its 500
+``Unsupported <method>`` (Java's names; the heuristic types are this project's own)."""
+
+SAMSA_TRANSACTION_REFUSED = b"Transactions are not supported with synchronous replication"
+
+
+def refused_by_samsa(broker: BrokerServices, opaque: int) -> bytes:
+    """The 500 of a put inside a transaction on a samsa master; counts the failure (Java
+    stores such a put at once, as a plain put)."""
+    broker.counters.put_failed += 1
+    return encode_result(500, SAMSA_TRANSACTION_REFUSED, opaque)
+
 
 @functools.lru_cache(maxsize=4096)
 def canonical_key(text: str) -> str:
@@ -81,8 +110,10 @@ def handle_transactional_put(broker: BrokerServices, command: Put, connection) -
     broker.counters.cmd_put += 1
     partition = command.partition
     opaque = command.opaque
-    if broker.slave_id >= 0:
+    if broker.refuses_puts:
         return refused_by_slave(broker, command.topic, partition, opaque)
+    if broker.sync is not None:
+        return refused_by_samsa(broker, opaque)
     try:
         transaction = broker.transactions.check_put(canonical_key(command.tx_key), connection)
         if partition == -1:
@@ -107,6 +138,8 @@ def handle_tx_put_run(
     once; otherwise each put goes through ``_put_into`` in order, as one at a time.
     ``lookups`` is the connection's partition cache (``meta.server.puts.Targets``)."""
     broker.counters.cmd_put += len(puts)
+    if broker.sync is not None:
+        return b"".join(refused_by_samsa(broker, int(fields[4])) for fields in puts)
     transactions = broker.transactions
     try:
         transaction = transactions.check_put(canonical_key(key), connection)
@@ -207,10 +240,17 @@ def _put_into(
 
 
 def handle_transaction(broker: BrokerServices, command: Transaction, connection) -> Reply:
-    """BEGIN, PREPARE, COMMIT_*, ROLLBACK, RECOVER, FORGET and END."""
+    """BEGIN, PREPARE, COMMIT_*, ROLLBACK, RECOVER, FORGET and END.
+
+    On a samsa master or a gregor slave every type but END gets 500 ``Unsupported <method>``
+    with Java's method name; END gets no reply, as everywhere.
+    """
     type_ = command.type
     if type_ == "END":
         return None
+    if broker.sync is not None:
+        method = UNSUPPORTED_METHODS.get(type_, type_)
+        return encode_result(500, f"Unsupported {method}".encode(), command.opaque)
     key = canonical_key(command.tx_key)
     counters = broker.counters
     transactions = broker.transactions

@@ -10,10 +10,11 @@ Branches: one broker per row, chosen among the topic's brokers (sorted by URI): 
 CRC-32 of the row's key when it has one (same key, same broker, same partition there), else
 by the task's partition number (so an unkeyed task writes to one broker). Each broker the
 task touches gets one worker thread with its own ``XAResource``, fed through a bounded
-queue, since a thread's puts join at most one branch. A branch is prepared and the next one
-begun after ``rowsPerTransaction`` rows, so no branch outlives the broker's transaction
-timeout while its task is still writing (prepared branches never time out). At most
-``maxBranchesPerTask`` brokers per task.
+queue, since a thread's puts join at most one branch; up to ``maxInFlight`` puts of a branch
+are in flight at once, and all are checked before it is prepared. A branch is prepared and
+the next one begun after ``rowsPerTransaction`` rows, so no branch outlives the broker's
+transaction timeout while its task is still writing (prepared branches never time out). At
+most ``maxBranchesPerTask`` brokers per task.
 
 Ids: format ``FORMAT_ID``; global id ``<writeId>``; branch qualifier
 ``<task partition>.<attempt nonce>.<broker index>.<sequence>``; XA unique qualifier
@@ -32,13 +33,15 @@ import queue
 import threading
 import uuid
 import zlib
+from collections import deque
 from collections.abc import Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import WriterCommitMessage
 
 from meta.client.factory import MetaMessageSessionFactory
-from meta.client.message import Message
+from meta.client.message import Message, SendResult
 from meta.client.produce.xa import XAMessageProducer, XAResource, Xid
 from meta.errors import ClientError, MetaError
 from meta.spark.options import WriteOptions
@@ -211,6 +214,7 @@ class _BranchWorker:
         xid: Xid | None = None
         in_branch = 0
         sequence = 0
+        in_flight: deque[Future[SendResult]] = deque()
         try:
             while not self._stopped.is_set():
                 message = self._queue.get()
@@ -220,15 +224,16 @@ class _BranchWorker:
                     xid = Xid(FORMAT_ID, self._global_id, f"{self._prefix}.{sequence}".encode())
                     sequence += 1
                     resource.start(xid)
-                result = self._producer.send_message(message, self._options.send_timeout_s)
-                result.raise_for_status()
-                self.count += 1
+                timeout_s = self._options.send_timeout_s
+                in_flight.append(self._producer.send_message_async(message, timeout_s))
+                if len(in_flight) >= self._options.in_flight_max:
+                    self._check(in_flight.popleft())
                 in_branch += 1
                 if in_branch >= self._options.transaction.rows_per_transaction:
-                    self._prepare(resource, xid)
+                    self._prepare(resource, xid, in_flight)
                     xid, in_branch = None, 0
             if xid is not None and not self._stopped.is_set():
-                self._prepare(resource, xid)
+                self._prepare(resource, xid, in_flight)
                 xid = None
         except BaseException as error:  # handed to the task's thread by put/finish
             self._error = error
@@ -236,7 +241,16 @@ class _BranchWorker:
             if xid is not None:
                 _roll_back_quietly(resource, xid)
 
-    def _prepare(self, resource: XAResource, xid: Xid) -> None:
+    def _check(self, future: Future[SendResult]) -> None:
+        future.result(self._options.send_timeout_s * 2).raise_for_status()
+        self.count += 1
+
+    def _prepare(
+        self, resource: XAResource, xid: Xid, in_flight: deque[Future[SendResult]]
+    ) -> None:
+        """End and prepare the branch once every put of it was stored."""
+        while in_flight:
+            self._check(in_flight.popleft())
         resource.end(xid)
         resource.prepare(xid)
         branch = PreparedBranch(self._broker_uri, xid.global_transaction_id, xid.branch_qualifier)

@@ -34,9 +34,15 @@ class UnknownTopicError(LookupError):
     """The topic has no partition store on this broker (the pages' error fragment)."""
 
 
+SYNC_ROLES = {"samsa": "sync_master", "gregor": "sync_slave"}
+"""``Broker.sync.role`` -> the role the status reports (synchronous replication)."""
+
+
 def broker_role(broker: Any) -> str:
-    """``master`` or ``async_slave`` (the ``sync_*`` roles belong to synchronous replication)."""
-    return "master" if broker.slave_id < 0 else "async_slave"
+    """``master``, ``async_slave``, ``sync_master`` (samsa) or ``sync_slave`` (gregor)."""
+    if broker.slave_id >= 0:
+        return "async_slave"
+    return SYNC_ROLES.get(getattr(getattr(broker, "sync", None), "role", None), "master")
 
 
 def broker_facts(broker: Any, started_at_s: float, now_s: float) -> dict[str, Any]:

@@ -25,6 +25,8 @@ COMMANDS = {
     "stats": ("BROKER", "--topics"),
     "slaves": ("BROKER",),
     "spark-writes": ("--json",),
+    "replication": ("BROKER",),
+    "recover-offsets": ("--config", "--zk-from-config", "--execute", "--dry-run"),
     "produce": ("TOPIC", "--file", "--attribute", "--partition", "--count", "--rate"),
     "consume": (
         "TOPIC",
@@ -56,6 +58,8 @@ def test_every_command_group_is_registered():
         "produce",
         "consume",
         "migrate",
+        "recover",
+        "replication",
         "spark_writes",
     }
 

@@ -21,6 +21,7 @@ from meta.protocol import xa as jta
 from tests.integration.client_helpers import broker_cluster, wait_for, zk_config
 
 NAMES = ("local-commit", "local-rollback", "local-context", "xa-branch", "xa-recover", "xa-two")
+NAMES += ("xa-pipelined",)
 TOPICS = {name: {"numPartitions": 2} for name in NAMES}
 
 
@@ -127,6 +128,31 @@ def test_an_xa_branch_commits_in_two_phases(factory):
     assert visible(factory, "xa-branch") == []
     resource.commit(xid, False)
     assert visible(factory, "xa-branch") == [b"x0", b"x1", b"x2"]
+
+
+def test_pipelined_puts_of_an_xa_branch_on_a_named_broker_commit_together(factory, cluster):
+    """``get_xa_resource_on`` pins the branch to the broker named; ``send_message_async``
+    inside the branch keeps many puts in flight, all of them in the branch, in order."""
+    producer = xa_producer(factory, "xa-pipelined")
+    uri = sorted(address.uri for address in producer.candidate_brokers())[1]
+    resource = producer.get_xa_resource_on(uri)
+    xid = new_xid()
+    resource.start(xid)
+    futures = [
+        producer.send_message_async(Message("xa-pipelined", b"p%03d" % n)) for n in range(200)
+    ]
+    results = [future.result(10) for future in futures]
+    resource.end(xid)
+    assert all(result.success for result in results)
+    assert {result.partition.broker_id for result in results} == {
+        _broker_id(factory, "xa-pipelined", resource)
+    }
+    ids = [result.msg_id for result in results]  # the broker took them in the order sent
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    resource.prepare(xid)
+    assert visible(factory, "xa-pipelined") == []
+    resource.commit(xid, False)
+    assert visible(factory, "xa-pipelined") == [b"p%03d" % n for n in range(200)]
 
 
 def _broker_id(factory, topic: str, resource: XAResource) -> int:

@@ -315,6 +315,7 @@ def test_a_failed_fsync_fails_a_single_put_as_the_slow_path_does(tmp_path, thres
 def test_a_slave_answers_plain_puts_403(tmp_path):
     fast, _slow = pair(tmp_path, 1000)
     fast.broker.slave_id = 0
+    fast.broker.refuses_puts = True
     replies = decode_all(fast.feed(put("test", 0, b"x", 1) + put("test", 0, b"y", 2)))
     assert [(reply.code, reply.opaque) for reply in replies] == [(403, 1), (403, 2)]
 

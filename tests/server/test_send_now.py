@@ -63,7 +63,9 @@ class ElsewhereBuffered(abstract.FileDescriptor):
 
 
 def _protocol(transport: abstract.FileDescriptor) -> BrokerProtocol:
-    broker = SimpleNamespace(config=SimpleNamespace(message_bytes_max=1024), slave_id=-1)
+    broker = SimpleNamespace(
+        config=SimpleNamespace(message_bytes_max=1024), slave_id=-1, refuses_puts=False
+    )
     protocol = BrokerProtocol(broker)  # type: ignore[arg-type]
     protocol.transport = transport
     return protocol

@@ -19,10 +19,12 @@ from __future__ import annotations
 import random
 import socket
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from meta.client.cluster import BrokerAddress
-from meta.client.produce.producer import MessageProducer
+from meta.client.message import Message, SendResult
+from meta.client.produce.producer import DEFAULT_TIMEOUT_S, MessageProducer
 from meta.client.produce.selectors import PartitionSelector
 from meta.client.transact.transaction import Xid, validate_unique_qualifier
 from meta.client.transact.xa_resource import XAResource
@@ -98,6 +100,25 @@ class XAMessageProducer(MessageProducer):
             else:
                 common = {uri: address for uri, address in common.items() if uri in brokers}
         return [common[uri] for uri in sorted(common)] if common else []
+
+    def send_message_async(
+        self, message: Message, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> Future[SendResult]:
+        """As ``MessageProducer.send_message_async``; inside this thread's XA branch (between
+        ``start`` and ``end``) the put joins the branch, so many puts of one branch can be
+        in flight on its broker's connection, stored in the order sent.
+
+        Check every future before ``end``/``prepare``: a put that failed is not part of the
+        branch, and ``prepare`` cannot know it was meant to be.
+
+        Raises:
+            ClientError, MessageTooLargeError, InvalidTopicError: as ``send_message``.
+            TransactionError: a local transaction is in progress on this thread.
+        """
+        branch = self._transactions.active()
+        if isinstance(branch, XAResource):
+            return self._send_in_transaction(message, branch, timeout_s)
+        return super().send_message_async(message, timeout_s)
 
     def get_xa_resource_on(self, broker_uri: str) -> XAResource:
         """A new ``XAResource`` pinned to the candidate broker ``broker_uri``.

@@ -1,0 +1,163 @@
+"""The gregor slave's role object: admission of ``sync`` commands, bookkeeping, ``stats sync``.
+
+A gregor slave takes ``sync`` from its samsa master (``meta.server.handlers.handle_sync``
+applies the put rules and stages the record); this module holds what is the slave's own:
+
+* **Admission**: at most ``SYNCS_WAITING_MAX`` syncs, and at most
+  ``SYNC_BYTES_WAITING_MAX`` body bytes, wait for their write (and fsync) per partition. A sync
+  over either bound is refused with 503 and gecko's pool-busy text (``POOL_BUSY``), as a Java
+  slave refuses a task its thread pool cannot take. Order is per partition, across
+  connections and reconnects: every sync is staged on the reactor thread in arrival order,
+  and a partition log writes and acknowledges in staging order.
+* **The master**: the peer of the connection that sent the last sync, while it is open.
+* **``stats sync``** (S4): ``role gregor``, ``master <host:port or ->``, then one line per
+  partition, sorted by topic then partition number:
+  ``partition <topic>-<p> <end> <last sync, ms since the epoch, or 0>``.
+* **The status-test topic** ``_metaq_slave_status_test`` (one partition), which a samsa
+  master probes: ``with_status_topic`` adds it to the slave's configuration.
+
+The slave registers nothing in ZooKeeper (``without_zookeeper``) and refuses plain puts with
+403 (the broker's ``refuses_puts``). Reactor thread only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+STATUS_TEST_TOPIC = "_metaq_slave_status_test"
+"""The topic a samsa master's probe syncs to (Java's ``metaq.slave.status.test.topic``)."""
+
+POOL_BUSY = "线程池繁忙"
+"""gecko's text when a worker pool rejects a task: a full sync queue."""
+
+SYNCS_WAITING_MAX = 10_000
+"""Syncs of one partition waiting for their write and fsync before new ones get 503."""
+
+SYNC_BYTES_WAITING_MAX = 64 * 1024 * 1024
+"""Body bytes of one partition's waiting syncs before new ones get 503."""
+
+ROLE = "gregor"
+
+Key = tuple[str, int]
+
+
+class PartitionEnd(Protocol):
+    """What ``stats sync`` reads of a partition log."""
+
+    topic: str
+    partition: int
+
+    @property
+    def max_offset(self) -> int: ...
+
+
+class GregorSlave:
+    """The synchronous-replication slave role of a broker (``Broker.sync`` on a gregor slave).
+
+    Args:
+        partitions: returns the broker's partition logs (``StoreManager.partitions``).
+        is_open: whether a connection is still open (``connection in broker.connections``).
+        now_s: the clock, in seconds since the epoch (the reactor's ``seconds``).
+
+    Attributes:
+        role: ``"gregor"`` (a samsa master's role object says ``"samsa"``).
+        refuses_puts: True: a plain put to a gregor slave gets 403.
+    """
+
+    role = ROLE
+    refuses_puts = True
+
+    def __init__(
+        self,
+        partitions: Callable[[], Iterable[PartitionEnd]],
+        is_open: Callable[[Any], bool],
+        now_s: Callable[[], float],
+    ) -> None:
+        self._partitions = partitions
+        self._is_open = is_open
+        self._now_s = now_s
+        self._waiting: dict[Key, list[int]] = {}  # key -> [syncs, body bytes] not yet acked
+        self._last_sync_ms: dict[Key, int] = {}
+        self._master_connection: Any = None
+        self._master_address = "-"
+
+    def admit(self, topic: str, partition: int, size: int, connection: Any) -> bool:
+        """Count one sync of ``size`` body bytes as waiting; False when the partition's queue
+        is full (answer 503 ``POOL_BUSY``; nothing was counted).
+
+        Every admitted sync must be ended by exactly one ``finished`` call.
+        """
+        if connection is not self._master_connection:
+            self._master_connection = connection
+            self._master_address = _peer_text(connection)
+        key = (topic, partition)
+        waiting = self._waiting.get(key)
+        if waiting is None:
+            waiting = self._waiting[key] = [0, 0]
+        if waiting[0] >= SYNCS_WAITING_MAX or waiting[1] + size > SYNC_BYTES_WAITING_MAX:
+            return False
+        waiting[0] += 1
+        waiting[1] += size
+        return True
+
+    def finished(self, topic: str, partition: int, size: int, stored: bool) -> None:
+        """An admitted sync was answered; ``stored``: it was appended (its time is kept)."""
+        key = (topic, partition)
+        waiting = self._waiting[key]
+        waiting[0] -= 1
+        waiting[1] -= size
+        assert waiting[0] >= 0
+        assert waiting[1] >= 0
+        if not waiting[0]:
+            del self._waiting[key]
+        if stored:
+            self._last_sync_ms[key] = int(self._now_s() * 1000)
+
+    def waiting(self, topic: str, partition: int) -> int:
+        """Syncs of the partition admitted and not yet answered."""
+        waiting = self._waiting.get((topic, partition))
+        return 0 if waiting is None else waiting[0]
+
+    @property
+    def master(self) -> str:
+        """``host:port`` of the connection that sent the last sync while it is open, or ``-``."""
+        connection = self._master_connection
+        if connection is None or not self._is_open(connection):
+            return "-"
+        return self._master_address
+
+    def stats_body(self) -> bytes:
+        """The body of ``stats sync`` on a gregor slave (see the module docstring)."""
+        lines = [f"role {ROLE}", f"master {self.master}"]
+        logs = sorted(self._partitions(), key=lambda log: (log.topic, log.partition))
+        for partition_log in logs:
+            key = (partition_log.topic, partition_log.partition)
+            lines.append(
+                f"partition {key[0]}-{key[1]} {partition_log.max_offset} "
+                f"{self._last_sync_ms.get(key, 0)}"
+            )
+        return ("\r\n".join(lines) + "\r\n").encode()
+
+
+def _peer_text(connection: Any) -> str:
+    peer = connection.transport.getPeer()
+    host, port = getattr(peer, "host", None), getattr(peer, "port", None)
+    if host is None:
+        return "-"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def with_status_topic(config: Any) -> Any:
+    """``config`` (a ``BrokerConfig``) with the status-test topic, one partition, added
+    unless a section names it exactly; its other settings are the ``[system]`` ones."""
+    if any(topic.name == STATUS_TEST_TOPIC for topic in config.topics):
+        return config
+    status = dataclasses.replace(config.topic_config(STATUS_TEST_TOPIC), num_partitions=1)
+    return config.with_overrides(topics=(*config.topics, status))
+
+
+def without_zookeeper(config: Any) -> Any:
+    """``config`` with ZooKeeper disabled: a gregor slave registers nothing and needs none."""
+    return config.with_overrides(zookeeper=dataclasses.replace(config.zookeeper, enabled=False))

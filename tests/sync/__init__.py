@@ -1,0 +1,1 @@
+"""Tests of ``meta.sync``: synchronous replication (samsa master, gregor slave)."""
