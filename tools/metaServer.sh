@@ -89,9 +89,13 @@ usage: tools/metaServer.sh start [local|slave|samsa|gregor] [--http]
 Starts the broker in the background, in its own session:
     $PY -m meta.server -f $CONF
 logging to $LOG_FILE, and waits up to ${START_TIMEOUT_S} s (\$META_START_TIMEOUT_S) until
-its serverPort accepts connections. With serverPort=0 (any free port) it waits instead for
-the broker's "serving meta://HOST:PORT" line in the log (after its registration in
-ZooKeeper) and prints that port. Fails, printing the log tail, if it exits first.
+its serverPort accepts connections (with serverPort=0, any free port, until it names the
+port it took), then until it is registered in ZooKeeper (its "serving meta://HOST:PORT" log
+line): producers and consumers find it only from then on. After a kill -9 (or a crash) the
+broker first waits for ZooKeeper to expire the old run's session, which still holds its
+node: up to zk.zkSessionTimeoutMs plus 5 s. The script then says so, with that time, and
+waits as long. Fails, printing the log tail, if the broker exits first; if it is still not
+registered when the wait ends, says so and leaves it running.
 
   local   first run tools/setup-env.sh --broker-only (what the broker and the client need;
           tools/test installs the rest), start ZooKeeper on 127.0.0.1:$ZK_LOCAL_PORT (data in
@@ -360,6 +364,45 @@ stop_broker() {
     say "meta-server stopped"
 }
 
+# The seconds a broker started at log offset $1 said it waits for ZooKeeper to expire the
+# node of an earlier run's session (empty when it said nothing of the kind).
+stale_session_wait() {
+    tail -c +"$(($1 + 1))" "$LOG_FILE" 2>/dev/null |
+        grep -o 'waiting up to [0-9]* s for ZooKeeper to expire it' | head -n 1 |
+        sed -E 's/waiting up to ([0-9]+) s.*/\1/' || true
+}
+
+# After the port opened: wait until the broker started at log offset $1 logged its "serving"
+# line, which comes after its registration in ZooKeeper (at once without ZooKeeper). Says
+# why when the broker waits out an earlier run's session, and waits that long.
+wait_registered() {
+    local offset="$1" address="$2" waited=0 limit=$((START_TIMEOUT_S * 10)) told=0 stale
+    while [ -z "$(served_port "$offset")" ]; do
+        if ! running_pid >/dev/null; then
+            log_tail_since "$offset"
+            rm -f "$PID_FILE"
+            die "meta-server exited before it registered in ZooKeeper; see $LOG_FILE"
+        fi
+        stale="$(stale_session_wait "$offset")"
+        if [ "$told" -eq 0 ] && [ -n "$stale" ]; then
+            told=1
+            say "meta-server accepts connections on $address but is not registered in" \
+                "ZooKeeper yet: its node is still held by the session of an earlier run" \
+                "(killed or crashed without a clean stop). It waits up to $stale s" \
+                "(zk.zkSessionTimeoutMs plus 5 s) for ZooKeeper to expire that session;" \
+                "producers and consumers do not find it until then. Waiting."
+            [ $(((stale + 10) * 10)) -le "$limit" ] || limit=$(((stale + 10) * 10))
+        fi
+        if [ "$waited" -ge "$limit" ]; then
+            log_tail_since "$offset"
+            die "meta-server (pid $(running_pid)) accepts connections on $address but did not" \
+                "register in ZooKeeper within $((limit / 10)) s; it keeps trying (see $LOG_FILE)"
+        fi
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+}
+
 # Whether a broker started at log offset $3 serves on $1:$2; with port 0, whether it logged
 # its "serving" line (the port it took is only known from there).
 started_on() {
@@ -459,6 +502,7 @@ do_start() {
         waited=$((waited + 1))
     done
     [ "$port" != 0 ] || port="$(served_port "$log_offset")"
+    wait_registered "$log_offset" "$host:$port"
     say "meta-server started (pid $(running_pid || cat "$PID_FILE"), $host:$port, log $LOG_FILE)"
 }
 

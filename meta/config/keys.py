@@ -112,6 +112,7 @@ SYSTEM_KEYS: tuple[_Key, ...] = (
     _Key("maxConnections", "connections_max", "int", 4096, low=1),
     _Key("idleConnectionTimeoutInSeconds", "idle_connection_timeout_s", "int", 600, low=0),
     _Key("headerTimeoutInSeconds", "header_timeout_s", "int", 30, low=0),
+    _Key("maxQueuedReplyBytes", "queued_reply_bytes_max", "long", 32 * 1024 * 1024, low=1),
     _Key("maxTopics", "topics_max", "int", 1000, low=0),
     _Key("acceptPublish", "accept_publish", "bool", True),
     _Key("acceptSubscribe", "accept_subscribe", "bool", True),

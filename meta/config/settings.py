@@ -137,6 +137,7 @@ class BrokerConfig:
     connections_max: int = 4096  # maxConnections (ours)
     idle_connection_timeout_s: int = 600  # idleConnectionTimeoutInSeconds (ours)
     header_timeout_s: int = 30  # headerTimeoutInSeconds (ours)
+    queued_reply_bytes_max: int = 32 * 1024 * 1024  # maxQueuedReplyBytes (ours)
     topics_max: int = 1000  # maxTopics (ours): topics without an exact section
     accept_publish: bool = True
     accept_subscribe: bool = True

@@ -1,12 +1,12 @@
 """The dashboard's two actions: reload the config, skip a group's backlog.
 
 ``POST /reload-config`` and ``POST /topics/<t>/groups/<g>/partitions/<p>/skip`` (also under
-``/api/v1``) answer the Java dashboard's texts. They are accepted only from the loopback
-address itself (``127.0.0.1``, ``::1``, or ``::ffff:127.0.0.1``) and only with the header
-``X-MetaQ-Admin: 1``, which a cross-site form cannot set, and with a ``Host`` header that
-is an address or ``localhost`` (against DNS rebinding); anything else gets 403. Other
-``127.x`` addresses are refused on purpose: they are aliases that may stand for other hosts
-(containers, tests), while the dashboard's actions are for an operator on the broker's host.
+``/api/v1``) answer the Java dashboard's texts. They are accepted only from an operator
+on the broker's host, by the rule ``meta.operator_access.is_operator_peer`` shares with the
+heuristic transaction commands (``127.0.0.1``, ``::1``, or the non-loopback address the
+connection was accepted on), and only with the header ``X-MetaQ-Admin: 1``, which a
+cross-site form cannot set, and with a ``Host`` header that is an address or ``localhost``
+(against DNS rebinding); anything else gets 403.
 
 Reactor thread only.
 """
@@ -23,32 +23,28 @@ from urllib.parse import unquote
 from twisted.internet import defer
 
 from meta.dashboard.routes import Reply, Request, text_reply
+from meta.operator_access import is_operator_peer
 
 log = logging.getLogger("meta.dashboard")
 
 RELOAD_DONE_TEXT = "Reload config successfully."
 ADMIN_HEADER = "X-MetaQ-Admin"
 FORBIDDEN_TEXT = (
-    f"Forbidden: actions are accepted only from 127.0.0.1 or ::1 with the header "
-    f"{ADMIN_HEADER}: 1\n"
+    f"Forbidden: actions are accepted only from the broker's host (127.0.0.1, ::1 or the "
+    f"address the dashboard was reached at) with the header {ADMIN_HEADER}: 1\n"
 )
 SKIP_PATH = re.compile(r"(?:/api/v1)?/topics/([^/]+)/groups/([^/]+)/partitions/(\d+)/skip")
 RELOAD_PATHS = ("/reload-config", "/api/v1/reload-config")
-TRUSTED = frozenset({ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")})
 
 
 def is_trusted(request: Request) -> bool:
-    """Whether ``request`` may run an action: the loopback address and the admin header,
-    sent to an address literal or ``localhost`` (a page of another site whose name
-    resolves to 127.0.0.1 would send its own name as ``Host``)."""
+    """Whether ``request`` may run an action: an operator on the broker's host
+    (``is_operator_peer``) with the admin header, sent to an address literal or
+    ``localhost`` (a page of another site whose name resolves to 127.0.0.1 would send its
+    own name as ``Host``)."""
     if not request.admin_header or not _addressed_directly(request.host_header):
         return False
-    try:
-        address = ipaddress.ip_address(request.client_host)
-    except ValueError:
-        return False
-    mapped = getattr(address, "ipv4_mapped", None)
-    return address in TRUSTED or mapped in TRUSTED
+    return is_operator_peer(request.client_host, request.server_host)
 
 
 class Actions:

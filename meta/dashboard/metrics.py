@@ -176,12 +176,12 @@ PARTITION_FAMILIES: tuple[tuple[str, str, str], ...] = (
     (
         "metaq_put_messages_total",
         "counter",
-        "Appends written to the partition by this process (a transaction batch counts 1).",
+        "Appends acknowledged by the partition in this process (a transaction batch counts 1).",
     ),
     (
         "metaq_put_bytes_total",
         "counter",
-        "Record bytes (headers included) written to the partition by this process.",
+        "Record bytes (headers included) acknowledged by the partition in this process.",
     ),
     ("metaq_partition_min_offset_bytes", "gauge", "Offset of the oldest segment."),
     ("metaq_partition_max_offset_bytes", "gauge", "Visible end of the partition."),

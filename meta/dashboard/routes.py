@@ -49,6 +49,7 @@ class Request:
     query: dict[str, str] = field(default_factory=dict)
     wants_json: bool = False
     client_host: str = ""
+    server_host: str = ""  # the address the request was accepted on
     admin_header: bool = False
     host_header: str = ""
 

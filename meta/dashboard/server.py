@@ -148,6 +148,7 @@ def _parse(request: Any) -> Request:
         query=query,
         wants_json=wants_json,
         client_host=getattr(client, "host", ""),
+        server_host=getattr(request.getHost(), "host", ""),
         admin_header=request.getHeader(ADMIN_HEADER.encode()) == b"1",
         host_header=(request.getHeader(b"host") or b"").decode("latin-1"),
     )

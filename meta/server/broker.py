@@ -53,6 +53,7 @@ from meta.local_address import is_loopback, local_host
 from meta.message_id import IdWorker
 from meta.server.connections import ConnectionGuard
 from meta.server.json_stats import is_json_item, render_json_stats
+from meta.server.long_poll import DataWaiters
 from meta.server.protocol import BrokerFactory
 from meta.server.reload import (  # re-exported: callers import them from here
     RELOAD_DONE,
@@ -64,6 +65,7 @@ from meta.server.reload import (  # re-exported: callers import them from here
     reload_outcome,
     reload_registry,
 )
+from meta.server.reply_budget import ReplyBudget
 from meta.server.stats import (
     BrokerCounters,
     BrokerView,
@@ -93,8 +95,6 @@ log = logging.getLogger("meta.server")
 
 WIRE_VERSION = f"1.4.6.3-metaq-py-{__version__}"
 """The ``version`` reply: the Java protocol level this broker speaks, then our own version."""
-
-DATA_WAITERS_MAX = 100_000
 
 TOO_LARGE_LOG_INTERVAL_S = 60.0
 """At most one log line per minute about puts refused for their size (each is counted)."""
@@ -150,6 +150,7 @@ class Broker:
         self.version = WIRE_VERSION
         self.connections: set = set()
         self.connection_guard = ConnectionGuard(config, reactor)
+        self.reply_budget = ReplyBudget(config.queued_reply_bytes_max, reactor.seconds)
         self.host = advertised_host(config)
         self.uri = broker_uri(self.host, config.server_port)
         self.registry = registry
@@ -165,12 +166,11 @@ class Broker:
         self._port = None
         self._started_at = reactor.seconds()
         self._stat_topics: dict[str, bool] = {}
-        self._data_waiters: dict[object, dict[object, tuple]] = {}
+        self.data_waiters = DataWaiters(reactor, self.flush_output)
         self._output_pending: list = []
         # After a finished fsync batch: write the transaction batches it released (one write
         # per partition), then send the replies its acks made, in one go.
         self.store.flusher.on_batch_done = self.end_of_batch
-        self._waiter_count = 0
         self._stopping: defer.Deferred | None = None
         # Held by start() and by each reload, so they never interleave.
         self._config_lock = defer.DeferredLock()
@@ -250,7 +250,7 @@ class Broker:
             delay_s = self.config.zookeeper.sync_time_ms / 1000
             if delay_s > 0 and self.connections:
                 await task.deferLater(self._reactor, delay_s, lambda: None)
-        self._release_data_waiters()
+        self.data_waiters.release_all()
         self.connection_guard.stop()
         self.tx.close()
         await self.store.close()
@@ -330,44 +330,13 @@ class Broker:
         log.error("could not register topic %s in ZooKeeper: %s; retrying", topic, reason)
 
     def wait_for_data(self, partition_log, timeout_s: float, woken: Callable[[], None]) -> None:
-        """Call ``woken()`` once ``partition_log``'s visible end moves, or after ``timeout_s``.
-
-        At most ``DATA_WAITERS_MAX`` gets wait at once; beyond that, and while stopping,
-        ``woken`` is called at once (the get is answered without waiting).
-        """
-        if self._waiter_count >= DATA_WAITERS_MAX or self._stopping is not None:
+        """Call ``woken()`` once ``partition_log``'s visible end moves, or after ``timeout_s``
+        (``long_poll.DataWaiters``: many woken at once are answered in slices). While the
+        broker stops, ``woken`` is called at once."""
+        if self._stopping is not None:
             woken()
             return
-        waiters = self._data_waiters.setdefault(partition_log, {})
-        if not waiters:
-            partition_log.on_visible = self._data_visible
-        key = object()
-        call = self._reactor.callLater(timeout_s, self._data_timeout, partition_log, key)
-        waiters[key] = (woken, call)
-        self._waiter_count += 1
-
-    def _data_visible(self, partition_log) -> None:
-        waiters = self._data_waiters.pop(partition_log, {})
-        partition_log.on_visible = None
-        self._waiter_count -= len(waiters)
-        for woken, call in waiters.values():
-            call.cancel()
-            woken()
-
-    def _data_timeout(self, partition_log, key: object) -> None:
-        waiters = self._data_waiters.get(partition_log, {})
-        woken, _call = waiters.pop(key)
-        self._waiter_count -= 1
-        if not waiters:
-            self._data_waiters.pop(partition_log, None)
-            partition_log.on_visible = None
-        woken()
-        self.flush_output()
-
-    def _release_data_waiters(self) -> None:
-        for partition_log in list(self._data_waiters):
-            self._data_visible(partition_log)
-        self.flush_output()
+        self.data_waiters.wait(partition_log, timeout_s, woken)
 
     # --- connections and stats ------------------------------------------------------------------
 
@@ -387,6 +356,10 @@ class Broker:
         pending, self._output_pending = self._output_pending, []
         for connection in pending:
             connection.flush_output()
+
+    def call_soon(self, call: Callable[[], None]) -> None:
+        """Run ``call()`` in the next reactor turn (a connection's next slice of requests)."""
+        self._reactor.callLater(0, call)
 
     def connection_made(self, connection) -> None:
         if not self.connection_guard.admit(connection):

@@ -21,6 +21,13 @@ Output and backpressure (STYLE 3, 13):
 * Replies that arrive while a stream is running, or while the transport is paused, wait in
   a queue. Reading from the peer stops while more than ``INFLIGHT_MAX`` requests are
   unanswered or more than ``QUEUED_BYTES_MAX`` reply bytes are queued, and resumes below half.
+  Queued bytes also count in the broker's ``reply_budget`` (``maxQueuedReplyBytes`` over all
+  connections), which stops reading from the connections holding the most while it is over
+  (``hold_reading``) until their queues drain (``release_reading``).
+* One read's requests other than plain puts are handled ``TURN_REQUESTS_MAX`` at a time:
+  beyond that, reading stops and the rest of the read waits for the next reactor turn
+  (``_yield_turn``), so a connection that floods requests (a thousand gets in one read)
+  delays the other connections by one slice, not by its whole read.
 * Malformed input closes the connection (Java sends nothing either); replies already queued
   are still written first. After the peer's FIN (a half-close), the replies to every request
   read before it are still sent, then the connection closes. A reply whose segment was
@@ -54,9 +61,13 @@ log = logging.getLogger("meta.server")
 CHUNK_BYTES = 256 * 1024
 INFLIGHT_MAX = 16384
 QUEUED_BYTES_MAX = 8 * 1024 * 1024
-FILE_REPLY_COST_BYTES = 64
+# The memory a queued ``FileReply`` takes (the object, its header and the queue's slot:
+# about 160 bytes on CPython 3.11); its body stays in the segment file.
+FILE_REPLY_COST_BYTES = 160
 # Puts decoded per put run; a run is also bounded by the bytes of one read.
 PUT_RUN_MAX = 4096
+# Requests other than plain puts handled per reactor turn and connection.
+TURN_REQUESTS_MAX = 256
 
 
 @implementer(interfaces.IHalfCloseableProtocol)
@@ -82,6 +93,8 @@ class BrokerProtocol(protocol.Protocol):
         self._put_targets: dict = {}  # the put runs' partition lookups (``puts.Targets``)
         self._transport_paused = False
         self._reading_paused = False
+        self._held = False  # not read from for the broker's reply budget
+        self._turn_waiting = False  # the rest of a read waits for the next reactor turn
         self._closed = False
         self._read_closed = False  # the peer sent its FIN
         self.received_bytes = 0  # every byte read (``connections.ConnectionGuard``)
@@ -102,6 +115,9 @@ class BrokerProtocol(protocol.Protocol):
         self._queue.clear()
         self._out.clear()
         self._stream = None
+        if self._queued_bytes or self._held:
+            self._broker.reply_budget.lost(self, self._queued_bytes)
+            self._queued_bytes = 0
         self._broker.connection_lost(self)
 
     def dataReceived(self, data: bytes) -> None:
@@ -111,6 +127,7 @@ class BrokerProtocol(protocol.Protocol):
         broker = self._broker
         # Plain puts take the batch fast path (``put_run``); a slave answers every put 403.
         put_runs = self.put_runs and not broker.refuses_puts
+        handled = 0
         while not self._closed:
             if put_runs:
                 key, puts = decoder.next_put_run(PUT_RUN_MAX)
@@ -140,6 +157,10 @@ class BrokerProtocol(protocol.Protocol):
                 self._inflight += 1
             elif reply is not None:
                 self._send(reply)
+            handled += 1
+            if handled >= TURN_REQUESTS_MAX and decoder.buffered_bytes:
+                self._yield_turn()
+                break
         # Puts decoded from this read were staged; one write per partition covers them all,
         # and replies that need no fsync leave right here, in one transport write.
         broker.end_of_batch()
@@ -176,7 +197,7 @@ class BrokerProtocol(protocol.Protocol):
     def _close_when_answered(self) -> None:
         """After a half-close, close once every reply is handed to the transport (which
         sends what it holds before the FIN)."""
-        if self._closed or self._inflight:
+        if self._closed or self._inflight or self._turn_waiting:
             return
         self.flush_output()
         if self._stream is None and not self._queue:
@@ -221,7 +242,9 @@ class BrokerProtocol(protocol.Protocol):
             self._write(reply)
             return
         self._queue.append(reply)
-        self._queued_bytes += len(reply) if isinstance(reply, bytes) else FILE_REPLY_COST_BYTES
+        size = len(reply) if isinstance(reply, bytes) else FILE_REPLY_COST_BYTES
+        self._queued_bytes += size
+        self._broker.reply_budget.queued(self, size)
 
     def flush_output(self) -> None:
         """Write the replies gathered since the last flush with one transport write.
@@ -253,7 +276,9 @@ class BrokerProtocol(protocol.Protocol):
             if not self._queue:
                 return
             reply = self._queue.popleft()
-            self._queued_bytes -= len(reply) if isinstance(reply, bytes) else FILE_REPLY_COST_BYTES
+            size = len(reply) if isinstance(reply, bytes) else FILE_REPLY_COST_BYTES
+            self._queued_bytes -= size
+            self._broker.reply_budget.sent(self, size)
             self._write(reply)
 
     def _stream_chunk(self) -> None:
@@ -284,12 +309,45 @@ class BrokerProtocol(protocol.Protocol):
         if self._closed:
             return
         if not self._reading_paused:
-            if self._inflight > INFLIGHT_MAX or self._queued_bytes > QUEUED_BYTES_MAX:
+            if self._held or self._inflight > INFLIGHT_MAX or self._queued_bytes > QUEUED_BYTES_MAX:
                 self._reading_paused = True
                 self.transport.pauseProducing()  # a TCP transport stops reading
-        elif self._inflight <= INFLIGHT_MAX // 2 and self._queued_bytes <= QUEUED_BYTES_MAX // 2:
+        elif (
+            not self._held
+            and not self._turn_waiting
+            and self._inflight <= INFLIGHT_MAX // 2
+            and self._queued_bytes <= QUEUED_BYTES_MAX // 2
+        ):
             self._reading_paused = False
             self.transport.resumeProducing()
+
+    def _yield_turn(self) -> None:
+        """Stop reading and handle the rest of the read in the next reactor turn, so the
+        other connections are served in between."""
+        self._turn_waiting = True
+        self.transport.pauseProducing()
+        self._broker.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._turn_waiting = False
+        if self._closed:
+            return
+        self.dataReceived(b"")
+        if not self._turn_waiting and not self._reading_paused:
+            self.transport.resumeProducing()
+        if self._read_closed:
+            self._close_when_answered()
+
+    def hold_reading(self) -> None:
+        """Stop reading requests: the broker's reply budget is over and this connection
+        holds the most (``reply_budget.ReplyBudget``)."""
+        self._held = True
+        self._update_reading()
+
+    def release_reading(self) -> None:
+        """Read requests again once this connection's own bounds allow (its queue drained)."""
+        self._held = False
+        self._update_reading()
 
     def _close(self) -> None:
         if not self._closed:
@@ -300,6 +358,11 @@ class BrokerProtocol(protocol.Protocol):
     @property
     def inflight(self) -> int:
         return self._inflight
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes of replies waiting in this connection's queue (``FileReply`` at its cost)."""
+        return self._queued_bytes
 
     @property
     def pending_header_bytes(self) -> int:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from meta.config import BrokerConfig
     from meta.message_id import IdWorker
+    from meta.server.reply_budget import ReplyBudget
     from meta.server.stats import BrokerCounters
     from meta.store.manager import StoreManager
     from meta.store.partition import PartitionLog
@@ -37,6 +38,7 @@ class BrokerServices(Protocol):
         ids: the message id generator.
         store: the partition logs.
         transactions: open and prepared transactions (``transaction`` and transactional puts).
+        reply_budget: the bytes of replies queued over all connections (``maxQueuedReplyBytes``).
         refuses_puts: every put gets 403 (an async slave or a gregor slave, compatibility.md).
         sync: the synchronous-replication role (``meta.sync``; its ``role`` is ``"samsa"`` or
             ``"gregor"``), or None on a plain broker or an async slave.
@@ -50,6 +52,7 @@ class BrokerServices(Protocol):
     ids: IdWorker
     store: StoreManager
     transactions: TransactionStore
+    reply_budget: ReplyBudget
     refuses_puts: bool
     sync: Any
 
@@ -101,6 +104,10 @@ class BrokerServices(Protocol):
 
     def output_pending(self, connection: Any) -> None:
         """``connection`` has replies to write at the end of the current batch."""
+        ...
+
+    def call_soon(self, call: Callable[[], None]) -> None:
+        """Run ``call()`` in the next reactor turn."""
         ...
 
     def connection_made(self, connection: Any) -> None:

@@ -24,11 +24,11 @@ Reactor thread only.
 from __future__ import annotations
 
 import functools
-import ipaddress
 import logging
 from collections.abc import Callable
 
 from meta.errors import MetaError, TransactionError, XAError
+from meta.operator_access import is_operator_peer
 from meta.protocol.codec import PutFields, encode_result
 from meta.protocol.commands import Put, Transaction
 from meta.protocol.put_reply import (
@@ -291,7 +291,8 @@ def handle_transaction(broker: BrokerServices, command: Transaction, connection)
 
 def _heuristic(broker: BrokerServices, command: Transaction, connection) -> Reply:
     peer = connection.transport.getPeer()
-    if not _same_host(peer, connection.transport.getHost()):
+    local = connection.transport.getHost()
+    if not is_operator_peer(getattr(peer, "host", ""), getattr(local, "host", "")):
         host, text = getattr(peer, "host", "?"), "refused %s of %s from %s"
         PROTOCOL_WARNINGS.warn(log, host, text, command.type, command.tx_key, peer)
         raise TransactionError(f"{command.type} is accepted only from the broker's own host.")
@@ -303,14 +304,6 @@ def _heuristic(broker: BrokerServices, command: Transaction, connection) -> Repl
         command.opaque,
         lambda done: transactions.heuristic(canonical_key(command.tx_key), commit, done),
     )
-
-
-def _same_host(peer, host) -> bool:
-    try:
-        address = ipaddress.ip_address(peer.host)
-    except (AttributeError, ValueError):
-        return False
-    return address.is_loopback or peer.host == getattr(host, "host", None)
 
 
 def _later(connection, opaque: int, start: Callable) -> Reply:

@@ -65,7 +65,8 @@ class PartitionLog:
             transaction batch counts 1) plus the records recovered at start-up.
         failed: the ``PartitionFailedError`` that stopped the partition, or None.
         appended_messages, appended_bytes: appends (a transaction batch counts 1) and record
-            bytes written by this process, never decreasing (the dashboard's counters).
+            bytes acknowledged by this process, never decreasing (the dashboard's counters);
+            an append cut back after a failed write or fsync never counts.
         on_visible: None, or a callable given this log each time ``max_offset`` advances;
             the owner (the broker's long-polling ``get``) sets and clears it.
     """
@@ -111,9 +112,10 @@ class PartitionLog:
         self._dirty_segments = [s for s in segments if s.flushed_size < s.written_size]
         self._durable_end = durable_end(segments)
         self._pending_directories = list(new_directories)
-        # Each entry: (end offset, offset, must be durable, ack), in append order; ack is
-        # called as ack(offset, None) when released or ack(None, error) when failed.
-        self._pending: deque[tuple[int, int, bool, Ack]] = deque()
+        # Each entry: (end offset, offset, must be durable, ack, appends it counts for), in
+        # append order; ack is called as ack(offset, None) when released or ack(None, error)
+        # when failed.
+        self._pending: deque[tuple[int, int, bool, Ack, int]] = deque()
         # Records (and reservations) staged since the last commit, written by ``commit``.
         self._staged: list[bytes | Reservation] = []
         self._staged_counts: list[int] = []  # appends each staged entry counts for
@@ -256,7 +258,7 @@ class PartitionLog:
         if must_sync and not self._always_sync:
             self._sync_ends.append(end)
             self._unflushed_count = 0
-        self._pending.append((end, offset, must_sync, ack))
+        self._pending.append((end, offset, must_sync, ack, count))
         if end - self._segment.start >= self.segment_bytes_max:
             self.commit()  # the segment is full: write now, then roll
         elif len(staged) == 1 and self.on_staged is not None:
@@ -280,8 +282,6 @@ class PartitionLog:
             self._fail(error)
             return
         segment.message_count += written
-        self.appended_messages += written
-        self.appended_bytes += len(data)
         self._written_end = segment.end
         assert staged or self._written_end == self._staged_end
         dirty = self._dirty_segments
@@ -339,16 +339,22 @@ class PartitionLog:
         """
         pending = self._pending
         visible_end = self._visible_end
+        released = 0
         while pending:
-            end, offset, must_sync, waiter = pending[0]
+            end, offset, must_sync, waiter, count = pending[0]
             # Nothing behind an unfilled reservation is written yet.
             if end > self._written_end or (must_sync and end > self._durable_end):
                 break
             pending.popleft()
             self._visible_end = end
+            released += count
             waiter(offset, None)
-        if self._visible_end != visible_end and self.on_visible is not None:
-            self.on_visible(self)
+        if self._visible_end != visible_end:
+            # Counted when acknowledged, so an append cut back by a failure never counts.
+            self.appended_messages += released
+            self.appended_bytes += self._visible_end - visible_end
+            if self.on_visible is not None:
+                self.on_visible(self)
 
     def _fail(self, error: BaseException) -> None:
         """Cut back to the acknowledged end, then stop the partition for good and fail every
@@ -377,6 +383,10 @@ class PartitionLog:
             )
         cut = self._written_end - end
         removed = segments[keep:]
+        # The appends written after the end are exactly the pending ones already written;
+        # those in removed segments leave with them, the rest leave the last kept segment.
+        cut_messages = sum(entry[4] for entry in self._pending if entry[0] <= self._written_end)
+        segments[keep - 1].message_count -= cut_messages - sum(s.message_count for s in removed)
         del segments[keep:]
         del self._starts[keep:]
         self._segment = segments[-1]
@@ -402,7 +412,7 @@ class PartitionLog:
         self._reservations = 0
         self._staged_end = offset
         self._sync_ends = deque(end for end in self._sync_ends if end <= offset)
-        for _end, _offset, _must_sync, ack in reversed(refused):
+        for _end, _offset, _must_sync, ack, _count in reversed(refused):
             ack(None, error.__class__(str(error)))
 
     # -- flushing (FlushClient) ------------------------------------------------------------
@@ -561,7 +571,7 @@ class PartitionLog:
         self.stop_appends()
         pending, self._pending = self._pending, deque()
         error = StoreError(f"partition {self.name} closed before the append was acknowledged")
-        for _end, _offset, _must_sync, ack in pending:
+        for _end, _offset, _must_sync, ack, _count in pending:
             ack(None, error)
         for segment in (*self._segments, *self._discarded):
             segment.close()

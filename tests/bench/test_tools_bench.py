@@ -81,6 +81,10 @@ def test_quick_run_reports_every_scenario(tmp_path: Path):
     assert dashboard["scrape_cpu_ms"] >= 0 and dashboard["scrapes"] == 5
     assert dashboard["partitions"] == 20
     assert "a /metrics scrape of 20 partitions costs" in completed.stdout
+    abuse = rows[("abuse", "0")]  # its own broker (meta.bench.abuse)
+    assert abuse["quiet_p99_ms"] > 0
+    assert all(abuse[f"{name}_p99_ms"] > 0 for name in ("gets", "long_poll", "idle", "slowloris"))
+    assert "abuse: a victim's version round trip p99 quiet" in completed.stdout
     e2e = rows[("e2e", "0")]
     assert e2e["messages"] > 0 and 0 < e2e["p50_ms"] <= e2e["p99_ms"]
     for mode in ("0", "1", "1000"):

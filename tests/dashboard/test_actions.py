@@ -1,6 +1,9 @@
-"""Actions are accepted only from 127.0.0.1 or ::1 with ``X-MetaQ-Admin: 1``."""
+"""Actions are accepted only from the broker's host (127.0.0.1, ::1 or the address the
+dashboard was reached at) with ``X-MetaQ-Admin: 1``."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from twisted.internet import defer
 
@@ -22,6 +25,13 @@ def test_only_the_loopback_address_with_the_header_is_trusted():
     assert not is_trusted(post("/reload-config", host="127.0.0.2"))
     assert not is_trusted(post("/reload-config", host="10.1.2.3"))
     assert not is_trusted(post("/reload-config", host="not an address"))
+
+
+def test_a_client_on_the_broker_host_at_its_own_address_is_trusted():
+    """The rule the heuristic transaction commands follow too (meta.operator_access)."""
+    request = post("/reload-config", host="10.1.2.3", host_header="10.1.2.3:8120")
+    assert not is_trusted(request)
+    assert is_trusted(dataclasses.replace(request, server_host="10.1.2.3"))
 
 
 def test_an_untrusted_reload_gets_403_and_does_not_reload():

@@ -18,7 +18,7 @@ import pytest
 
 from meta.client.net.connection import BrokerConnection
 from meta.errors import MetaError
-from meta.protocol.commands import Put
+from meta.protocol.commands import Put, Stats
 from meta.protocol.message import checksum
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.disk_mounts import (
@@ -142,6 +142,18 @@ def stored_after_restart(broker: BrokerProcess) -> dict[int, dict[int, bytes]]:
         broker.stop()
 
 
+def counted_messages(broker: BrokerProcess) -> int:
+    """The ``message_count`` that ``stats topics`` shows for the topic ``test``."""
+    with broker.connect() as connection:
+        reply = connection.request(Stats("topics", connection.next_opaque()))
+    assert reply.code == 200, reply
+    for line in reply.body.decode().splitlines():
+        words = line.split()
+        if words and words[0] == "test":
+            return int(words[words.index("message_count") + 1])
+    raise AssertionError(f"no line for the topic in {reply.body!r}")
+
+
 def make_broker(tmp_path: Path, threshold: int) -> BrokerProcess:
     return BrokerProcess(
         tmp_path / "broker",
@@ -152,13 +164,15 @@ def make_broker(tmp_path: Path, threshold: int) -> BrokerProcess:
 @pytest.mark.parametrize("threshold", THRESHOLDS)
 def test_after_a_full_disk_exactly_the_puts_answered_200_are_stored(tmp_path, threshold):
     """Goal: after ENOSPC, the readable records are exactly the acknowledged ones. Method: a
-    1 MiB tmpfs as the data path fills up under pipelined load on three partitions; the tmpfs
-    is then grown, the broker restarted, and each partition compared with its 200s."""
+    1 MiB tmpfs as the data path fills up under pipelined load on three partitions; the
+    broker's ``stats topics`` must count the 200s alone (the puts cut back are not stored);
+    the tmpfs is then grown, the broker restarted, and each partition compared with its 200s."""
     broker = make_broker(tmp_path, threshold)
     with tmpfs(broker.data_path, 1024 * 1024):
         broker.start()
         try:
             producers = load_until_refused(broker)
+            assert counted_messages(broker) == sum(len(p.acked) for p in producers)
         finally:
             broker.stop()
         assert "No space left on device" in broker.log()

@@ -183,3 +183,62 @@ def test_a_flush_without_a_free_descriptor_cuts_back_and_the_partition_recovers(
     executor.run_all()
     assert [outcome(box) for box in again] == [32, 82]
     assert stored_payloads(directory) == [b"acknowledged", b"y" * 30, b"y" * 30]
+
+
+def counters(log) -> tuple[int, int, int, int]:
+    """What the stats show of a partition: messages, bytes, appended messages and bytes."""
+    return log.message_count, log.byte_count, log.appended_messages, log.appended_bytes
+
+
+def test_appends_cut_by_a_failed_fsync_do_not_count_as_stored(tmp_path, files):
+    """Goal: the stats count only what the log keeps. Method: one append is acknowledged,
+    two more are written and cut back when their fsync fails; every counter then shows the
+    first append alone, as it did before the two were written."""
+    directory = str(tmp_path / "test-0")
+    executor = ManualExecutor()
+    log = open_partition(directory, files=files, executor=executor)
+    collect(log.append(record(b"acknowledged")))
+    executor.run_all()
+    assert counters(log) == (1, 32, 1, 32)
+    waiting = [collect(log.append(record(b"waiting-%d" % n))) for n in range(2)]
+    assert log.message_count == 3
+    files.fsync_error = EIO
+    executor.run_all()
+    assert [outcome(box) for box in waiting] == [PartitionFailedError] * 2
+    assert counters(log) == (1, 32, 1, 32)
+
+
+def test_appends_cut_across_a_roll_do_not_count_as_stored(tmp_path, files):
+    """Goal: a cut that unlinks a rolled segment corrects the counters too. Method: small
+    segments; three unacknowledged appends fill the first segment and roll to a second;
+    the fsync fails; the counters show the acknowledged append alone."""
+    directory = str(tmp_path / "test-0")
+    executor = ManualExecutor()
+    log = open_partition(directory, files=files, executor=executor, segment_bytes_max=100)
+    collect(log.append(record(b"acknowledged")))
+    executor.run_all()
+    [collect(log.append(record(b"x" * 30))) for _ in range(3)]
+    assert (len(log.segments), log.message_count) == (2, 4)
+    files.fsync_error = EIO
+    executor.run_all()
+    assert counters(log) == (1, 32, 1, 32)
+
+
+def test_appends_cut_for_want_of_a_descriptor_do_not_count_and_later_ones_do(tmp_path):
+    """Goal: after a transient cut the partition counts on from the right numbers. Method:
+    the flush after a roll cannot open the directory (EMFILE), the two appends are cut; once
+    descriptors are free the same two are acknowledged: three appends count."""
+    directory = str(tmp_path / "test-0")
+    files = NoDirectoryDescriptor()
+    executor = ManualExecutor()
+    log = open_partition(directory, files=files, executor=executor, segment_bytes_max=40)
+    collect(log.append(record(b"acknowledged")))
+    executor.run_all()
+    files.short = True
+    [collect(log.append(record(b"y" * 30))) for _ in range(2)]
+    executor.run_all()
+    assert counters(log) == (1, 32, 1, 32)
+    files.short = False
+    [collect(log.append(record(b"y" * 30))) for _ in range(2)]
+    executor.run_all()
+    assert counters(log) == (3, 132, 3, 132)

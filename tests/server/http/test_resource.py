@@ -38,10 +38,14 @@ class RecordingTransport(StringTransport):
 
 
 @pytest.fixture
-def setup(tmp_path):
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def setup(tmp_path, clock):
     files = RecordingFiles()
     executor = ManualExecutor()
-    clock = Clock()
     config = broker_config(
         str(tmp_path),
         topics=(topic_config("test", str(tmp_path), num_partitions=1),),
@@ -257,7 +261,7 @@ def test_a_get_beyond_the_end_with_long_max_is_301_with_the_offset_header(setup)
     assert b"location" not in headers
 
 
-def test_a_long_polling_get_is_answered_when_data_arrives(setup):
+def test_a_long_polling_get_is_answered_when_data_arrives(setup, clock):
     """Goal: DECISIONS 16 over HTTP. Method: a get at the end waits (maxwait); a put over
     TCP makes data visible; the held get then answers with it."""
     broker, _files, executor = setup
@@ -269,6 +273,8 @@ def test_a_long_polling_get_is_answered_when_data_arrives(setup):
     tcp.makeConnection(StringTransport())
     tcp.dataReceived(encode(Put("test", 0, b"later", 0, 1)))
     executor.run_all()
+    assert transport.value() == b""  # woken gets are answered from the next reactor turn
+    clock.advance(0)
     code, _headers, body = parse(transport.value())
     assert code == 200
     assert [message.payload for message in iter_messages(body)] == [b"later"]
