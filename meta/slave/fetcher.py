@@ -70,7 +70,6 @@ import concurrent.futures
 import itertools
 import logging
 import struct
-import zlib
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -81,6 +80,7 @@ from twisted.internet import defer
 from meta.client.fetch.manager import FETCH_BYTES_MAX, FetchManager, FetchRequest, FetchSettings
 from meta.errors import ClientError, InvalidRecordError, MetaError
 from meta.protocol.commands import Get, Offset
+from meta.protocol.crc import crc32 as _crc32
 from meta.protocol.message import CHECKSUM_MASK, HEADER_SIZE
 
 log = logging.getLogger("meta.slave")
@@ -169,7 +169,7 @@ def check_records(data: bytes | bytearray | memoryview, ends: list[int], base: i
         InvalidRecordError: a record's payload does not match its CRC.
     """
     view = memoryview(data)
-    unpack, crc32 = CHECKSUM.unpack_from, zlib.crc32
+    unpack, crc32 = CHECKSUM.unpack_from, _crc32
     start = 0
     for end in ends:
         if crc32(view[start + HEADER_SIZE : end]) & CHECKSUM_MASK != unpack(view, start)[0]:

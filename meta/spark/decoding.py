@@ -30,7 +30,6 @@ Pure functions and a single-owner builder: used by one Spark Python worker threa
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +37,7 @@ import pyarrow as pa
 
 from meta.errors import InvalidRecordError
 from meta.message_id import EPOCH_MS, TIME_SHIFT
+from meta.protocol.crc import crc32 as _crc32
 from meta.protocol.message import (
     CHECKSUM_MASK,
     FLAG_ATTRIBUTE,
@@ -119,7 +119,7 @@ def decode_message_set(
     payload_starts = positions + HEADER_SIZE
     payload_ends = payload_starts + lengths
 
-    crc32 = zlib.crc32
+    crc32 = _crc32
     values = [
         view[start:end]
         for start, end in zip(payload_starts.tolist(), payload_ends.tolist(), strict=True)
