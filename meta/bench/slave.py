@@ -69,7 +69,7 @@ from meta.bench.slave_lag import (
 )
 from meta.bench.spark import ZooKeeper, rates
 from meta.protocol.codec import HEADER_BYTES_MAX
-from meta.slave.fetcher import check_records, record_ends
+from meta.slave.record_check import check_records, record_ends
 
 BROKER_ID = 1
 TARGET_FRACTION = 0.4

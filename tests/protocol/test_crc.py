@@ -34,7 +34,7 @@ CHECKSUM_USERS = (
     "tx/java_journal.py",
     "client/fetch/received.py",  # the consumer's record check
     "client/local/message_file.py",  # the recover store
-    "slave/fetcher.py",  # the slave's record check
+    "slave/record_check.py",  # the slave's record check
     "spark/decoding.py",  # the Spark decoder
 )
 """Modules that compute message or journal checksums: each imports ``crc32`` from the home."""

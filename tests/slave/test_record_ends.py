@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from meta.errors import InvalidRecordError
 from meta.protocol.message import HEADER_SIZE, pack_message
-from meta.slave.fetcher import check_records, record_ends, uniform_run, walk_ends
+from meta.slave.record_check import check_records, record_ends, uniform_run, walk_ends
 
 
 def walked(data: bytes, base: int = 0) -> list[int]:
