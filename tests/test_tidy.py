@@ -65,11 +65,6 @@ GRANDFATHERED: dict[str, tuple[int, str]] = {
         "one concept, the async slave's replication of a master, partition by partition; its "
         "lag reporting (lag_rows, lag_body) is what moves to meta/slave/lag.py when it grows",
     ),
-    "meta/slave/fetcher.py": (
-        540,
-        "one concept, the slave's fetch loop: it checks each batch of the master's records "
-        "and hands it to the replicator",
-    ),
 }
 SIZE_NAME_SUFFIXES = ("_parts", "_values", "_extra", "_more", "_rest", "_misc", "_probes")
 

@@ -11,6 +11,8 @@ own broker. Importing this package imports none of its modules.
 * ``group``: a consumer group with its own ZooKeeper: group throughput and rebalance time;
 * ``fsync_floor``: the synchronous producer against minimal fdatasync-per-reply servers;
 * ``spark``: the Spark reader against the raw consume rate;
+* ``crc``: the CRC-32 of zlib, zlib-ng and isal per record and in bulk (``meta.protocol.crc``'s
+  choice);
 * ``slave``: an async slave's replay rate and replication lag;
 * ``slave_lag``: the probes ``slave`` uses for lag: the slave's end, read over ``offset``,
   and a paced producer.

@@ -14,8 +14,10 @@
 3. starts the async slave (same ``brokerId``, ``--slave`` with ``slaveMaxDelayInMills =
    --slave-max-delay-ms``) once the master is serving, and times its catch-up: from the
    moment the slave answers until its end (the ``offset`` command at ``Long.MAX_VALUE``,
-   polled every ``POLL_S``) reaches the master's end. Replay rate = backlog bytes / that
-   time; target: at least ``TARGET_FRACTION`` of the raw consume rate. The slave process's
+   polled every ``CATCH_UP_POLL_S``) reaches the master's end. Replay rate = backlog bytes / that
+   time; targets: at least ``TARGET_FRACTION`` of the raw consume rate and
+   ``TARGET_PRODUCE_MULTIPLE`` times the pipelined put rate of step 2 (the master's group
+   commit), at most ``TARGET_CPU_MS_PER_MIB`` of the slave's CPU per MiB. The slave process's
    CPU time over the same interval (user + system, all its threads, from
    ``/proc/<pid>/stat``) is reported per MiB of backlog (``cpu_ms_per_mib``), as is the
    bench thread's own CPU per MiB for the two consume loops: CPU time, unlike the rates, is
@@ -67,11 +69,18 @@ from meta.bench.slave_lag import (
 )
 from meta.bench.spark import ZooKeeper, rates
 from meta.protocol.codec import HEADER_BYTES_MAX
-from meta.slave.fetcher import check_records, record_ends
+from meta.slave.record_check import check_records, record_ends
 
 BROKER_ID = 1
-TARGET_FRACTION = 0.5
+TARGET_FRACTION = 0.4
+TARGET_PRODUCE_MULTIPLE = 2.0
+TARGET_CPU_MS_PER_MIB = 1.3
 CATCH_UP_TIMEOUT_S = 3600.0
+CATCH_UP_POLL_S = 0.02
+"""How often step 3 reads the slave's end: often enough for a replay of seconds (the rate's
+error is at most one poll), rarely enough that answering them costs the slave next to
+nothing: at the lag's ``POLL_S`` (2 ms) the answers made up a visible part of the slave's CPU
+per MiB, which step 3 reports."""
 LAG_TAIL_TIMEOUT_S = 60.0
 """After the last put, how long the slave may take to reach the master's end."""
 
@@ -194,6 +203,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                 lag_report = measure_lag(args, master, slave, frames)
             slave_log = slave.log_tail()
     fetch_round_trip_ms = raw["seconds"] / max(raw["gets"], 1) * 1000
+    produce = rates(messages, args.message_bytes, produced["seconds"])
     raw_rates = rates(messages, args.message_bytes, raw["seconds"])
     replay = rates(messages, args.message_bytes, replay_s)
     checked_rates = rates(messages, args.message_bytes, checked["seconds"])
@@ -201,10 +211,15 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     replay["fraction_of_checked"] = round(
         replay["msg_per_s"] / max(checked_rates["msg_per_s"], 1), 2
     )
+    replay["times_produce"] = round(replay["msg_per_s"] / max(produce["msg_per_s"], 1), 2)
     replay["meets_target"] = replay["fraction_of_raw"] >= TARGET_FRACTION
+    replay["meets_produce_target"] = replay["times_produce"] >= TARGET_PRODUCE_MULTIPLE
     raw_rates["cpu_ms_per_mib"] = cpu_ms_per_mib(raw["cpu_s"], backlog_end)
     checked_rates["cpu_ms_per_mib"] = cpu_ms_per_mib(checked["cpu_s"], backlog_end)
     replay["cpu_ms_per_mib"] = cpu_ms_per_mib(slave_cpu_s, backlog_end)
+    replay["meets_cpu_target"] = (
+        replay["cpu_ms_per_mib"] is not None and replay["cpu_ms_per_mib"] <= TARGET_CPU_MS_PER_MIB
+    )
     bound_ms = args.slave_max_delay_ms + fetch_round_trip_ms
     lag_report["bound_ms"] = round(bound_ms, 1)
     lag_report["meets_target"] = lag_report["p99_ms"] < bound_ms
@@ -217,12 +232,14 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         "slave_max_delay_ms": args.slave_max_delay_ms,
         "unflush_threshold": args.unflush_threshold,
         "fetch_round_trip_ms": round(fetch_round_trip_ms, 2),
-        "produce": rates(messages, args.message_bytes, produced["seconds"]),
+        "produce": produce,
         "raw_consume": raw_rates,
         "checked_consume": checked_rates,
         "slave_replay": replay,
         "lag": lag_report,
         "target_fraction": TARGET_FRACTION,
+        "target_produce_multiple": TARGET_PRODUCE_MULTIPLE,
+        "target_cpu_ms_per_mib": TARGET_CPU_MS_PER_MIB,
     }
 
 
@@ -249,7 +266,7 @@ def measure_catch_up(slave: SlaveBenchBroker, backlog_end: int) -> tuple[float, 
     cpu_began = process_cpu_s(slave.process.pid)
     reader = EndReader(slave.address)
     try:
-        caught_up = wait_for_end(reader, backlog_end, CATCH_UP_TIMEOUT_S)
+        caught_up = wait_for_end(reader, backlog_end, CATCH_UP_TIMEOUT_S, CATCH_UP_POLL_S)
     finally:
         reader.close()
     cpu_s = process_cpu_s(slave.process.pid)
@@ -309,6 +326,8 @@ def format_report(report: dict) -> str:
                 f"  {row['fraction_of_raw']:.0%} of raw ({verdict} the target >= "
                 f"{report['target_fraction']:.0%}), {row['fraction_of_checked']:.0%} of checked"
             )
+            lines.append(line)
+            line = replay_targets_line(report)
         lines.append(line)
     verdict = "meets" if lag["meets_target"] else "MISSES"
     lines.append(
@@ -318,6 +337,18 @@ def format_report(report: dict) -> str:
         f"{lag['bound_ms']} ms)"
     )
     return "\n".join(lines)
+
+
+def replay_targets_line(report: dict) -> str:
+    """The replay's produce-rate and CPU targets, on a line of their own."""
+    replay = report["slave_replay"]
+    produce_verdict = "meets" if replay["meets_produce_target"] else "MISSES"
+    cpu_verdict = "meets" if replay["meets_cpu_target"] else "MISSES"
+    return (
+        f"{'':15} replay {replay['times_produce']}x the pipelined put rate ({produce_verdict} "
+        f"the target >= {report['target_produce_multiple']:g}x); {cpu_verdict} the target "
+        f"<= {report['target_cpu_ms_per_mib']:g} ms CPU/MiB"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

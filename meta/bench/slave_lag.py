@@ -60,8 +60,9 @@ class EndReader:
         self._sock.close()
 
 
-def wait_for_end(reader: EndReader, end: int, timeout_s: float) -> float:
-    """Poll until the broker's end is at least ``end``; return the monotonic time it was seen."""
+def wait_for_end(reader: EndReader, end: int, timeout_s: float, poll_s: float = POLL_S) -> float:
+    """Poll every ``poll_s`` until the broker's end is at least ``end``; return the monotonic
+    time it was seen."""
     deadline = time.monotonic() + timeout_s
     while True:
         now = time.monotonic()
@@ -69,7 +70,7 @@ def wait_for_end(reader: EndReader, end: int, timeout_s: float) -> float:
             return now
         if now > deadline:
             raise BenchError(f"the slave did not reach offset {end} within {timeout_s} s")
-        time.sleep(POLL_S)
+        time.sleep(poll_s)
 
 
 class EndPoller(threading.Thread):

@@ -4,7 +4,8 @@ Layout (all integers big-endian, see docs/formats.md)::
 
     int32 payload_length | int32 checksum | int64 msg_id | int32 flag | payload
 
-The checksum is CRC-32 (IEEE, ``zlib.crc32``) of the payload only, with the top bit cleared.
+The checksum is CRC-32 (IEEE, ``meta.protocol.crc.crc32``) of the payload only, with the top bit
+cleared.
 A payload with flag bit 0 set starts with ``int32 attribute_length`` and the UTF-8 attribute.
 
 Invariants: functions here are pure and never trust their input: a bad record yields
@@ -14,11 +15,11 @@ Invariants: functions here are pure and never trust their input: a bad record yi
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from meta.errors import InvalidRecordError
+from meta.protocol.crc import crc32
 
 HEADER_FORMAT = ">iiqi"
 HEADER = struct.Struct(HEADER_FORMAT)
@@ -33,7 +34,7 @@ PAYLOAD_LENGTH_MAX = 2**31 - 1
 
 def checksum(payload: bytes | bytearray | memoryview) -> int:
     """Return the Metamorphosis checksum: CRC-32 of ``payload`` with the top bit cleared."""
-    return zlib.crc32(payload) & CHECKSUM_MASK
+    return crc32(payload) & CHECKSUM_MASK
 
 
 def pack_message(msg_id: int, flag: int, payload: bytes) -> bytes:
@@ -44,7 +45,7 @@ def pack_message(msg_id: int, flag: int, payload: bytes) -> bytes:
         flag: signed 32-bit flag, stored verbatim.
         payload: the put body exactly as the client sent it.
     """
-    return HEADER.pack(len(payload), zlib.crc32(payload) & CHECKSUM_MASK, msg_id, flag) + payload
+    return HEADER.pack(len(payload), crc32(payload) & CHECKSUM_MASK, msg_id, flag) + payload
 
 
 def encode_payload(data: bytes, attribute: str | None) -> tuple[bytes, int]:
@@ -115,7 +116,7 @@ def iter_messages(buffer: bytes | bytearray | memoryview, base_offset: int = 0) 
         if end > total:
             return
         payload = bytes(view[position + HEADER_SIZE : end])
-        if zlib.crc32(payload) & CHECKSUM_MASK != stored_checksum:
+        if crc32(payload) & CHECKSUM_MASK != stored_checksum:
             raise InvalidRecordError(f"checksum mismatch at offset {base_offset + position}")
         yield Record(base_offset + position, msg_id, flag, payload)
         position = end
@@ -137,7 +138,7 @@ def scan_valid_prefix(buffer: bytes | bytearray | memoryview) -> tuple[int, int]
         end = position + HEADER_SIZE + length
         if length < 0 or end > total:
             break
-        if zlib.crc32(view[position + HEADER_SIZE : end]) & CHECKSUM_MASK != stored_checksum:
+        if crc32(view[position + HEADER_SIZE : end]) & CHECKSUM_MASK != stored_checksum:
             break
         position = end
         count += 1

@@ -41,13 +41,13 @@ from __future__ import annotations
 
 import logging
 import random
-import zlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from meta.errors import DescriptorShortageError, MetaError, PartitionFailedError, XAError
 from meta.protocol.codec import PutFields, encode_result
 from meta.protocol.commands import BodyTooLarge, Put
+from meta.protocol.crc import crc32 as _crc32
 from meta.protocol.message import CHECKSUM_MASK, HEADER, HEADER_SIZE
 from meta.protocol.put_reply import PUT_REPLY, PUT_REPLY_BODY, encode_put_reply
 from meta.server.replies import PENDING
@@ -66,7 +66,6 @@ RECORD_HEADER_BYTES = HEADER_SIZE
 pack_header = HEADER.pack
 """``pack_header(body_length, crc, msg_id, flag)``: the header of a stored record."""
 
-_crc32 = zlib.crc32
 
 TARGETS_MAX = 1024
 Targets = dict[tuple[bytes, bytes], tuple]

@@ -7,9 +7,10 @@ batch: instead of decoding messages for a listener, it checks every complete rec
 and CRC, as ``iter_messages`` does), hands the record bytes **verbatim** to the reactor
 thread (``callFromThread``) as one write (or two around a segment boundary, below), and
 fetches the next batch from the end of this one while the reactor writes it. The check is
-two passes: ``record_ends`` reads the length fields, then the get for the batch's end is
-sent (``_prefetch``; ``send`` gives its future to the next fetch asking exactly that get),
-then ``check_records`` checks the CRCs while that reply travels; a bad record still stops
+two passes (``meta.slave.record_check``): ``record_ends`` reads the length fields, then
+the get for the batch's end is sent (``_prefetch``; ``send`` gives its future to the next
+fetch asking exactly that get), then ``check_records`` checks the CRCs while that reply
+travels; a bad record still stops
 the partition before anything of its batch is handed off (and cancels the get sent ahead).
 At most ``APPENDS_IN_FLIGHT_MAX`` batches of a partition are handed off and not yet written
 (the fetch thread waits for the oldest, at most ``APPEND_WAIT_S``), so memory stays bounded;
@@ -70,7 +71,6 @@ import concurrent.futures
 import itertools
 import logging
 import struct
-import zlib
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -81,7 +81,7 @@ from twisted.internet import defer
 from meta.client.fetch.manager import FETCH_BYTES_MAX, FetchManager, FetchRequest, FetchSettings
 from meta.errors import ClientError, InvalidRecordError, MetaError
 from meta.protocol.commands import Get, Offset
-from meta.protocol.message import CHECKSUM_MASK, HEADER_SIZE
+from meta.slave.record_check import check_records, record_ends
 
 log = logging.getLogger("meta.slave")
 
@@ -96,10 +96,8 @@ REPLAY_FETCH_BYTES_MAX = 4 * 1024 * 1024
 partition: ``APPENDS_IN_FLIGHT_MAX`` + 2 replies of at most this size: the appends handed
 off, the batch being checked and the reply to the get sent ahead)."""
 
-LENGTH = struct.Struct(">i")
-CHECKSUM = struct.Struct(">4xi")
 MSG_ID = struct.Struct(">8xq")
-"""Fields of a record header (``meta.protocol.message.HEADER``) read one at a time."""
+"""The msg_id field of a record header (``meta.protocol.message.HEADER``)."""
 
 SEND_WAIT_S = 0.1
 """Longest wait for the connection's writer thread to take the get sent ahead."""
@@ -124,57 +122,6 @@ Halt = Callable[[tuple[str, str], str], None]
 
 class ReplicationHalted(MetaError):
     """A partition cannot be copied on; the text says why (logged as an ERROR)."""
-
-
-def record_ends(data: bytes | bytearray | memoryview, base: int) -> list[int]:
-    """Where each complete record at the start of a get reply ends (positions in ``data``).
-
-    Only the length fields are read; ``check_records`` checks the CRCs afterwards, so the
-    next get can be sent in between. Stops quietly at a trailing partial record, as
-    ``meta.protocol.message.iter_messages`` does.
-
-    Args:
-        data: the reply body.
-        base: the offset of its first byte.
-
-    Raises:
-        InvalidRecordError: a complete header has a negative payload length.
-    """
-    ends: list[int] = []
-    add = ends.append
-    total = len(data)
-    last_header = total - HEADER_SIZE
-    unpack = LENGTH.unpack_from
-    position = 0
-    while position <= last_header:
-        (length,) = unpack(data, position)
-        end = position + HEADER_SIZE + length
-        if end > total or length < 0:  # one test per record for both rare cases
-            if length < 0:
-                raise InvalidRecordError(
-                    f"negative payload length {length} at offset {base + position}"
-                )
-            break
-        add(end)
-        position = end
-    return ends
-
-
-def check_records(data: bytes | bytearray | memoryview, ends: list[int], base: int) -> None:
-    """Check the CRC of every record ``record_ends`` found (the checks of ``iter_messages``,
-    without building a record or copying a payload per message: this loop bounds the replay
-    rate).
-
-    Raises:
-        InvalidRecordError: a record's payload does not match its CRC.
-    """
-    view = memoryview(data)
-    unpack, crc32 = CHECKSUM.unpack_from, zlib.crc32
-    start = 0
-    for end in ends:
-        if crc32(view[start + HEADER_SIZE : end]) & CHECKSUM_MASK != unpack(view, start)[0]:
-            raise InvalidRecordError(f"checksum mismatch at offset {base + start}")
-        start = end
 
 
 def first_reaching(base: int, ends: list[int], layout: Layout) -> int | None:

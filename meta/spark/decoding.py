@@ -6,8 +6,8 @@ few microseconds of Python per message; this module does the same work per *repl
 1. ``decode_message_set`` finds the record starts: while records have the size of the
    first one, one strided numpy view of the length fields confirms them all at once, and
    the rest is walked with one ``struct`` call per record; numpy then gathers every
-   header field at once, the checksums are computed with ``zlib.crc32`` over memoryview
-   slices (C speed) and compared as one array, and the attribute section is split off
+   header field at once, the checksums are computed with ``meta.protocol.crc.crc32`` over
+   memoryview slices (C speed) and compared as one array, and the attribute section is split off
    only for records with flag bit 0.
 2. ``ColumnBuilder`` accumulates decoded sets and builds one ``pyarrow.RecordBatch`` per
    ``take_batch``: ``value`` from one ``b"".join`` of payload slices plus numpy-computed
@@ -30,7 +30,6 @@ Pure functions and a single-owner builder: used by one Spark Python worker threa
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +37,7 @@ import pyarrow as pa
 
 from meta.errors import InvalidRecordError
 from meta.message_id import EPOCH_MS, TIME_SHIFT
+from meta.protocol.crc import crc32 as _crc32
 from meta.protocol.message import (
     CHECKSUM_MASK,
     FLAG_ATTRIBUTE,
@@ -119,7 +119,7 @@ def decode_message_set(
     payload_starts = positions + HEADER_SIZE
     payload_ends = payload_starts + lengths
 
-    crc32 = zlib.crc32
+    crc32 = _crc32
     values = [
         view[start:end]
         for start, end in zip(payload_starts.tolist(), payload_ends.tolist(), strict=True)

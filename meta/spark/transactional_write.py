@@ -32,7 +32,6 @@ from __future__ import annotations
 import queue
 import threading
 import uuid
-import zlib
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future
@@ -44,6 +43,7 @@ from meta.client.factory import MetaMessageSessionFactory
 from meta.client.message import Message, SendResult
 from meta.client.produce.xa import XAMessageProducer, XAResource, Xid
 from meta.errors import ClientError, MetaError
+from meta.protocol.crc import crc32
 from meta.spark.options import WriteOptions
 
 FORMAT_ID = 0x4D515350
@@ -145,7 +145,7 @@ def _broker_index(message: Message, task_partition: int, brokers: int) -> int:
     if message.key is None:
         return task_partition % brokers
     key = message.key.encode() if isinstance(message.key, str) else message.key
-    return zlib.crc32(key) % brokers
+    return crc32(key) % brokers
 
 
 class _BranchWorker:

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import logging
 import os
-import zlib
 
+from meta.protocol.crc import crc32
 from meta.store.files import Files
 from meta.tx.journal_location import JournalLocation
 
@@ -45,7 +45,7 @@ def checkpoint_numbers(files: Files, directory: str) -> list[int]:
 def encode_checkpoint(location: JournalLocation) -> bytes:
     """The bytes of a checkpoint file naming ``location``."""
     lines = f"{VERSION}\n{location.number} {location.position}\n".encode()
-    return lines + b"%d\n" % zlib.crc32(lines)
+    return lines + b"%d\n" % crc32(lines)
 
 
 def decode_checkpoint(data: bytes) -> JournalLocation:
@@ -58,7 +58,7 @@ def decode_checkpoint(data: bytes) -> JournalLocation:
     if len(lines) != 4 or lines[3] != b"":
         raise ValueError("expected three lines")
     body = lines[0] + b"\n" + lines[1] + b"\n"
-    if int(lines[2]) != zlib.crc32(body):
+    if int(lines[2]) != crc32(body):
         raise ValueError("CRC mismatch")
     if int(lines[0]) != VERSION:
         raise ValueError(f"unknown checkpoint version {lines[0]!r}")

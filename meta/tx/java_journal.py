@@ -28,9 +28,9 @@ from __future__ import annotations
 import json
 import os
 import struct
-import zlib
 from dataclasses import dataclass, field
 
+from meta.protocol.crc import crc32
 from meta.protocol.message import CHECKSUM_MASK
 from meta.store.segment import SEGMENT_SUFFIX, parse_segment_name
 
@@ -216,7 +216,7 @@ def _check(transaction_id, entry, data_paths) -> BatchCheck:
         batch = file.read(length)
     if len(batch) != length:
         return result(False, f"the segment ends before {offset + length}")
-    if zlib.crc32(batch) & CHECKSUM_MASK != crc:
+    if crc32(batch) & CHECKSUM_MASK != crc:
         return result(False, f"the bytes at {offset} do not match the commit's checksum")
     return result(True)
 

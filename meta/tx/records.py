@@ -38,10 +38,10 @@ Invariants: ``decode_body(kind, encode(record)[HEADER_SIZE:])`` gives the record
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
 
 from meta.errors import InvalidRecordError
+from meta.protocol.crc import crc32 as _crc32
 from meta.protocol.message import CHECKSUM_MASK
 
 FILE_MAGIC = b"metaqtx\x02"
@@ -63,7 +63,6 @@ _FLAGS = struct.Struct(">BB")
 _LOCATION = struct.Struct(">iqII")
 _CRC = struct.Struct(">I")
 _LENGTH_KIND = struct.Struct(">IB")
-_crc32 = zlib.crc32
 _INLINE = struct.Struct(">iqI")
 
 
@@ -153,7 +152,7 @@ def encode_commit(
     to ``encode`` of that record, built without record objects (the commit's hot path)."""
     if was_prepared:
         locations = tuple(
-            BatchLocation(topic, partition, offset, len(data), zlib.crc32(data) & CHECKSUM_MASK)
+            BatchLocation(topic, partition, offset, len(data), _crc32(data) & CHECKSUM_MASK)
             for topic, partition, offset, data in placed
         )
         return encode(CommitRecord(key, True, outcome, locations))
@@ -307,7 +306,7 @@ def read_record(buffer: bytes | memoryview, position: int) -> tuple[Record, int]
     size = HEADER_SIZE + length
     if available < size:
         return None
-    if zlib.crc32(buffer[position + 4 : position + size]) != crc:
+    if _crc32(buffer[position + 4 : position + size]) != crc:
         raise InvalidRecordError("journal record CRC mismatch")
     body = bytes(buffer[position + HEADER_SIZE : position + size])
     return decode_body(kind, body), size

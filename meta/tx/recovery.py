@@ -24,12 +24,12 @@ Thread affinity: reactor thread only (partition appends complete through the flu
 from __future__ import annotations
 
 import logging
-import zlib
 from dataclasses import dataclass
 
 from twisted.internet import defer
 
 from meta.errors import MetaError, StoreError
+from meta.protocol.crc import crc32
 from meta.protocol.message import CHECKSUM_MASK
 from meta.tx import states
 from meta.tx.journal_location import JournalLocation
@@ -283,4 +283,4 @@ def _read(log, offset: int, length: int) -> bytes:
 
 
 def _crc(data: bytes) -> int:
-    return zlib.crc32(data) & CHECKSUM_MASK
+    return crc32(data) & CHECKSUM_MASK

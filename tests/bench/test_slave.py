@@ -34,6 +34,10 @@ def test_bench_runs_end_to_end_and_reports_lag_and_replay(tmp_path):
     assert lag["bound_ms"] > 500
     text = bench_slave.format_report(report)
     assert "of raw" in text and "p99" in text and "ms CPU/MiB" in text
+    assert "x the pipelined put rate" in text
+    replay = report["slave_replay"]
+    assert replay["times_produce"] == round(replay["msg_per_s"] / report["produce"]["msg_per_s"], 2)
+    assert replay["meets_cpu_target"] == (replay["cpu_ms_per_mib"] <= 1.3)
     assert (tmp_path / "zookeeper" / "zookeeper.log").exists()
     assert not (tmp_path / "zookeeper" / "zookeeper.pid").exists()  # ZooKeeper stopped
     for broker in ("master", "slave"):

@@ -16,7 +16,6 @@ inside the listener call.
 from __future__ import annotations
 
 import logging
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 from meta.client.cluster import Partition
 from meta.client.message import Message
 from meta.errors import ClientError, InvalidRecordError
+from meta.protocol.crc import crc32
 from meta.protocol.message import (
     CHECKSUM_MASK,
     FLAG_ATTRIBUTE,
@@ -123,7 +123,6 @@ def decode_batch(
             an attribute section that does not fit (after the good records before it).
     """
     unpack = HEADER.unpack_from
-    crc32 = zlib.crc32
     total = len(data)
     position = 0
     while total - position >= HEADER_SIZE:

@@ -14,7 +14,7 @@ File: ``<directory>/<topic>@<group>``, append-only, all integers big-endian::
 
 ``message`` is the Metamorphosis record (``meta.protocol.message.pack_message``: its own
 checksum covers the payload only, its flag bit 0 says the payload starts with the
-attribute). ``crc`` is CRC-32 (``zlib.crc32``) over the 4 length bytes followed by the
+attribute). ``crc`` is CRC-32 (``meta.protocol.crc.crc32``) over the 4 length bytes followed by the
 body: every byte of the record except the crc field itself. ``offset``/``broker_id``/
 ``partition`` say where the message was fetched from (-1 when unknown).
 Example: message id 7, no attribute, data ``b"x"`` from ``1-0`` at offset 42 is a record of
@@ -42,7 +42,6 @@ import logging
 import os
 import struct
 import threading
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +52,7 @@ from meta.client.fetch.received import ReceivedMessage
 from meta.client.local.durable import fsync_directory
 from meta.client.message import Message
 from meta.errors import ClientError, InvalidRecordError
+from meta.protocol.crc import crc32
 from meta.protocol.message import HEADER_SIZE, Record, iter_messages, pack_message
 
 log = logging.getLogger("meta.client")
@@ -80,7 +80,7 @@ class StoredMessage:
 
 def record_crc(body: bytes) -> int:
     """The record CRC: CRC-32 of the length field followed by ``body``."""
-    return zlib.crc32(body, zlib.crc32(LENGTH.pack(len(body))))
+    return crc32(body, crc32(LENGTH.pack(len(body))))
 
 
 def encode_record(message: Message) -> bytes:

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import random
 import threading
-import zlib
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from meta.client.cluster import Partition
 from meta.client.message import Message
 from meta.errors import ClientError, NoPartitionError
+from meta.protocol.crc import crc32
 
 _INT32_MASK = 0xFFFFFFFF
 _NON_NEGATIVE_MASK = 0x7FFFFFFF
@@ -120,7 +120,7 @@ class HashPartitionSelector:
                 f"the hash partition selector needs Message.key (str or bytes); topic {topic} "
                 f"got {type(key).__name__}"
             )
-        return partitions[(zlib.crc32(key) & _NON_NEGATIVE_MASK) % len(partitions)]
+        return partitions[(crc32(key) & _NON_NEGATIVE_MASK) % len(partitions)]
 
 
 def _message_key(message: Message) -> str | bytes | None:
