@@ -10,9 +10,15 @@ one event per put (tools/bench, the ``sync`` scenario). ``doPoll`` here dispatch
 exceptions raised by protocols; an exception escaping it is logged, as ``callWithLogger``
 does, and the loop goes on.
 
-Invariant: behaviour is ``EPollReactor``'s in all but the logging context. ``install`` falls
-back to Twisted's default reactor where epoll is missing or Twisted's internals differ
-(checked once, at install time).
+It also offers ``call_after_events``: work to do once every ready descriptor of the current
+poll was handled. The broker writes what the reads of one poll staged, and sends the replies
+that became ready, there: with many connections each holding one request, one poll's puts
+share one write per partition (and one flush request) instead of one per connection.
+
+Invariant: behaviour is ``EPollReactor``'s in all but the logging context and the calls
+asked for with ``call_after_events``. ``install`` falls back to Twisted's default reactor
+where epoll is missing or Twisted's internals differ (checked once, at install time); callers
+of ``call_after_events`` find it missing then and do their work at once.
 
 Thread affinity: ``doPoll`` runs on the reactor thread (it *is* the reactor's loop);
 ``install`` runs on the main thread before anything imports ``twisted.internet.reactor``.
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 
 from twisted.logger import Logger
 
@@ -39,7 +46,30 @@ _NEEDED = ("_poller", "_selectables", "_doReadOrWrite")
 if EPollReactor is not None:
 
     class LeanEPollReactor(EPollReactor):  # type: ignore[misc,valid-type]
-        """``EPollReactor`` whose ``doPoll`` skips ``log.callWithLogger`` (see module doc)."""
+        """``EPollReactor`` whose ``doPoll`` skips ``log.callWithLogger`` and runs the calls
+        of ``call_after_events`` (see module doc)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            # Calls asked for while the events of a poll are dispatched; None between polls.
+            self._after_events: dict[Callable[[], object], None] | None = None
+
+        def call_after_events(self, function: Callable[[], object]) -> bool:
+            """Call ``function()`` once the events of the current poll are handled.
+
+            A function asked for several times in one poll runs once, in the order of its
+            first asking.
+
+            Returns False, and calls nothing, when no poll's events are being dispatched
+            (a timed call, a thread's call, a test driving a protocol by hand) or the poll
+            found one ready descriptor only: the caller then does its work at once. Reactor
+            thread only.
+            """
+            after = self._after_events
+            if after is None:
+                return False
+            after[function] = None
+            return True
 
         def doPoll(self, timeout: float | None) -> None:
             if timeout is None:
@@ -48,17 +78,37 @@ if EPollReactor is not None:
             events = self._poller.poll(timeout, len(self._selectables))
             selectables = self._selectables
             dispatch = self._doReadOrWrite
-            for fd, event in events:
-                selectable = selectables.get(fd)
-                if selectable is None:
-                    continue  # removed by an earlier event of this poll
+            # A poll with one ready descriptor has nothing to share: its work is done at once.
+            after: dict[Callable[[], object], None] | None = {} if len(events) > 1 else None
+            self._after_events = after
+            try:
+                for fd, event in events:
+                    selectable = selectables.get(fd)
+                    if selectable is None:
+                        continue  # removed by an earlier event of this poll
+                    try:
+                        dispatch(selectable, fd, event)
+                    except KeyboardInterrupt:
+                        raise
+                    except BaseException:
+                        _twisted_log.failure(
+                            "while handling an event of {selectable}", None, selectable=selectable
+                        )
+            finally:
+                # Also after a KeyboardInterrupt: work asked for is never left undone.
+                if after is not None:
+                    self._after_events = None
+                    self._run_after_events(after)
+
+        def _run_after_events(self, after: dict[Callable[[], object], None]) -> None:
+            for function in after:
                 try:
-                    dispatch(selectable, fd, event)
+                    function()
                 except KeyboardInterrupt:
                     raise
                 except BaseException:
                     _twisted_log.failure(
-                        "while handling an event of {selectable}", None, selectable=selectable
+                        "while running {function} after a poll", None, function=function
                     )
 
         doIteration = doPoll

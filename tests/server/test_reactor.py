@@ -177,3 +177,88 @@ def test_twisted_errors_reach_the_broker_log_with_time_and_level():
     assert any(" CRITICAL twisted" in line for line in lines), done.stderr
     assert "ValueError: lost in a deferred" in done.stderr
     assert "chatter" not in done.stderr
+
+
+class Recorder:
+    """A selectable on a pipe's read end: each read records itself and asks for an
+    after-events call that records its end."""
+
+    def __init__(self, reactor, fd: int, name: str, log: list) -> None:
+        self.reactor, self.fd, self.name, self.log = reactor, fd, name, log
+        self.deferred: list[bool] = []
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def logPrefix(self) -> str:
+        return self.name
+
+    def doRead(self) -> None:
+        os.read(self.fd, 100)
+        self.log.append(f"read {self.name}")
+        self.deferred.append(
+            self.reactor.call_after_events(lambda: self.log.append(f"after {self.name}"))
+        )
+
+    def connectionLost(self, reason) -> None:
+        pass
+
+
+def poll_once(reactor, names: list[str]) -> tuple[list[str], list[Recorder]]:
+    """Make one pipe readable per name, then run one ``doPoll`` over all of them."""
+    log: list[str] = []
+    pipes = [os.pipe() for _ in names]
+    recorders = [
+        Recorder(reactor, r, name, log) for (r, _w), name in zip(pipes, names, strict=True)
+    ]
+    try:
+        for recorder, (_r, write_end) in zip(recorders, pipes, strict=True):
+            reactor.addReader(recorder)
+            os.write(write_end, b"x")
+        reactor.doPoll(1.0)
+    finally:
+        for recorder in recorders:
+            reactor.removeReader(recorder)
+        for pipe in pipes:
+            os.close(pipe[0])
+            os.close(pipe[1])
+    return log, recorders
+
+
+def test_calls_after_events_run_once_every_ready_descriptor_of_the_poll_was_handled():
+    reactor = lean.LeanEPollReactor()
+    log, recorders = poll_once(reactor, ["a", "b"])
+    assert sorted(log[:2]) == ["read a", "read b"]
+    assert log[2:] == [f"after {log[0][5:]}", f"after {log[1][5:]}"]
+    assert [recorder.deferred for recorder in recorders] == [[True], [True]]
+
+
+def test_outside_a_poll_or_in_a_poll_of_one_event_the_caller_does_its_work_at_once():
+    reactor = lean.LeanEPollReactor()
+    assert reactor.call_after_events(lambda: None) is False
+    log, (recorder,) = poll_once(reactor, ["a"])
+    assert log == ["read a"] and recorder.deferred == [False]
+
+
+def test_a_failing_call_after_events_is_logged_and_the_others_still_run():
+    events: list[dict] = []
+    globalLogPublisher.addObserver(events.append)
+    reactor = lean.LeanEPollReactor()
+    ran: list[str] = []
+
+    def fail() -> None:
+        raise ZeroDivisionError("after")
+
+    def handle_both(selectable, fd, event) -> None:
+        reactor.call_after_events(fail)  # asked for twice in the poll: runs once
+        reactor.call_after_events(lambda: ran.append(selectable.name))
+
+    reactor._doReadOrWrite = handle_both
+    try:
+        poll_once(reactor, ["a", "b"])
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+    assert sorted(ran) == ["a", "b"]
+    failed = [e for e in events if "after a poll" in e.get("log_format", "")]
+    assert len(failed) == 1
+    assert isinstance(failed[0]["log_failure"].value, ZeroDivisionError)
