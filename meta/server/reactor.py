@@ -15,10 +15,18 @@ poll was handled. The broker writes what the reads of one poll staged, and sends
 that became ready, there: with many connections each holding one request, one poll's puts
 share one write per partition (and one flush request) instead of one per connection.
 
-Invariant: behaviour is ``EPollReactor``'s in all but the logging context and the calls
-asked for with ``call_after_events``. ``install`` falls back to Twisted's default reactor
-where epoll is missing or Twisted's internals differ (checked once, at install time); callers
-of ``call_after_events`` find it missing then and do their work at once.
+Its waker (``LeanWaker``, what ``callFromThread`` writes to) writes its byte with a plain
+``os.write``. Twisted's ``_UnixWaker`` reaches ``untilConcludes`` through
+``twisted.python.util``, a module wrapped by a deprecation proxy whose Python
+``__getattribute__`` costs more than the rest of a thread's hand-off; the group-commit flusher
+pays it on its thread, holding the GIL, between an fsync and the replies it releases. Python
+retries a write interrupted by a signal itself (PEP 475), which is all ``untilConcludes`` adds.
+
+Invariant: behaviour is ``EPollReactor``'s in all but the logging context, the waker's write
+and the calls asked for with ``call_after_events``. ``install`` falls back to Twisted's
+default reactor where epoll is missing or Twisted's internals differ (checked once, at install
+time); callers of ``call_after_events`` find it missing then and do their work at once. Where
+Twisted has no ``_UnixWaker``, the reactor keeps Twisted's waker.
 
 Thread affinity: ``doPoll`` runs on the reactor thread (it *is* the reactor's loop);
 ``install`` runs on the main thread before anything imports ``twisted.internet.reactor``.
@@ -27,6 +35,7 @@ Thread affinity: ``doPoll`` runs on the reactor thread (it *is* the reactor's lo
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 
@@ -39,6 +48,26 @@ try:
     from twisted.internet.epollreactor import EPollReactor
 except ImportError:  # no epoll on this platform
     EPollReactor = None  # type: ignore[assignment,misc]
+
+try:
+    from twisted.internet._signals import _UnixWaker
+except ImportError:  # another Twisted: its own waker is kept
+    _UnixWaker = None  # type: ignore[assignment,misc]
+
+
+if _UnixWaker is not None:
+
+    class LeanWaker(_UnixWaker):  # type: ignore[misc,valid-type]
+        """Twisted's self-pipe waker, writing its byte without ``untilConcludes`` (see the
+        module doc); any thread may call ``wakeUp``."""
+
+        def wakeUp(self) -> None:
+            if self.o is not None:
+                try:
+                    os.write(self.o, b"x")
+                except BlockingIOError:
+                    pass  # the pipe is full: the reactor is woken already
+
 
 _NEEDED = ("_poller", "_selectables", "_doReadOrWrite")
 
@@ -53,6 +82,12 @@ if EPollReactor is not None:
             super().__init__()
             # Calls asked for while the events of a poll are dispatched; None between polls.
             self._after_events: dict[Callable[[], object], None] | None = None
+
+        def _wakerFactory(self):  # noqa: N802 - Twisted's spelling
+            """``LeanWaker`` where this Twisted has the waker it derives from."""
+            if _UnixWaker is None:
+                return super()._wakerFactory()
+            return LeanWaker()
 
         def call_after_events(self, function: Callable[[], object]) -> bool:
             """Call ``function()`` once the events of the current poll are handled.

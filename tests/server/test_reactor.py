@@ -8,6 +8,8 @@ subprocess, where no reactor was imported yet.
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import pytest
 from twisted.internet import protocol
@@ -262,3 +264,25 @@ def test_a_failing_call_after_events_is_logged_and_the_others_still_run():
     failed = [e for e in events if "after a poll" in e.get("log_format", "")]
     assert len(failed) == 1
     assert isinstance(failed[0]["log_failure"].value, ZeroDivisionError)
+
+
+def test_a_call_from_another_thread_wakes_the_reactor_through_the_lean_waker():
+    """Goal: ``LeanWaker`` wakes a reactor blocked in its poll. Method: the reactor polls
+    with no timer due for far longer than the test waits; a thread's ``callFromThread``
+    must run promptly, and a full pipe (many wake-ups) must not raise."""
+    reactor = lean.LeanEPollReactor()
+    assert isinstance(reactor.waker, lean.LeanWaker)
+    ran: list[float] = []
+
+    def from_thread() -> None:
+        for _ in range(100_000):  # fills the pipe: the extra wake-ups are dropped
+            reactor.waker.wakeUp()
+        reactor.callFromThread(lambda: (ran.append(time.monotonic()), reactor.stop()))
+
+    reactor.callWhenRunning(threading.Thread(target=from_thread).start)
+    deadline = reactor.callLater(DEADLINE_S, reactor.stop)
+    started = time.monotonic()
+    reactor.run(installSignalHandlers=False)
+    assert deadline.active(), "the thread's call did not wake the reactor"
+    deadline.cancel()
+    assert len(ran) == 1 and ran[0] - started < DEADLINE_S
