@@ -52,6 +52,7 @@ from meta.message_id import IdWorker
 from meta.server.connections import ConnectionGuard
 from meta.server.json_stats import is_json_item, render_json_stats
 from meta.server.protocol import BrokerFactory
+from meta.server.reactor import after_events_caller
 from meta.server.reload import (  # re-exported: callers import them from here
     RELOAD_DONE,
     RELOAD_FAILED,
@@ -160,9 +161,8 @@ class Broker:
         self._stat_topics: dict[str, bool] = {}
         self._data_waiters: dict[object, dict[object, tuple]] = {}
         self._output_pending: list = []
-        # The reactor's ``call_after_events`` (``meta.server.reactor``), None when it has none.
-        self._call_after_events = getattr(reactor, "call_after_events", None)
-        self._commit_and_send = self._commit_and_send_run  # bound once: used once per read
+        self._after_events = after_events_caller(reactor)
+        self._end_of_batch_work = self._commit_and_send  # bound once: it is asked for per read
         # After a finished fsync batch: write the transaction batches it released (one write
         # per partition), then send the replies its acks made, in one go.
         self.store.flusher.on_batch_done = self.end_of_batch
@@ -369,18 +369,10 @@ class Broker:
 
     def end_of_batch(self) -> None:
         """A connection finished handling one read: write what its puts staged, then send
-        every reply that became ready.
+        every reply that became ready; once per poll (``reactor.call_after_events``)."""
+        self._after_events(self._end_of_batch_work)
 
-        Inside a poll of the broker's reactor this happens once, after every ready
-        connection of that poll was read (``LeanEPollReactor.call_after_events``): the puts
-        of many connections share one write per partition and one flush request. Elsewhere
-        (a flush batch's completion, another reactor, a test) it happens at once.
-        """
-        call_after_events = self._call_after_events
-        if call_after_events is None or not call_after_events(self._commit_and_send):
-            self._commit_and_send()
-
-    def _commit_and_send_run(self) -> None:
+    def _commit_and_send(self) -> None:
         self.tx.journal.end_of_batch()
         self.store.commit_staged()
         self.flush_output()

@@ -25,7 +25,7 @@ retries a write interrupted by a signal itself (PEP 475), which is all ``untilCo
 Invariant: behaviour is ``EPollReactor``'s in all but the logging context, the waker's write
 and the calls asked for with ``call_after_events``. ``install`` falls back to Twisted's
 default reactor where epoll is missing or Twisted's internals differ (checked once, at install
-time); callers of ``call_after_events`` find it missing then and do their work at once. Where
+time); ``after_events_caller`` then calls at once. Where
 Twisted has no ``_UnixWaker``, the reactor keeps Twisted's waker.
 
 Thread affinity: ``doPoll`` runs on the reactor thread (it *is* the reactor's loop);
@@ -89,22 +89,19 @@ if EPollReactor is not None:
                 return super()._wakerFactory()
             return LeanWaker()
 
-        def call_after_events(self, function: Callable[[], object]) -> bool:
+        def call_after_events(self, function: Callable[[], object]) -> None:
             """Call ``function()`` once the events of the current poll are handled.
 
             A function asked for several times in one poll runs once, in the order of its
-            first asking.
-
-            Returns False, and calls nothing, when no poll's events are being dispatched
-            (a timed call, a thread's call, a test driving a protocol by hand) or the poll
-            found one ready descriptor only: the caller then does its work at once. Reactor
-            thread only.
+            first asking. It runs at once when no poll's events are being dispatched (a
+            timed call, a thread's call) or the poll found one ready descriptor only.
+            Reactor thread only.
             """
             after = self._after_events
             if after is None:
-                return False
-            after[function] = None
-            return True
+                function()
+            else:
+                after[function] = None
 
         def doPoll(self, timeout: float | None) -> None:
             if timeout is None:
@@ -147,6 +144,16 @@ if EPollReactor is not None:
                     )
 
         doIteration = doPoll
+
+
+def after_events_caller(reactor: object) -> Callable[[Callable[[], object]], None]:
+    """``reactor.call_after_events`` (``LeanEPollReactor``), or, for a reactor without it
+    (another reactor, a test's clock), a caller that calls its function at once."""
+    return getattr(reactor, "call_after_events", _call_now)
+
+
+def _call_now(function: Callable[[], object]) -> None:
+    function()
 
 
 def install() -> str:

@@ -139,11 +139,11 @@ class PollClock(Clock):
         super().__init__()
         self.after_events: list | None = None
 
-    def call_after_events(self, function) -> bool:
+    def call_after_events(self, function) -> None:
         if self.after_events is None:
-            return False
-        self.after_events.append(function)
-        return True
+            function()
+        elif function not in self.after_events:
+            self.after_events.append(function)
 
     def poll(self, handle) -> None:
         self.after_events = []
