@@ -32,7 +32,17 @@ STOP_TIMEOUT_S = 30.0
 MAX_SIZE_DEFAULT = 1024 * 1024
 ZK_ROOT = "/meta"
 """The ZooKeeper root of benchmark brokers that register (``BenchBroker.zk_connect``)."""
-SCENARIO_NAMES = ("sync", "pipelined", "concurrent", "client", "consume", "latency", "tx", "e2e")
+SCENARIO_NAMES = (
+    "sync",
+    "pipelined",
+    "unbatched",
+    "concurrent",
+    "client",
+    "consume",
+    "latency",
+    "tx",
+    "e2e",
+)
 TOPICS = tuple(f"bench-{name}" for name in SCENARIO_NAMES)
 
 
@@ -84,6 +94,12 @@ def server_ini(
     for topic, partitions in (topics or dict.fromkeys(TOPICS, 1)).items():
         lines += ["", f"[topic={topic}]", f"numPartitions={partitions}"]
     return "\n".join(lines) + "\n"
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (all its threads) so far, from ``/proc``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_until_answering(address: tuple[str, int], timeout_s: float, alive: Callable) -> None:
@@ -184,8 +200,7 @@ class BenchBroker:
         """User + system CPU time of the broker process so far."""
         if not self.alive():
             return 0.0
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_seconds(self.process.pid)
 
     def stop(self) -> int | None:
         """SIGTERM and wait; SIGKILL the process group if it does not exit in time."""

@@ -4,7 +4,9 @@
 always stops it. The generators drive a broker over raw sockets:
 
 * ``run_sync``: one connection, one put at a time;
-* ``run_pipelined``: one connection, a sliding window of unanswered puts;
+* ``run_pipelined``: one connection, a sliding window of unanswered puts, written in batches;
+* ``run_unbatched``: the same window, each put written by its own ``send`` (the Java client's
+  asynchronous sends arrive so);
 * ``run_consume``: gets of ``max_size`` bytes from offset 0 until caught up;
 * ``run_latency``: synchronous puts paced by a fixed-rate schedule;
 * ``run_sync_paired``: ``run_sync`` in turns with ``FdatasyncLoop``, the disk measurement.
@@ -281,7 +283,57 @@ def _pump(
     return pending, replies
 
 
-def _send_some(sock: socket.socket, data: memoryview) -> int:
+def run_unbatched(
+    address: tuple[str, int],
+    frames: PutFrames,
+    duration_s: float,
+    max_messages: int,
+    window: int = 1000,
+) -> dict:
+    """One connection, at most ``window`` puts unanswered, each put its own ``send``.
+
+    ``run_pipelined`` joins the puts it may send into one write, so the broker reads many
+    per event; here every put is a separate write (a separate TCP segment with TCP_NODELAY),
+    as the Java client's asynchronous sends leave it, so the broker reads whatever arrived
+    since its last read.
+    """
+    sock = connect(address)
+    sock.setblocking(False)
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ)
+    decoder = Decoder()
+    outstanding: set[int] = set()
+    pending = memoryview(b"")
+    sent = answered = 0
+    body = frames.body
+    cpu_start, start = time.process_time(), time.monotonic()
+    deadline, last_progress = start + duration_s, start
+    try:
+        while True:
+            now = time.monotonic()
+            while not pending and sent < max_messages and now < deadline:
+                if len(outstanding) >= window:
+                    break
+                sent += 1
+                outstanding.add(sent)
+                frame = frames.header(sent) + body
+                written = _send_some(sock, frame)
+                if written < len(frame):
+                    pending = memoryview(frame)[written:]
+            if not outstanding:
+                break
+            if now - last_progress > REPLY_TIMEOUT_S:
+                raise BenchError(f"no reply for {REPLY_TIMEOUT_S} s ({len(outstanding)} open)")
+            pending, replies = _pump(selector, sock, pending, decoder, outstanding)
+            if replies is not None:
+                answered, last_progress = answered + replies, time.monotonic()
+    finally:
+        selector.close()
+        sock.close()
+    return rate_result(answered, frames, time.monotonic() - start, time.process_time() - cpu_start)
+
+
+def _send_some(sock: socket.socket, data: bytes | memoryview) -> int:
     try:
         return sock.send(data)
     except BlockingIOError:

@@ -55,6 +55,7 @@ from meta.server.connections import ConnectionGuard
 from meta.server.json_stats import is_json_item, render_json_stats
 from meta.server.long_poll import DataWaiters
 from meta.server.protocol import BrokerFactory
+from meta.server.reactor import after_events_caller
 from meta.server.reload import (  # re-exported: callers import them from here
     RELOAD_DONE,
     RELOAD_FAILED,
@@ -168,6 +169,8 @@ class Broker:
         self._stat_topics: dict[str, bool] = {}
         self.data_waiters = DataWaiters(reactor, self.flush_output)
         self._output_pending: list = []
+        self._after_events = after_events_caller(reactor)
+        self._end_of_batch_work = self._commit_and_send  # bound once: it is asked for per read
         # After a finished fsync batch: write the transaction batches it released (one write
         # per partition), then send the replies its acks made, in one go.
         self.store.flusher.on_batch_done = self.end_of_batch
@@ -342,7 +345,10 @@ class Broker:
 
     def end_of_batch(self) -> None:
         """A connection finished handling one read: write what its puts staged, then send
-        every reply that became ready."""
+        every reply that became ready; once per poll (``reactor.call_after_events``)."""
+        self._after_events(self._end_of_batch_work)
+
+    def _commit_and_send(self) -> None:
         self.tx.journal.end_of_batch()
         self.store.commit_staged()
         self.flush_output()

@@ -10,9 +10,23 @@ one event per put (tools/bench, the ``sync`` scenario). ``doPoll`` here dispatch
 exceptions raised by protocols; an exception escaping it is logged, as ``callWithLogger``
 does, and the loop goes on.
 
-Invariant: behaviour is ``EPollReactor``'s in all but the logging context. ``install`` falls
-back to Twisted's default reactor where epoll is missing or Twisted's internals differ
-(checked once, at install time).
+It also offers ``call_after_events``: work to do once every ready descriptor of the current
+poll was handled. The broker writes what the reads of one poll staged, and sends the replies
+that became ready, there: with many connections each holding one request, one poll's puts
+share one write per partition (and one flush request) instead of one per connection.
+
+Its waker (``LeanWaker``, what ``callFromThread`` writes to) writes its byte with a plain
+``os.write``. Twisted's ``_UnixWaker`` reaches ``untilConcludes`` through
+``twisted.python.util``, a module wrapped by a deprecation proxy whose Python
+``__getattribute__`` costs more than the rest of a thread's hand-off; the group-commit flusher
+pays it on its thread, holding the GIL, between an fsync and the replies it releases. Python
+retries a write interrupted by a signal itself (PEP 475), which is all ``untilConcludes`` adds.
+
+Invariant: behaviour is ``EPollReactor``'s in all but the logging context, the waker's write
+and the calls asked for with ``call_after_events``. ``install`` falls back to Twisted's
+default reactor where epoll is missing or Twisted's internals differ (checked once, at install
+time); ``after_events_caller`` then calls at once. Where
+Twisted has no ``_UnixWaker``, the reactor keeps Twisted's waker.
 
 Thread affinity: ``doPoll`` runs on the reactor thread (it *is* the reactor's loop);
 ``install`` runs on the main thread before anything imports ``twisted.internet.reactor``.
@@ -21,7 +35,9 @@ Thread affinity: ``doPoll`` runs on the reactor thread (it *is* the reactor's lo
 from __future__ import annotations
 
 import logging
+import os
 import sys
+from collections.abc import Callable
 
 from twisted.logger import Logger
 
@@ -33,13 +49,59 @@ try:
 except ImportError:  # no epoll on this platform
     EPollReactor = None  # type: ignore[assignment,misc]
 
+try:
+    from twisted.internet._signals import _UnixWaker
+except ImportError:  # another Twisted: its own waker is kept
+    _UnixWaker = None  # type: ignore[assignment,misc]
+
+
+if _UnixWaker is not None:
+
+    class LeanWaker(_UnixWaker):  # type: ignore[misc,valid-type]
+        """Twisted's self-pipe waker, writing its byte without ``untilConcludes`` (see the
+        module doc); any thread may call ``wakeUp``."""
+
+        def wakeUp(self) -> None:
+            if self.o is not None:
+                try:
+                    os.write(self.o, b"x")
+                except BlockingIOError:
+                    pass  # the pipe is full: the reactor is woken already
+
+
 _NEEDED = ("_poller", "_selectables", "_doReadOrWrite")
 
 
 if EPollReactor is not None:
 
     class LeanEPollReactor(EPollReactor):  # type: ignore[misc,valid-type]
-        """``EPollReactor`` whose ``doPoll`` skips ``log.callWithLogger`` (see module doc)."""
+        """``EPollReactor`` whose ``doPoll`` skips ``log.callWithLogger`` and runs the calls
+        of ``call_after_events`` (see module doc)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            # Calls asked for while the events of a poll are dispatched; None between polls.
+            self._after_events: dict[Callable[[], object], None] | None = None
+
+        def _wakerFactory(self):  # noqa: N802 - Twisted's spelling
+            """``LeanWaker`` where this Twisted has the waker it derives from."""
+            if _UnixWaker is None:
+                return super()._wakerFactory()
+            return LeanWaker()
+
+        def call_after_events(self, function: Callable[[], object]) -> None:
+            """Call ``function()`` once the events of the current poll are handled.
+
+            A function asked for several times in one poll runs once, in the order of its
+            first asking. It runs at once when no poll's events are being dispatched (a
+            timed call, a thread's call) or the poll found one ready descriptor only.
+            Reactor thread only.
+            """
+            after = self._after_events
+            if after is None:
+                function()
+            else:
+                after[function] = None
 
         def doPoll(self, timeout: float | None) -> None:
             if timeout is None:
@@ -48,20 +110,50 @@ if EPollReactor is not None:
             events = self._poller.poll(timeout, len(self._selectables))
             selectables = self._selectables
             dispatch = self._doReadOrWrite
-            for fd, event in events:
-                selectable = selectables.get(fd)
-                if selectable is None:
-                    continue  # removed by an earlier event of this poll
+            # A poll with one ready descriptor has nothing to share: its work is done at once.
+            after: dict[Callable[[], object], None] | None = {} if len(events) > 1 else None
+            self._after_events = after
+            try:
+                for fd, event in events:
+                    selectable = selectables.get(fd)
+                    if selectable is None:
+                        continue  # removed by an earlier event of this poll
+                    try:
+                        dispatch(selectable, fd, event)
+                    except KeyboardInterrupt:
+                        raise
+                    except BaseException:
+                        _twisted_log.failure(
+                            "while handling an event of {selectable}", None, selectable=selectable
+                        )
+            finally:
+                # Also after a KeyboardInterrupt: work asked for is never left undone.
+                if after is not None:
+                    self._after_events = None
+                    self._run_after_events(after)
+
+        def _run_after_events(self, after: dict[Callable[[], object], None]) -> None:
+            for function in after:
                 try:
-                    dispatch(selectable, fd, event)
+                    function()
                 except KeyboardInterrupt:
                     raise
                 except BaseException:
                     _twisted_log.failure(
-                        "while handling an event of {selectable}", None, selectable=selectable
+                        "while running {function} after a poll", None, function=function
                     )
 
         doIteration = doPoll
+
+
+def after_events_caller(reactor: object) -> Callable[[Callable[[], object]], None]:
+    """``reactor.call_after_events`` (``LeanEPollReactor``), or, for a reactor without it
+    (another reactor, a test's clock), a caller that calls its function at once."""
+    return getattr(reactor, "call_after_events", _call_now)
+
+
+def _call_now(function: Callable[[], object]) -> None:
+    function()
 
 
 def install() -> str:

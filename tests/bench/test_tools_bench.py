@@ -28,6 +28,17 @@ def test_bench_help_runs():
     assert "--broker" in completed.stdout and "--quick" in completed.stdout
 
 
+def test_broker_pid_needs_an_external_broker():
+    completed = subprocess.run(
+        [sys.executable, str(BENCH), "--broker-pid", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 2
+    assert "--broker-pid goes with --broker" in completed.stderr
+
+
 def test_quick_run_reports_every_scenario(tmp_path: Path):
     output = tmp_path / "bench.json"
     completed = subprocess.run(
@@ -47,9 +58,15 @@ def test_quick_run_reports_every_scenario(tmp_path: Path):
     assert report["fsync"]["per_s"] > 0
     rows = {(row["scenario"], row["mode"]): row for row in report["results"]}
     for mode in ("0", "1", "1000"):
-        for scenario in ("sync", "pipelined", "concurrent"):
+        for scenario in ("sync", "pipelined", "unbatched", "concurrent"):
             row = rows[(scenario, mode)]
             assert row["messages"] > 0 and row["msg_per_s"] > 0 and row["mb_per_s"] > 0
+            # Broker CPU is counted in clock ticks (10 ms): a short run may read as 0.
+            assert row["broker_cpu_us_per_msg"] >= 0
+            assert row["broker_cpu_us_per_msg"] == pytest.approx(
+                row["broker_cpu_s"] / row["messages"] * 1e6
+            )
+    assert "brk us/msg" in completed.stdout
     # The fsync target compares the mode-1 producer with the disk measured in turns with it.
     assert rows[("sync", "1")]["paired_fdatasync_per_s"] > 0
     (fsync_target,) = [entry for entry in report["targets"] if "fraction_of_fdatasync" in entry]

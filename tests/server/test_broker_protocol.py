@@ -129,3 +129,65 @@ def test_reading_pauses_when_too_many_requests_are_in_flight(setup, monkeypatch)
     assert transport.producerState == "paused"
     executor.run_all()
     assert transport.producerState == "producing"
+
+
+class PollClock(Clock):
+    """A ``Clock`` with ``LeanEPollReactor.call_after_events``: ``poll`` runs ``handle`` as
+    the events of one poll, then the calls asked for during it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.after_events: list | None = None
+
+    def call_after_events(self, function) -> None:
+        if self.after_events is None:
+            function()
+        elif function not in self.after_events:
+            self.after_events.append(function)
+
+    def poll(self, handle) -> None:
+        self.after_events = []
+        handle()
+        after, self.after_events = self.after_events, None
+        for function in after:
+            function()
+
+
+def test_the_puts_of_one_poll_share_one_write_made_after_every_read_of_it(tmp_path):
+    """Goal: with many connections each holding one put, one poll's puts are written together.
+    Method: three connections each read a put within one poll of a reactor offering
+    ``call_after_events``; nothing is written before the poll's events end, then one write
+    holds all three records, and after the fsync each connection gets its 200."""
+    files = RecordingFiles()
+    executor = ManualExecutor()
+    clock = PollClock()
+    config = broker_config(
+        str(tmp_path),
+        topics=(topic_config("test", str(tmp_path), num_partitions=1),),
+        zookeeper=ZkConfig(connect="127.0.0.1:1", enabled=False),
+    )
+    broker = Broker(
+        config, clock, store=StoreManager(config, clock, files=files, executor=executor)
+    )
+    broker.start(listen=False)
+    connections = [connect(broker, files.events) for _ in range(3)]
+    writes_before = files.count("write")
+
+    def reads() -> None:
+        for opaque, (protocol, _transport) in enumerate(connections, 1):
+            protocol.dataReceived(put_bytes(opaque))
+        # Staged, not written, until the poll's events end.
+        assert files.count("write") == writes_before
+
+    clock.poll(reads)
+    assert files.count("write") == writes_before + 1
+    executor.run_all()
+    replies = [decode_all(transport.value()) for _protocol, transport in connections]
+    assert [[(reply.code, reply.opaque) for reply in r] for r in replies] == [
+        [(200, 1)],
+        [(200, 2)],
+        [(200, 3)],
+    ]
+    # Outside a poll (a timed call, a thread's call) a read's work is done at once.
+    connections[0][0].dataReceived(put_bytes(4))
+    assert files.count("write") == writes_before + 2

@@ -8,6 +8,8 @@ subprocess, where no reactor was imported yet.
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import pytest
 from twisted.internet import protocol
@@ -177,3 +179,125 @@ def test_twisted_errors_reach_the_broker_log_with_time_and_level():
     assert any(" CRITICAL twisted" in line for line in lines), done.stderr
     assert "ValueError: lost in a deferred" in done.stderr
     assert "chatter" not in done.stderr
+
+
+class Recorder:
+    """A selectable on a pipe's read end: each read records itself and asks for an
+    after-events call that records its end."""
+
+    def __init__(self, reactor, fd: int, name: str, log: list) -> None:
+        self.reactor, self.fd, self.name, self.log = reactor, fd, name, log
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def logPrefix(self) -> str:
+        return self.name
+
+    def doRead(self) -> None:
+        os.read(self.fd, 100)
+        self.log.append(f"read {self.name}")
+        self.reactor.call_after_events(lambda: self.log.append(f"after {self.name}"))
+        self.log.append(f"read {self.name} returns")
+
+    def connectionLost(self, reason) -> None:
+        pass
+
+
+def poll_once(reactor, names: list[str]) -> tuple[list[str], list[Recorder]]:
+    """Make one pipe readable per name, then run one ``doPoll`` over all of them."""
+    log: list[str] = []
+    pipes = [os.pipe() for _ in names]
+    recorders = [
+        Recorder(reactor, r, name, log) for (r, _w), name in zip(pipes, names, strict=True)
+    ]
+    try:
+        for recorder, (_r, write_end) in zip(recorders, pipes, strict=True):
+            reactor.addReader(recorder)
+            os.write(write_end, b"x")
+        reactor.doPoll(1.0)
+    finally:
+        for recorder in recorders:
+            reactor.removeReader(recorder)
+        for pipe in pipes:
+            os.close(pipe[0])
+            os.close(pipe[1])
+    return log, recorders
+
+
+def test_calls_after_events_run_once_every_ready_descriptor_of_the_poll_was_handled():
+    reactor = lean.LeanEPollReactor()
+    log, _recorders = poll_once(reactor, ["a", "b"])
+    first, second = log[0][5:], log[2][5:]
+    assert {first, second} == {"a", "b"}
+    assert log == [
+        f"read {first}",
+        f"read {first} returns",
+        f"read {second}",
+        f"read {second} returns",
+        f"after {first}",
+        f"after {second}",
+    ]
+
+
+def test_outside_a_poll_or_in_a_poll_of_one_event_a_call_after_events_runs_at_once():
+    reactor = lean.LeanEPollReactor()
+    ran: list[int] = []
+    reactor.call_after_events(lambda: ran.append(1))
+    assert ran == [1]
+    log, _recorders = poll_once(reactor, ["a"])
+    assert log == ["read a", "after a", "read a returns"]
+
+
+def test_a_reactor_without_call_after_events_gets_a_caller_that_calls_at_once():
+    ran: list[int] = []
+    lean.after_events_caller(object())(lambda: ran.append(1))
+    assert ran == [1]
+    reactor = lean.LeanEPollReactor()
+    assert lean.after_events_caller(reactor) == reactor.call_after_events
+
+
+def test_a_failing_call_after_events_is_logged_and_the_others_still_run():
+    events: list[dict] = []
+    globalLogPublisher.addObserver(events.append)
+    reactor = lean.LeanEPollReactor()
+    ran: list[str] = []
+
+    def fail() -> None:
+        raise ZeroDivisionError("after")
+
+    def handle_both(selectable, fd, event) -> None:
+        reactor.call_after_events(fail)  # asked for twice in the poll: runs once
+        reactor.call_after_events(lambda: ran.append(selectable.name))
+
+    reactor._doReadOrWrite = handle_both
+    try:
+        poll_once(reactor, ["a", "b"])
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+    assert sorted(ran) == ["a", "b"]
+    failed = [e for e in events if "after a poll" in e.get("log_format", "")]
+    assert len(failed) == 1
+    assert isinstance(failed[0]["log_failure"].value, ZeroDivisionError)
+
+
+def test_a_call_from_another_thread_wakes_the_reactor_through_the_lean_waker():
+    """Goal: ``LeanWaker`` wakes a reactor blocked in its poll. Method: the reactor polls
+    with no timer due for far longer than the test waits; a thread's ``callFromThread``
+    must run promptly, and a full pipe (many wake-ups) must not raise."""
+    reactor = lean.LeanEPollReactor()
+    assert isinstance(reactor.waker, lean.LeanWaker)
+    ran: list[float] = []
+
+    def from_thread() -> None:
+        for _ in range(100_000):  # fills the pipe: the extra wake-ups are dropped
+            reactor.waker.wakeUp()
+        reactor.callFromThread(lambda: (ran.append(time.monotonic()), reactor.stop()))
+
+    reactor.callWhenRunning(threading.Thread(target=from_thread).start)
+    deadline = reactor.callLater(DEADLINE_S, reactor.stop)
+    started = time.monotonic()
+    reactor.run(installSignalHandlers=False)
+    assert deadline.active(), "the thread's call did not wake the reactor"
+    deadline.cancel()
+    assert len(ran) == 1 and ran[0] - started < DEADLINE_S

@@ -9,7 +9,7 @@ import threading
 from twisted.internet.defer import fail
 
 from meta.config import FlushMode
-from meta.errors import PartitionFailedError
+from meta.errors import PartitionFailedError, StoreError
 from meta.store.group_commit import Flusher, SynchronousExecutor, ThreadExecutor, should_flush
 from meta.store.partition import AFTER
 from tests.store.conftest import EIO, ENOSPC, ManualExecutor, collect, open_partition, record
@@ -368,3 +368,45 @@ def test_thread_executor_fsyncs_off_the_calling_thread(tmp_path, files):
     reactor.run_one()
     executor.stop()
     assert result == [0] and threading.current_thread().name not in files.threads
+
+
+def test_thread_executor_submit_hands_the_result_or_the_error_to_the_reactor_thread():
+    reactor = QueueReactor()
+    executor = ThreadExecutor(reactor)
+    results: list = []
+    executor.submit(lambda: 7, lambda value, error: results.append((value, error)))
+    reactor.run_one()
+    executor.submit(lambda: 1 / 0, lambda value, error: results.append((value, error)))
+    reactor.run_one()
+    executor.stop()
+    assert results[0] == (7, None)
+    assert results[1][0] is None and isinstance(results[1][1], ZeroDivisionError)
+    executor.submit(lambda: 8, lambda value, error: results.append((value, error)))
+    assert results[2][0] is None and isinstance(results[2][1], StoreError)  # stopped: at once
+
+
+def test_thread_executor_call_still_returns_a_deferred_with_the_result_or_the_failure():
+    reactor = QueueReactor()
+    executor = ThreadExecutor(reactor)
+    good, bad = collect(executor(lambda: 7)), collect(executor(lambda: 1 / 0))
+    reactor.run_one()
+    reactor.run_one()
+    executor.stop()
+    assert good == [7]
+    assert bad[0].check(ZeroDivisionError)
+
+
+class LostSubmitExecutor:
+    """An executor with ``submit`` whose worker is gone: every batch comes back failed."""
+
+    def __call__(self, work):
+        raise AssertionError("the flusher drives an executor with submit through submit")
+
+    def submit(self, work, done) -> None:
+        done(None, RuntimeError("worker is gone"))
+
+
+def test_a_failing_submit_executor_fails_the_batch(tmp_path, files):
+    log = open_partition(str(tmp_path / "test-0"), files=files, executor=LostSubmitExecutor())
+    (result,) = collect(log.append(record(b"a")))
+    assert result.check(PartitionFailedError) and "worker is gone" in str(result.value)
