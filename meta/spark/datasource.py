@@ -31,9 +31,21 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from meta.spark.options import ReadOptions, WriteOptions, parse_read_options, parse_write_options
-from meta.spark.planning import plan_ranges
-from meta.spark.schema import SPARK_SCHEMA
+from meta.spark.workers import missing_module_text, worker_import
+
+try:
+    from meta.spark.options import (
+        ReadOptions,
+        WriteOptions,
+        parse_read_options,
+        parse_write_options,
+    )
+    from meta.spark.planning import plan_ranges
+    from meta.spark.schema import SPARK_SCHEMA
+except ModuleNotFoundError as error:
+    # A Python worker whose interpreter lacks a dependency: one line saying what to set
+    # rather than an import trace (meta.spark.workers).
+    raise ModuleNotFoundError(missing_module_text(error.name), name=error.name) from None
 
 SOURCE_NAME = "metaq"
 
@@ -68,7 +80,7 @@ class MetaQDataSource(DataSource):
         from meta.spark.streaming import MetaQStreamWriter
         from meta.spark.writing import check_write_schema
 
-        options = parse_write_options(self.options)
+        options = parse_write_options(self.options, stream=True)
         check_write_schema(schema, options)
         return MetaQStreamWriter(options, "key" in schema.fieldNames())
 
@@ -83,9 +95,9 @@ class MetaQBatchReader(DataSourceReader):
         return list(plan_ranges(self.options))
 
     def read(self, partition: InputPartition) -> Iterator:
-        from meta.spark.reading import read_partition  # pyarrow is loaded on executors only
+        reading = worker_import("meta.spark.reading")  # pyarrow is loaded on executors only
 
-        return read_partition(self.options, partition)
+        return reading.read_partition(self.options, partition)
 
 
 class MetaQBatchWriter(DataSourceWriter):
@@ -96,9 +108,9 @@ class MetaQBatchWriter(DataSourceWriter):
         self.keyed = keyed
 
     def write(self, iterator: Iterator) -> WriterCommitMessage:
-        from meta.spark.writing import write_rows
+        writing = worker_import("meta.spark.writing")
 
-        return write_rows(iterator, self.options, self.keyed)
+        return writing.write_rows(iterator, self.options, self.keyed)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Nothing to do: every message was stored when its task ended."""
