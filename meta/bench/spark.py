@@ -1,4 +1,4 @@
-"""Benchmark of the ``metaq`` Spark batch read against the raw client's consume rate.
+"""Benchmark of the ``metaq`` Spark batch read against the null source and the raw client.
 
 ``python -m meta.bench.spark --megabytes 200`` does, in one run:
 
@@ -9,14 +9,19 @@
    (``meta.bench.load.run_pipelined``);
 3. measures the raw consume rate: one connection, 1 MiB gets from offset 0
    (``meta.bench.load.run_consume``), the same loop ``tools/bench consume`` uses;
-4. measures Spark (``local[--cores]``): ``df.count()`` and a Parquet write of the whole
-   topic, after a small warm-up read that starts the Python workers;
-5. measures the executor-side reader alone: ``meta.spark.reading.read_range`` over the whole
-   partition in this process (no Spark), as CPU microseconds per message;
-6. prints msg/s, MB/s and each Spark rate as a fraction of the raw rate (target: >= 50%),
-   as text or JSON (``--json``), and for each Spark phase the CPU seconds per message of
-   the JVM, the Python workers and the broker (Linux ``/proc``, process trees), which says
-   where a Spark read spends its time whatever else loads the machine.
+4. measures the executor-side reader alone: ``meta.spark.reading.read_range`` over the whole
+   partition in this process (no Spark), as CPU microseconds per message (target:
+   ``READER_TARGET_CPU_US``);
+5. measures Spark (``local[--cores]``), after a small warm-up count and Parquet write of
+   both sources (it starts the Python workers and compiles the JVM's paths): ``df.count()``
+   and a Parquet write of the null source (``meta.bench.spark_null``: prebuilt Arrow
+   batches of the same schema, row count and number of partitions, no broker: the ceiling
+   of PySpark's Python Data Source API here), then the same two of the topic;
+6. prints msg/s and MB/s, each Spark rate of the topic as a fraction of the null source's
+   (targets: ``TARGET_FRACTION_OF_NULL``) and of the raw rate, as text or JSON (``--json``),
+   and for each Spark phase the CPU microseconds per message of the JVM, the Python workers,
+   the driver and the broker (Linux ``/proc``, process trees), which says where a Spark read
+   spends its time whatever else loads the machine.
 
 The read is split with ``maxBytesPerPartition`` = ``--piece-mb``; every cut lands on a
 segment start (``meta.spark.planning`` moves a cut forward to a segment start just after
@@ -52,7 +57,10 @@ from meta.bench.load import (
 
 TOPIC = "bench-spark"
 ZOOKEEPER_SCRIPT = REPO / "tools" / "zookeeper.sh"
-TARGET_FRACTION = 0.5
+TARGET_FRACTION_OF_NULL = {"count": 0.5, "parquet": 0.75}
+"""Targets: the real source's rates as fractions of the null source's, in the same run."""
+READER_TARGET_CPU_US = 1.2
+"""Target: CPU microseconds per message of the executor-side reader alone."""
 
 
 @dataclass
@@ -134,8 +142,11 @@ def measure_spark(
     work: Path,
     spark=None,
     broker_pid: int | None = None,
+    pieces: int = 1,
 ) -> dict:
-    """Time ``df.count()`` and a Parquet write of the whole topic, with CPU by process role.
+    """Time ``df.count()`` and a Parquet write of the whole topic, and the same two of the
+    null source (``meta.bench.spark_null``: as many rows, in ``pieces`` partitions, as the
+    real plan has), each with CPU by process role.
 
     ``spark``: a session to use (left running); None starts one and stops it.
     ``broker_pid``: the broker process, whose CPU is reported too.
@@ -143,6 +154,9 @@ def measure_spark(
     own = spark is None
     spark = spark_session(args.cores) if own else spark
     try:
+        from meta.bench.spark_null import NullDataSource
+
+        spark.dataSource.register(NullDataSource)
 
         def topic(**options: str):
             # A new DataFrameReader each time: option() changes the reader it is called on.
@@ -153,20 +167,37 @@ def measure_spark(
                 reader = reader.option(name, value)
             return reader.load()
 
-        warm_end = json.dumps({TOPIC: {"1-0": 1 << 20}})
-        topic(endingOffsets=warm_end).count()  # Starts the Python workers.
-        cpu_before = cpu_by_role(broker_pid)
-        began = time.monotonic()
-        count = topic().count()
-        count_s = time.monotonic() - began
-        cpu_between = cpu_by_role(broker_pid)
-        began = time.monotonic()
-        topic().write.mode("overwrite").parquet(str(work / "parquet"))
-        parquet_s = time.monotonic() - began
-        cpu_after = cpu_by_role(broker_pid)
+        def null(rows: int):
+            reader = spark.read.format("metaq_null").option("rows", str(rows))
+            reader = reader.option("partitions", str(pieces))
+            return reader.option("messageBytes", str(args.message_bytes)).load()
+
+        # Warm-up of both sources and both phases, at a small size: starts the Python
+        # workers and compiles the JVM's read and Parquet paths before either is timed.
+        warm_end = json.dumps({TOPIC: {"1-0": 8 << 20}})
+        for frame in (topic(endingOffsets=warm_end), null(8000)):
+            frame.count()
+            frame.write.mode("overwrite").parquet(str(work / "warm-up"))
+        messages = args.megabytes * 1_000_000 // args.message_bytes
+        timed = {"null": time_phases(lambda: null(messages), work / "null", broker_pid)}
+        timed["metaq"] = time_phases(topic, work / "parquet", broker_pid)
     finally:
         if own:
             spark.stop()
+    return timed
+
+
+def time_phases(frame_of, parquet_path: Path, broker_pid: int | None) -> dict:
+    """``count()`` then a Parquet write of ``frame_of()``: seconds and CPU by role of each."""
+    cpu_before = cpu_by_role(broker_pid)
+    began = time.monotonic()
+    count = frame_of().count()
+    count_s = time.monotonic() - began
+    cpu_between = cpu_by_role(broker_pid)
+    began = time.monotonic()
+    frame_of().write.mode("overwrite").parquet(str(parquet_path))
+    parquet_s = time.monotonic() - began
+    cpu_after = cpu_by_role(broker_pid)
     return {
         "messages": count,
         "count_s": count_s,
@@ -276,7 +307,7 @@ def rates(messages: int, message_bytes: int, seconds: float) -> dict:
 
 
 def run(args: argparse.Namespace, work: Path, spark=None) -> dict:
-    """Steps 1-4 of the module docstring; returns the report (``spark``: see measure_spark)."""
+    """Steps 1-5 of the module docstring; returns the report (``spark``: see measure_spark)."""
     messages = args.megabytes * 1_000_000 // args.message_bytes
     with ZooKeeper(work / "zookeeper") as zookeeper:
         broker = SparkBenchBroker(
@@ -290,32 +321,45 @@ def run(args: argparse.Namespace, work: Path, spark=None) -> dict:
             raw = run_consume(broker.address, TOPIC, 600.0, 1 << 62)
             reader = measure_reader(broker.address, raw["bytes"])
             wait_until_registered(zookeeper.connect)
-            timed = measure_spark(args, zookeeper.connect, work, spark, broker.process.pid)
-    read = {"Spark": timed["messages"], "raw": raw["messages"], "reader": reader["messages"]}
+            pieces = -(-raw["bytes"] // (args.piece_mb << 20))
+            timed = measure_spark(args, zookeeper.connect, work, spark, broker.process.pid, pieces)
+    read = {
+        "Spark": timed["metaq"]["messages"],
+        "null source": timed["null"]["messages"],
+        "raw": raw["messages"],
+        "reader": reader["messages"],
+    }
     if set(read.values()) != {messages}:
         raise BenchError(f"read {read} of {messages} messages")
-    raw_rates = rates(messages, args.message_bytes, raw["seconds"])
     report = {
         "messages": messages,
         "message_bytes": args.message_bytes,
-        "produce": rates(messages, args.message_bytes, produced["seconds"]),
-        "raw_consume": raw_rates,
-        "spark_count": rates(messages, args.message_bytes, timed["count_s"]),
-        "spark_parquet": rates(messages, args.message_bytes, timed["parquet_s"]),
-        "reader": rates(messages, args.message_bytes, reader["seconds"]),
         "cores": args.cores,
-        "target_fraction": TARGET_FRACTION,
+        "produce": rates(messages, args.message_bytes, produced["seconds"]),
+        "raw_consume": rates(messages, args.message_bytes, raw["seconds"]),
+        "reader": rates(messages, args.message_bytes, reader["seconds"]),
     }
     report["raw_consume"]["cpu_us_per_msg"] = per_message_us(raw["client_cpu_s"], messages)
     report["reader"]["cpu_us_per_msg"] = per_message_us(reader["cpu_s"], messages)
-    for name in ("spark_count", "spark_parquet"):
-        fraction = report[name]["msg_per_s"] / max(raw_rates["msg_per_s"], 1)
-        report[name]["fraction_of_raw"] = round(fraction, 2)
-        report[name]["meets_target"] = fraction >= TARGET_FRACTION
-        cpu = timed["count_cpu_s" if name == "spark_count" else "parquet_cpu_s"]
-        report[name]["cpu_us_per_msg"] = {
-            role: per_message_us(seconds, messages) for role, seconds in cpu.items()
-        }
+    report["reader"]["target_cpu_us_per_msg"] = READER_TARGET_CPU_US
+    report["reader"]["meets_target"] = reader["cpu_s"] * 1e6 / messages <= READER_TARGET_CPU_US
+    for source, prefix in (("null", "null"), ("metaq", "spark")):
+        for phase in ("count", "parquet"):
+            row = rates(messages, args.message_bytes, timed[source][f"{phase}_s"])
+            cpu = timed[source][f"{phase}_cpu_s"]
+            row["cpu_us_per_msg"] = {
+                role: per_message_us(seconds, messages) for role, seconds in cpu.items()
+            }
+            report[f"{prefix}_{phase}"] = row
+    for phase in ("count", "parquet"):
+        row, ceiling = report[f"spark_{phase}"], report[f"null_{phase}"]
+        fraction = row["msg_per_s"] / max(ceiling["msg_per_s"], 1)
+        row["fraction_of_null"] = round(fraction, 2)
+        row["target_fraction_of_null"] = TARGET_FRACTION_OF_NULL[phase]
+        row["meets_target"] = fraction >= TARGET_FRACTION_OF_NULL[phase]
+        row["fraction_of_raw"] = round(
+            row["msg_per_s"] / max(report["raw_consume"]["msg_per_s"], 1), 2
+        )
     return report
 
 
@@ -326,23 +370,30 @@ def per_message_us(seconds: float, messages: int) -> float:
 def format_report(report: dict) -> str:
     lines = [
         f"{report['messages']} messages of {report['message_bytes']} bytes, "
-        f"Spark local[{report['cores']}]; target: Spark >= "
-        f"{report['target_fraction']:.0%} of raw consume"
+        f"Spark local[{report['cores']}]; every Spark rate is also given as a fraction of the "
+        "null source's (prebuilt Arrow batches, no broker), measured in the same run"
     ]
-    for name in ("produce", "raw_consume", "reader", "spark_count", "spark_parquet"):
+    names = ("produce", "raw_consume", "reader", "null_count", "null_parquet")
+    for name in (*names, "spark_count", "spark_parquet"):
         row = report[name]
         line = f"{name:14} {row['msg_per_s']:>10} msg/s {row['mb_per_s']:>8} MB/s"
         line += f" {row['seconds']:>8} s"
-        if "fraction_of_raw" in row:
+        if "fraction_of_null" in row:
             verdict = "meets" if row["meets_target"] else "MISSES"
-            line += f"  {row['fraction_of_raw']:.0%} of raw ({verdict} the target)"
+            line += (
+                f"  {row['fraction_of_null']:.0%} of the null source ({verdict} the target "
+                f">= {row['target_fraction_of_null']:.0%}), {row['fraction_of_raw']:.0%} of raw"
+            )
         lines.append(line)
     lines.append("CPU microseconds per message:")
     lines.append(f"  raw consume client {report['raw_consume']['cpu_us_per_msg']}")
+    reader = report["reader"]
+    verdict = "meets" if reader["meets_target"] else "MISSES"
     lines.append(
-        f"  reader (read_range in one process, no Spark) {report['reader']['cpu_us_per_msg']}"
+        f"  reader (read_range in one process, no Spark) {reader['cpu_us_per_msg']} "
+        f"({verdict} the target <= {reader['target_cpu_us_per_msg']})"
     )
-    for name in ("spark_count", "spark_parquet"):
+    for name in ("null_count", "null_parquet", "spark_count", "spark_parquet"):
         roles = report[name]["cpu_us_per_msg"]
         text = ", ".join(f"{role} {value}" for role, value in roles.items()) or "n/a (no /proc)"
         lines.append(f"  {name}: {text}")

@@ -32,9 +32,21 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from meta.spark.options import ReadOptions, WriteOptions, parse_read_options, parse_write_options
-from meta.spark.planning import plan_ranges
-from meta.spark.schema import SPARK_SCHEMA
+from meta.spark.workers import missing_module_text, worker_import
+
+try:
+    from meta.spark.options import (
+        ReadOptions,
+        WriteOptions,
+        parse_read_options,
+        parse_write_options,
+    )
+    from meta.spark.planning import plan_ranges
+    from meta.spark.schema import SPARK_SCHEMA
+except ModuleNotFoundError as error:
+    # A Python worker whose interpreter lacks a dependency: one line saying what to set
+    # rather than an import trace (meta.spark.workers).
+    raise ModuleNotFoundError(missing_module_text(error.name), name=error.name) from None
 
 SOURCE_NAME = "metaq"
 
@@ -69,7 +81,7 @@ class MetaQDataSource(DataSource):
         from meta.spark.streaming import MetaQStreamWriter
         from meta.spark.writing import check_write_schema
 
-        options = parse_write_options(self.options)
+        options = parse_write_options(self.options, stream=True)
         check_write_schema(schema, options)
         return MetaQStreamWriter(options, "key" in schema.fieldNames())
 
@@ -84,9 +96,9 @@ class MetaQBatchReader(DataSourceReader):
         return list(plan_ranges(self.options))
 
     def read(self, partition: InputPartition) -> Iterator:
-        from meta.spark.reading import read_partition  # pyarrow is loaded on executors only
+        reading = worker_import("meta.spark.reading")  # pyarrow is loaded on executors only
 
-        return read_partition(self.options, partition)
+        return reading.read_partition(self.options, partition)
 
 
 class MetaQBatchWriter(DataSourceWriter):
@@ -108,12 +120,10 @@ class MetaQBatchWriter(DataSourceWriter):
 
     def write(self, iterator: Iterator) -> WriterCommitMessage:
         if self.write_id is not None:
-            from meta.spark.transactional_write import write_rows_transactionally
-
-            return write_rows_transactionally(iterator, self.options, self.write_id)
-        from meta.spark.writing import write_rows
-
-        return write_rows(iterator, self.options, self.keyed)
+            transactional = worker_import("meta.spark.transactional_write")
+            return transactional.write_rows_transactionally(iterator, self.options, self.write_id)
+        writing = worker_import("meta.spark.writing")
+        return writing.write_rows(iterator, self.options, self.keyed)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Commit the tasks' branches (transactional); else nothing: every message was

@@ -2,6 +2,8 @@
 
 Pure: no Spark, no ZooKeeper, no sockets; every error is an ``OptionError`` whose text names
 the option and says what was expected. Option names are case-insensitive, as Spark's are.
+An option the source, the stream or the sink does not take is refused, with the nearest
+known name when one is close (``startingOffset``: "did you mean startingOffsets?").
 
 Offsets follow Spark's Kafka source: ``earliest``, ``latest``, or JSON
 ``{"topic": {"B-P": offset}}`` where ``offset`` is a byte offset of a message start, ``-2``
@@ -11,6 +13,7 @@ start and ``latest`` for an end. Thread-safe: immutable values.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -30,6 +33,42 @@ FETCH_BYTES_MAX = 64 << 20
 READ_GROUP_DEFAULT = "metaq-spark"
 """The group named in get requests when ``group`` is not set (broker statistics only)."""
 _TOPIC_CHARACTERS = re.compile(r"[A-Za-z0-9_.\-,\s]*")
+
+ZK_OPTIONS = ("zk.connect", "zk.root", "zk.connectionTimeoutMs", "zk.sessionTimeoutMs")
+READ_OPTIONS = (
+    *ZK_OPTIONS,
+    "topic",
+    "topics",
+    "topicPattern",
+    "startingOffsets",
+    "endingOffsets",
+    "group",
+    "maxBytesPerPartition",
+    "includeSlaves",
+    "failOnDataLoss",
+    "fetchBytes",
+    "brokerTimeoutMs",
+)
+"""The options of a batch read, as documented (matched case-insensitively)."""
+STREAM_ONLY_OPTIONS = ("maxBytesPerTrigger", "commitToGroup")
+STREAM_OPTIONS = tuple(name for name in READ_OPTIONS if name != "endingOffsets") + (
+    STREAM_ONLY_OPTIONS
+)
+"""The options of a streaming read."""
+TRANSACTION_OPTIONS = (
+    "transactional",
+    "transactionalId",
+    "rowsPerTransaction",
+    "transactionTimeoutMs",
+    "maxBranchesPerTask",
+)
+"""The options of exactly-once writes (``transactional=true``)."""
+WRITE_OPTIONS = (*ZK_OPTIONS, "topic", "sendTimeoutMs", "maxInFlight", *TRANSACTION_OPTIONS)
+"""The options of a batch write."""
+STREAM_WRITE_OPTIONS = (*WRITE_OPTIONS, "checkpointLocation")
+"""The options of a streaming write (``checkpointLocation`` is Spark's own)."""
+SUGGESTION_CUTOFF = 0.6
+"""How alike (``difflib`` ratio) an unknown name must be to a known one to be suggested."""
 
 OffsetSpec = str | Mapping[str, Mapping[Partition, int]]
 """``EARLIEST``, ``LATEST``, or topic -> partition -> offset (``-2``/``-1`` allowed)."""
@@ -132,7 +171,12 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     Raises:
         OptionError: a missing, conflicting or malformed option (the text names it).
     """
-    options = lowered(options)
+    check_names(options, READ_OPTIONS, "the metaq source (batch read)")
+    return _parse_read(lowered(options))
+
+
+def _parse_read(options: Mapping[str, str]) -> ReadOptions:
+    """``parse_read_options`` once the names are checked (``options`` lowered)."""
     zk = parse_zk(options)
     topics, pattern = _parse_topics(options)
     group = _group(options, "group")
@@ -173,15 +217,21 @@ def parse_stream_options(options: Mapping[str, str]) -> ReadOptions:
             "option endingOffsets is for batch reads only: a stream reads until it is stopped "
             "(use Trigger.AvailableNow to stop at the data present when it starts)"
         )
-    return parse_read_options(options)
+    check_names(options, STREAM_OPTIONS, "the metaq source (streaming read)")
+    return _parse_read(lowered(options))
 
 
-def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
-    """Parse and validate the options of ``df.write.format("metaq")``.
+def parse_write_options(options: Mapping[str, str], stream: bool = False) -> WriteOptions:
+    """Parse and validate the options of ``df.write.format("metaq")`` (or, with ``stream``,
+    of ``df.writeStream.format("metaq")``).
 
     Raises:
-        OptionError: a missing or malformed option.
+        OptionError: an unknown, missing or malformed option.
     """
+    if stream:
+        check_names(options, STREAM_WRITE_OPTIONS, "the metaq sink (streaming write)")
+    else:
+        check_names(options, WRITE_OPTIONS, "the metaq sink (batch write)")
     options = lowered(options)
     topic = options.get("topic")
     if topic is not None:
@@ -225,6 +275,28 @@ def _transaction_options(
         branches_per_task_max=_positive_int(options, "maxBranchesPerTask", 16),
         timeout_s=max(1, _positive_int(options, "transactionTimeoutMs", 60_000) // 1000),
     )
+
+
+def check_names(options: Mapping[str, str], known: tuple[str, ...], what: str) -> None:
+    """Refuse an option name that is not in ``known`` (case-insensitively).
+
+    Raises:
+        OptionError: names the first unknown option (as given), the nearest known name when
+            one is close, and otherwise every name ``what`` takes.
+    """
+    by_lowered = {name.lower(): name for name in known}
+    for given in dict(options):
+        name = str(given)
+        if name.lower() in by_lowered:
+            continue
+        if name.lower() in (stream_only.lower() for stream_only in STREAM_ONLY_OPTIONS):
+            raise OptionError(f"option {name} is for streaming reads only (spark.readStream)")
+        close = difflib.get_close_matches(name.lower(), by_lowered, 1, SUGGESTION_CUTOFF)
+        if close:
+            raise OptionError(
+                f"unknown option {name} of {what}: did you mean {by_lowered[close[0]]}?"
+            )
+        raise OptionError(f"unknown option {name} of {what}, which takes: {', '.join(known)}")
 
 
 def parse_offsets(text: str, name: str) -> OffsetSpec:

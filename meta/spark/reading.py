@@ -1,11 +1,11 @@
 """Executor-side read of one planned piece (``RangePartition``) into Arrow record batches.
 
 ``read_range`` connects to the partition's broker with the blocking client (no reactor, no
-ZooKeeper), sends ``get`` from the range's ``anchor`` and decodes each reply in bulk
-(``meta.spark.decoding.decode_message_set``: checksums verified, columns built per reply,
-not per record). Records starting before ``start`` are skipped (see ``meta.spark.planning``
-on anchors), records starting in ``[start, end)`` become rows, and the first record starting
-at or after ``end`` ends the read.
+ZooKeeper; replies received in place), sends ``get`` from the range's ``anchor`` and decodes
+each reply in bulk (``meta.spark.decoding.decode_message_set``: checksums verified, columns
+built per reply, not per record). Records starting before ``start`` are skipped (see
+``meta.spark.planning`` on anchors), records starting in ``[start, end)`` become rows, and
+the first record starting at or after ``end`` ends the read.
 
 A reply with no complete record (a message larger than the size asked) doubles the size, up
 to ``FETCH_BYTES_MAX``. A 301 (the offset fell below the partition's first segment, deleted
@@ -75,7 +75,8 @@ def read_range(
             that is not a message start).
     """
     builder = ColumnBuilder(piece.topic, piece.broker_id, piece.partition_id)
-    with BrokerConnection(piece.host, piece.port, timeout_s) as broker:
+    # In place: each reply is read straight into a reused block (no copy, no fresh pages).
+    with BrokerConnection(piece.host, piece.port, timeout_s, value_in_place=True) as broker:
         for decoded in _message_sets(broker, piece, group, fetch_bytes, fail_on_data_loss):
             first = 0
             while first < len(decoded):

@@ -41,6 +41,7 @@ from meta.errors import ClientError
 from meta.spark.options import OptionError, ReadOptions, WriteOptions
 from meta.spark.planning import open_zookeeper
 from meta.spark.stream_offsets import advanced, byte_cuts, from_document, to_document
+from meta.spark.workers import worker_import
 
 try:  # PySpark 4.2+: read limits and Trigger.AvailableNow for Python sources.
     from pyspark.sql.streaming.datasource import (
@@ -122,9 +123,9 @@ class MetaQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     def read(self, partition: InputPartition) -> Iterator:
-        from meta.spark.reading import read_partition
+        reading = worker_import("meta.spark.reading")
 
-        return read_partition(self.options, partition)
+        return reading.read_partition(self.options, partition)
 
     def commit(self, end: dict) -> None:
         """Write ``end`` as ``commitToGroup``'s offsets (nothing else to release).
@@ -203,12 +204,10 @@ class MetaQStreamWriter(DataSourceStreamWriter):
 
     def write(self, iterator: Iterator):
         if self.write_id is not None:
-            from meta.spark.transactional_write import write_rows_transactionally
-
-            return write_rows_transactionally(iterator, self.options, self.write_id)
-        from meta.spark.writing import write_rows
-
-        return write_rows(iterator, self.options, self.keyed)
+            transactional = worker_import("meta.spark.transactional_write")
+            return transactional.write_rows_transactionally(iterator, self.options, self.write_id)
+        writing = worker_import("meta.spark.writing")
+        return writing.write_rows(iterator, self.options, self.keyed)
 
     def commit(self, messages: list, batchId: int) -> None:
         """Commit the batch's branches once (transactional); else nothing: every message

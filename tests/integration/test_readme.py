@@ -45,6 +45,8 @@ NOT_RUN = {
     # Spark: a SparkSession and, for the pipeline and the stream, a cluster and /data paths.
     "docs/spark-datasource.md": 3,
     "docs/spark-exactly-once.md": 1,
+    # A Spark standalone cluster and a job on it.
+    "docs/spark.md": 2,
     # tools/test runs the whole suite.
     "docs/architecture.md": 1,
 }

@@ -11,6 +11,7 @@ from meta.spark.options import (
     OptionError,
     parse_offsets,
     parse_read_options,
+    parse_stream_options,
     parse_write_options,
 )
 
@@ -74,3 +75,43 @@ def test_bad_read_options_are_refused_with_their_name(options, text):
 def test_write_options_need_zk_connect():
     with pytest.raises(OptionError, match="zk.connect is required"):
         parse_write_options({"topic": "t"})
+
+
+@pytest.mark.parametrize(
+    ("parse", "options", "suggested"),
+    [
+        (parse_read_options, {**ZK, "topic": "t", "startingOffset": "latest"}, "startingOffsets"),
+        (parse_read_options, {**ZK, "topic": "t", "fetchbyte": "64"}, "fetchBytes"),
+        (parse_read_options, {**ZK, "topic": "t", "zk.conect": "h:1"}, "zk.connect"),
+        (
+            parse_stream_options,
+            {**ZK, "topic": "t", "maxBytesPerTriger": "9"},
+            "maxBytesPerTrigger",
+        ),
+        (parse_write_options, {**ZK, "topic": "t", "sendTimeoutMS": "9", "topik": "u"}, "topic"),
+    ],
+)
+def test_a_misspelt_option_is_refused_with_the_name_meant(parse, options, suggested):
+    with pytest.raises(OptionError, match=f"unknown option .*: did you mean {suggested}[?]$"):
+        parse(options)
+
+
+def test_an_unknown_option_names_the_given_spelling_and_what_is_taken():
+    with pytest.raises(OptionError) as caught:
+        parse_read_options({**ZK, "topic": "t", "Compression": "gzip"})
+    text = str(caught.value)
+    assert text.startswith("unknown option Compression of the metaq source (batch read)")
+    assert "startingOffsets" in text and "\n" not in text
+
+
+@pytest.mark.parametrize("name", ["maxBytesPerTrigger", "commitToGroup"])
+def test_stream_only_options_are_refused_for_a_batch_read(name):
+    with pytest.raises(OptionError, match=f"option {name} is for streaming reads only"):
+        parse_read_options({**ZK, "topic": "t", name: "1"})
+
+
+def test_the_stream_writer_takes_spark_s_checkpoint_location_and_the_batch_writer_does_not():
+    options = {**ZK, "topic": "t", "checkpointLocation": "/tmp/c"}
+    assert parse_write_options(options, stream=True).topic == "t"
+    with pytest.raises(OptionError, match="unknown option checkpointLocation"):
+        parse_write_options(options)

@@ -126,3 +126,31 @@ def test_a_message_larger_than_fetch_bytes_grows_the_fetch(broker):
     process, stored = broker
     batches = read(process, 0, len(stored), 0, fetch_bytes=64)
     assert rows_of(batches) == expected_rows(stored, 0, len(stored))
+
+
+def test_replies_received_in_place_equal_copied_ones_and_reuse_a_released_block(broker):
+    """Goal: ``BrokerConnection(value_in_place=True)`` gives the same bytes as the copying
+    receive, and reuses the block of a reply nobody references any more.
+
+    Method: the same gets over both kinds of connection, from offset 0 (1 MiB replies).
+    """
+    from meta.client.net.connection import BrokerConnection
+
+    process, stored = broker
+    host, port = "127.0.0.1", process.port
+    with (
+        BrokerConnection(host, port) as copying,
+        BrokerConnection(host, port, value_in_place=True) as in_place,
+    ):
+        first = in_place.request(Get(TOPIC, "g", 0, 0, 1 << 20, 1))
+        assert isinstance(first, Data) and isinstance(first.data, bytearray)
+        assert bytes(first.data) == copying.request(Get(TOPIC, "g", 0, 0, 1 << 20, 2)).data
+        held = memoryview(first.data)  # A view keeps the block from being reused.
+        second = in_place.request(Get(TOPIC, "g", 0, 0, 1 << 20, 3))
+        assert second.data is not first.data and bytes(held) == bytes(second.data)
+        kept = {id(first.data), id(second.data)}  # The decoder keeps both blocks.
+        held.release()
+        del first, second, held
+        third = in_place.request(Get(TOPIC, "g", 0, 0, 1 << 20, 4))
+        assert bytes(third.data) == stored[: len(third.data)]
+        assert id(third.data) in kept

@@ -5,6 +5,12 @@ may be pipelined: ``send`` writes without waiting and ``receive`` returns the ne
 frame. Replies are matched by opaque by the caller; ``request`` does send + receive for the
 one-at-a-time case and checks the opaque.
 
+With ``value_in_place`` (the Spark reader) a large get reply is read by the kernel straight
+into the ``bytearray`` its ``Data`` carries (``Decoder.body_space``): no copy after the read,
+and the decoder reuses a block nobody references any more instead of allocating a fresh one
+per reply. Header reads are then ``IN_PLACE_RECEIVE_BYTES`` at most, so little of a body is
+read (and copied) with its header.
+
 Invariants: the decoder limit bounds memory per reply (``reply_bytes_max``); every socket
 operation has a timeout. Not thread-safe: one connection per thread.
 """
@@ -20,6 +26,7 @@ from meta.protocol.codec import NEED_DATA, Decoder, encode
 from meta.protocol.commands import BodyTooLarge, Command, Data, Result
 
 RECEIVE_BYTES = 256 * 1024
+IN_PLACE_RECEIVE_BYTES = 16 * 1024
 
 
 class ConnectionClosedError(MetaError):
@@ -34,6 +41,9 @@ class BrokerConnection:
         port: broker port.
         timeout_s: timeout of connect and of every send/receive.
         reply_bytes_max: largest reply body accepted.
+        value_in_place: receive large get replies in place (see the module docstring); their
+            ``Data.data`` is then a ``bytearray``, reused for a later reply only once nothing
+            references it (views into it included).
     """
 
     def __init__(
@@ -42,11 +52,13 @@ class BrokerConnection:
         port: int,
         timeout_s: float = 10.0,
         reply_bytes_max: int = 64 * 1024 * 1024,
+        value_in_place: bool = False,
     ) -> None:
         self.address = (host, port)
         self._socket = socket.create_connection(self.address, timeout=timeout_s)
         self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._decoder = Decoder(body_bytes_max=reply_bytes_max)
+        self._decoder = Decoder(body_bytes_max=reply_bytes_max, value_in_place=value_in_place)
+        self._receive_bytes = IN_PLACE_RECEIVE_BYTES if value_in_place else RECEIVE_BYTES
         self._opaques = itertools.count(1)
 
     def next_opaque(self) -> int:
@@ -73,7 +85,15 @@ class BrokerConnection:
                 if isinstance(frame, BodyTooLarge):
                     raise MetaError(f"reply of {frame.length} bytes is over the limit")
                 raise MetaError(f"unexpected frame from broker: {frame!r}")
-            data = self._socket.recv(RECEIVE_BYTES)
+            space = self._decoder.body_space()
+            if space is not None:
+                with space:
+                    received = self._socket.recv_into(space)
+                if not received:
+                    raise ConnectionClosedError(f"broker {self.address} closed the connection")
+                self._decoder.body_received(received)
+                continue
+            data = self._socket.recv(self._receive_bytes)
             if not data:
                 raise ConnectionClosedError(f"broker {self.address} closed the connection")
             self._decoder.receive_data(data)

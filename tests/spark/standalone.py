@@ -1,0 +1,198 @@
+"""A real Spark standalone cluster for tests: one master and one worker on 127.0.0.1.
+
+``SparkStandalone`` starts both from PySpark's bundled launcher (``bin/spark-class``
+``org.apache.spark.deploy.master.Master`` and ``...deploy.worker.Worker``), each in a process
+group of its own, and waits (bounded) until the master is ALIVE and the worker registered.
+Ports are chosen by the JVMs (port 0) and read from the master's log; the master's REST
+submission server (a fixed port, 6066) is switched off so parallel runs never collide.
+``stop`` ends both groups (SIGTERM, then SIGKILL), which also ends the executors and their
+Python workers: they are children of the worker. ``submit`` runs ``bin/spark-submit``.
+
+Every wait polls a log file with a deadline; nothing sleeps and hopes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyspark
+
+SPARK_HOME = Path(pyspark.__file__).resolve().parent
+START_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 20.0
+# Small, fast-starting JVMs: C1 only, the serial collector.
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+_MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
+
+
+class SparkStandalone:
+    """A master and a worker (``cores``, ``memory``) with their logs and work in ``directory``."""
+
+    def __init__(self, directory: Path, cores: int = 2, memory: str = "1g") -> None:
+        self.directory = directory
+        self.cores = cores
+        self.memory = memory
+        self.url = ""
+        self._processes: list[subprocess.Popen[bytes]] = []
+
+    def environment(self) -> dict[str, str]:
+        """The launcher's environment: loopback only, small daemons, no REST server."""
+        environment = dict(os.environ)
+        environment.update(
+            SPARK_HOME=str(SPARK_HOME),
+            SPARK_LOCAL_IP="127.0.0.1",
+            SPARK_LOCAL_HOSTNAME="127.0.0.1",
+            SPARK_DAEMON_MEMORY="256m",
+            SPARK_DAEMON_JAVA_OPTS=JVM_OPTIONS,
+            SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
+            SPARK_LOG_DIR=str(self.directory),
+            SPARK_CONF_DIR=str(self.directory / "conf"),
+        )
+        return environment
+
+    def start(self) -> SparkStandalone:
+        """Start the master, then the worker; stop both if either is not up in time."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / "conf").mkdir(exist_ok=True)
+        try:
+            master_log = self._spawn(
+                "master",
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--webui-port",
+                "0",
+            )
+            self.url = self._wait_for(master_log, _MASTER_URL).group(1)
+            self._wait_for(master_log, re.compile(r"New state: ALIVE"))
+            worker_log = self._spawn(
+                "worker",
+                "org.apache.spark.deploy.worker.Worker",
+                self.url,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--webui-port",
+                "0",
+                "--cores",
+                str(self.cores),
+                "--memory",
+                self.memory,
+                "--work-dir",
+                str(self.directory / "work"),
+            )
+            self._wait_for(worker_log, re.compile(r"Successfully registered with master"))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def submit(
+        self, script: Path, *arguments: str, timeout_s: float, **conf: str
+    ) -> subprocess.CompletedProcess[str]:
+        """``spark-submit --master URL`` of a Python ``script`` (client deploy mode).
+
+        The driver and the Python workers of the executors run this interpreter
+        (``PYSPARK_PYTHON``); ``conf`` adds ``--conf`` settings. Output is text.
+        """
+        settings = {
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.memory": "512m",
+            "spark.driver.extraJavaOptions": JVM_OPTIONS,
+            "spark.executor.memory": "512m",
+            "spark.executor.extraJavaOptions": JVM_OPTIONS,
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            # Small test queries: no code generation, no adaptive re-planning.
+            "spark.sql.codegen.wholeStage": "false",
+            "spark.sql.adaptive.enabled": "false",
+            **conf,
+        }
+        command = [str(SPARK_HOME / "bin" / "spark-submit"), "--master", self.url]
+        for name, value in settings.items():
+            command += ["--conf", f"{name}={value}"]
+        environment = self.environment()
+        environment.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+        return subprocess.run(
+            [*command, str(script), *arguments],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=environment,
+            cwd=self.directory,
+        )
+
+    def stop(self) -> None:
+        """Stop the worker (and with it its executors), then the master."""
+        while self._processes:
+            _terminate_group(self._processes.pop(), STOP_TIMEOUT_S)
+
+    def logs(self) -> str:
+        """The tail of every log, for a failure message."""
+        return "\n".join(
+            f"--- {path.name}\n{path.read_text(errors='replace')[-3000:]}"
+            for path in sorted(self.directory.glob("*.log"))
+        )
+
+    def __enter__(self) -> SparkStandalone:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _spawn(self, name: str, main_class: str, *arguments: str) -> Path:
+        log_path = self.directory / f"{name}.log"
+        launcher = SPARK_HOME / "bin" / "spark-class"
+        with open(log_path, "wb") as log:
+            self._processes.append(
+                subprocess.Popen(
+                    [str(launcher), main_class, *arguments],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=self.environment(),
+                    cwd=self.directory,
+                    start_new_session=True,
+                )
+            )
+        return log_path
+
+    def _wait_for(self, log_path: Path, pattern: re.Pattern[str]) -> re.Match[str]:
+        process = self._processes[-1]
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            found = pattern.search(log_path.read_text(errors="replace"))
+            if found:
+                return found
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"{log_path.stem} exited with {process.returncode}: {self.logs()}"
+                )
+            time.sleep(0.1)
+        raise TimeoutError(
+            f"no {pattern.pattern!r} in {log_path} within {START_TIMEOUT_S:.0f} s: {self.logs()}"
+        )
+
+
+def _terminate_group(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            process.wait(timeout=timeout_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    process.wait()
