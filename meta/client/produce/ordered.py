@@ -371,7 +371,13 @@ class OrderedMessageProducer:
         try:
             result = self.send_to(message, partition, timeout_s)
         except ClientClosedError:
-            raise
+            if self._shut_down:
+                raise
+            # The broker's connection was closed under the put (its broker left ZooKeeper
+            # or died): the message may not be stored, so it goes local like any failure.
+            log.warning("ordered send to %s@%s failed, storing locally: its connection was "
+                        "closed", message.topic, partition)  # fmt: skip
+            return self._to_local(message, partition)
         except ClientError as error:
             log.warning("ordered send to %s@%s failed, storing locally: %s",
                         message.topic, partition, error)  # fmt: skip
