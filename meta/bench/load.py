@@ -25,6 +25,7 @@ import selectors
 import socket
 import struct
 import time
+from collections.abc import Callable
 
 # The broker launcher lives in meta.bench.broker; callers import it from here too.
 from meta.bench.broker import (  # noqa: F401
@@ -228,6 +229,55 @@ def run_pipelined(
     window: int = 1000,
 ) -> dict:
     """One connection, at most ``window`` puts unanswered; refill as replies arrive."""
+
+    def fill(sock: socket.socket, sent: int, room: int, outstanding: set[int]):
+        count = min(room, max_messages - sent)
+        outstanding.update(range(sent + 1, sent + 1 + count))
+        return memoryview(frames.batch(sent + 1, count)), sent + count
+
+    return _run_window(address, frames, duration_s, max_messages, window, fill)
+
+
+def run_unbatched(
+    address: tuple[str, int],
+    frames: PutFrames,
+    duration_s: float,
+    max_messages: int,
+    window: int = 1000,
+) -> dict:
+    """One connection, at most ``window`` puts unanswered, each put its own ``send``.
+
+    ``run_pipelined`` joins the puts it may send into one write, so the broker reads many
+    per event; here every put is a separate write (a separate TCP segment with TCP_NODELAY),
+    as the Java client's asynchronous sends leave it, so the broker reads whatever arrived
+    since its last read.
+    """
+    body = frames.body
+
+    def fill(sock: socket.socket, sent: int, room: int, outstanding: set[int]):
+        for _ in range(min(room, max_messages - sent)):
+            sent += 1
+            outstanding.add(sent)
+            frame = frames.header(sent) + body
+            written = _send_some(sock, frame)
+            if written < len(frame):
+                return memoryview(frame)[written:], sent
+        return memoryview(b""), sent
+
+    return _run_window(address, frames, duration_s, max_messages, window, fill)
+
+
+def _run_window(
+    address: tuple[str, int],
+    frames: PutFrames,
+    duration_s: float,
+    max_messages: int,
+    window: int,
+    fill: Callable[[socket.socket, int, int, set[int]], tuple[memoryview, int]],
+) -> dict:
+    """The loop of ``run_pipelined`` and ``run_unbatched``: while the window has room and
+    nothing is left to write, ``fill(sock, sent, room, outstanding)`` sends more puts and
+    returns the bytes still to write and the new count sent; replies empty the window."""
     sock = connect(address)
     sock.setblocking(False)
     selector = selectors.DefaultSelector()
@@ -242,10 +292,7 @@ def run_pipelined(
         while True:
             now = time.monotonic()
             if not pending and sent < max_messages and now < deadline and len(outstanding) < window:
-                count = min(window - len(outstanding), max_messages - sent)
-                pending = memoryview(frames.batch(sent + 1, count))
-                outstanding.update(range(sent + 1, sent + 1 + count))
-                sent += count
+                pending, sent = fill(sock, sent, window - len(outstanding), outstanding)
             if not outstanding:
                 break
             if now - last_progress > REPLY_TIMEOUT_S:
@@ -281,56 +328,6 @@ def _pump(
             receive_into(sock, decoder)
             replies = take_replies(decoder, outstanding)
     return pending, replies
-
-
-def run_unbatched(
-    address: tuple[str, int],
-    frames: PutFrames,
-    duration_s: float,
-    max_messages: int,
-    window: int = 1000,
-) -> dict:
-    """One connection, at most ``window`` puts unanswered, each put its own ``send``.
-
-    ``run_pipelined`` joins the puts it may send into one write, so the broker reads many
-    per event; here every put is a separate write (a separate TCP segment with TCP_NODELAY),
-    as the Java client's asynchronous sends leave it, so the broker reads whatever arrived
-    since its last read.
-    """
-    sock = connect(address)
-    sock.setblocking(False)
-    selector = selectors.DefaultSelector()
-    selector.register(sock, selectors.EVENT_READ)
-    decoder = Decoder()
-    outstanding: set[int] = set()
-    pending = memoryview(b"")
-    sent = answered = 0
-    body = frames.body
-    cpu_start, start = time.process_time(), time.monotonic()
-    deadline, last_progress = start + duration_s, start
-    try:
-        while True:
-            now = time.monotonic()
-            while not pending and sent < max_messages and now < deadline:
-                if len(outstanding) >= window:
-                    break
-                sent += 1
-                outstanding.add(sent)
-                frame = frames.header(sent) + body
-                written = _send_some(sock, frame)
-                if written < len(frame):
-                    pending = memoryview(frame)[written:]
-            if not outstanding:
-                break
-            if now - last_progress > REPLY_TIMEOUT_S:
-                raise BenchError(f"no reply for {REPLY_TIMEOUT_S} s ({len(outstanding)} open)")
-            pending, replies = _pump(selector, sock, pending, decoder, outstanding)
-            if replies is not None:
-                answered, last_progress = answered + replies, time.monotonic()
-    finally:
-        selector.close()
-        sock.close()
-    return rate_result(answered, frames, time.monotonic() - start, time.process_time() - cpu_start)
 
 
 def _send_some(sock: socket.socket, data: bytes | memoryview) -> int:
