@@ -93,7 +93,8 @@ class TransactionLog:
                         batch_id,
                         self._write_id,
                     )
-                    self._roll_back(producer, [b for b in branches if b not in set(decision)])
+                    kept = set(decision)
+                    self._roll_back(producer, [b for b in branches if b not in kept])
                 self._commit_all(producer, decision)
                 record.set_committed_batch(batch_id)
                 record.delete_decision(batch_id)
