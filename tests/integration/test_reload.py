@@ -17,6 +17,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from kazoo.exceptions import NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
 from meta.client import MetaMessageSessionFactory
@@ -47,8 +48,11 @@ def ini(zookeeper, zk_root: str, topics: dict, **system: object) -> dict:
 
 
 def node(client, path: str) -> bytes | None:
-    found = client.exists(path)
-    return client.get(path)[0] if found else None
+    """The node's bytes, or None when it is absent (also when it goes between two reads)."""
+    try:
+        return client.get(path)[0]
+    except NoNodeError:
+        return None
 
 
 def topic_nodes(topic: str, count: int) -> dict[str, bytes]:
