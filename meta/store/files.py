@@ -6,15 +6,72 @@ events ("write", "fsync", ...) and to inject failures (EIO on fsync, ENOSPC on w
 and error paths can be driven on purpose (STYLE 22).
 
 Invariants: methods raise ``OSError`` exactly as the system calls do and never retry or log;
-the callers decide what a failure means. ``fsync`` is ``os.fdatasync`` (see its docstring) and
-``fsync_directory`` a real ``fsync`` of the directory. A short ``write`` is reported, not hidden:
-the caller loops. Thread-safe: no state of its own, so the flusher's worker thread may call
-``fsync`` and ``fsync_directory`` while the reactor thread writes.
+the callers decide what a failure means. ``fsync`` is ``os.fdatasync`` followed by a journal
+check (see its docstring) and ``fsync_directory`` a real ``fsync`` of the directory. A short
+``write`` is reported, not hidden: the caller loops. Thread-safe: no state of its own, so the
+flusher's worker thread may call ``fsync`` and ``fsync_directory`` while the reactor thread
+writes.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import errno
 import os
+
+FALLOC_FL_KEEP_SIZE = 1
+# What ``fallocate`` answers where the check cannot be made: a file system without it, a range
+# it refuses, a descriptor open for reading only (a segment loaded read-only). The
+# ``fdatasync`` result then stands alone.
+_UNCHECKABLE = frozenset(
+    (
+        errno.EOPNOTSUPP,
+        errno.ENOTSUP,
+        errno.ENOSYS,
+        errno.EINVAL,
+        errno.ENODEV,
+        errno.ENOSPC,
+        errno.EBADF,
+    )
+)
+
+
+def _load_fallocate():
+    """libc's ``fallocate(2)``, or None where the C library has none (not Linux)."""
+    try:
+        function = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).fallocate
+    except (OSError, AttributeError, TypeError):
+        return None
+    function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong)
+    function.restype = ctypes.c_int
+    return function
+
+
+_fallocate = _load_fallocate()
+
+
+def confirm_journal(fd: int) -> None:
+    """Raise ``OSError`` when the file system of ``fd`` can no longer write metadata.
+
+    Linux's ext4 may let an ``fdatasync`` return success for data it will never write: an
+    fsync that waits for a journal commit while an error aborts the journal (an ext4 error
+    with ``errors=remount-ro``, as a failing disk causes) returns 0 for a transaction that
+    is never committed, until the file system is flagged read-only a few milliseconds later.
+    The journal is already aborted when that ``fdatasync`` returns, so any operation that
+    starts a journal transaction after it fails. ``fallocate`` with ``FALLOC_FL_KEEP_SIZE``
+    over the file's first byte is such an operation that changes nothing: the block is
+    allocated already and the size is kept; only the modification time moves, as the write
+    before it did. Where a file system has no ``fallocate`` (or the C library none), there is
+    nothing to check.
+    """
+    if _fallocate is None:
+        return
+    if _fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 1) == 0:
+        return
+    code = ctypes.get_errno()
+    if code not in _UNCHECKABLE:
+        raise OSError(code, f"{os.strerror(code)} (the file system failed after an fsync)")
 
 
 class Files:
@@ -57,9 +114,12 @@ class Files:
 
         ``fdatasync``: segments only grow by appends, and ``fdatasync`` includes the metadata
         needed to read the data (the file size); a new file's name is made durable separately
-        by ``fsync_directory``.
+        by ``fsync_directory``. Then ``confirm_journal``: success means the file system could
+        still write after the ``fdatasync`` returned, which an ext4 journal aborted under it
+        cannot.
         """
         os.fdatasync(fd)
+        confirm_journal(fd)
 
     def truncate(self, fd: int, size: int) -> None:
         """Cut or extend the file to ``size`` bytes (``ftruncate``)."""
