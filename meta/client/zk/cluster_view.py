@@ -39,17 +39,18 @@ from functools import partial
 from types import MappingProxyType
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch
 
 from meta.client.cluster import BrokerAddress, Partition, master_broker_ids, producer_partitions
+from meta.client.zk.bounded import BoundedCalls
 from meta.errors import ClientError
 
 log = logging.getLogger("meta.client")
 
 ZK_ERRORS = (KazooException, ClientError)
-"""What a ZooKeeper read can raise here (``_wait`` turns kazoo's timeout into ClientError)."""
+"""What a ZooKeeper read can raise here (``BoundedCalls`` turns most into ClientError)."""
 
 
 @dataclass(frozen=True)
@@ -133,10 +134,9 @@ class ZkClusterView:
         connect: str = "",
     ) -> None:
         self._client = client
-        self._connect = connect
+        self._calls = BoundedCalls(client, operation_timeout_s, connect)
         self._root = normalize_root(root)
         self._on_change = on_change
-        self._timeout_s = operation_timeout_s
         # Re-entrant: creating a ChildrenWatch calls _children_changed on the same thread.
         self._lock = threading.RLock()
         self._topics: dict[str, _Topic] = {}
@@ -168,7 +168,7 @@ class ZkClusterView:
             if entry.references > 1:
                 return
             try:
-                self._wait(self._client.ensure_path_async(self.publish_path(topic)), topic)
+                self._calls.wait(self._client.ensure_path_async(self.publish_path(topic)), topic)
                 self._rebuild(topic)
             except ZK_ERRORS as error:
                 entry.references -= 1
@@ -269,7 +269,7 @@ class ZkClusterView:
         children = self._read_children(topic)
         brokers: dict[int, BrokerAddress] = {}
         for broker_id in master_broker_ids(children):
-            uri = self._read_data(f"{self._root}/brokers/ids/{broker_id}/master")
+            uri = self._calls.data(f"{self._root}/brokers/ids/{broker_id}/master")
             if uri is None:
                 continue  # Registering or leaving: its partitions get NoBrokerError for now.
             try:
@@ -296,31 +296,9 @@ class ZkClusterView:
     def _read_children(self, topic: str) -> dict[str, bytes]:
         """The children of ``topics-pub/T`` with their data (children gone meanwhile skipped)."""
         path = self.publish_path(topic)
-        try:
-            names = self._wait(self._client.get_children_async(path), path)
-        except NoNodeError:
-            return {}
         children = {}
-        for name in names:
-            data = self._read_data(f"{path}/{name}")
+        for name in self._calls.children(path):
+            data = self._calls.data(f"{path}/{name}")
             if data is not None:
                 children[name] = data
         return children
-
-    def _read_data(self, path: str) -> bytes | None:
-        try:
-            data, _stat = self._wait(self._client.get_async(path), path)
-        except NoNodeError:
-            return None
-        return data
-
-    def _wait(self, async_result, what: str):
-        """Wait for a kazoo async result, bounded by the operation timeout."""
-        try:
-            return async_result.get(timeout=self._timeout_s)
-        except KazooTimeoutError:
-            where = f" at {self._connect}" if self._connect else ""
-            raise ClientError(
-                f"ZooKeeper{where} did not answer about {what} within {self._timeout_s:g} s "
-                "(is it down or unreachable?)"
-            ) from None

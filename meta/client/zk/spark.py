@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kazoo.exceptions import KazooException, NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
 
 from meta.client.cluster import (
     BrokerAddress,
@@ -32,6 +31,7 @@ from meta.client.cluster import (
     format_offset,
     parse_offset,
 )
+from meta.client.zk.bounded import BoundedCalls
 from meta.client.zk.cluster_view import close_zookeeper, connect_zookeeper, normalize_root
 from meta.errors import ClientError
 
@@ -68,8 +68,8 @@ class ZkSparkReader:
         session_timeout_ms: int = 30_000,
     ) -> None:
         self._root = normalize_root(root)
-        self._timeout_s = connection_timeout_ms / 1000
         self._client = connect_zookeeper(connect, session_timeout_ms, connection_timeout_ms)
+        self._calls = BoundedCalls(self._client, connection_timeout_ms / 1000, connect)
 
     def close(self) -> None:
         close_zookeeper(self._client)
@@ -82,8 +82,8 @@ class ZkSparkReader:
 
     def topics(self) -> list[str]:
         """Every topic some broker registers under ``R/brokers/topics-sub``, sorted."""
-        names = self._children(f"{self._root}/brokers/topics-sub")
-        return sorted(name for name in names if self._children(self._sub_path(name)))
+        names = self._calls.children(f"{self._root}/brokers/topics-sub")
+        return sorted(name for name in names if self._calls.children(self._sub_path(name)))
 
     def served_partitions(self, topic: str, include_slaves: bool) -> list[ServedPartition]:
         """The readable partitions of ``topic``, sorted by (broker, partition).
@@ -94,8 +94,8 @@ class ZkSparkReader:
         """
         path = self._sub_path(topic)
         children = {}
-        for name in self._children(path):
-            data = self._data(f"{path}/{name}")
+        for name in self._calls.children(path):
+            data = self._calls.data(f"{path}/{name}")
             if data is not None:
                 children[name] = data
         served: dict[Partition, BrokerAddress] = {}
@@ -118,8 +118,8 @@ class ZkSparkReader:
         """
         path = f"{self._root}/consumers/{group}/offsets/{topic}"
         offsets = {}
-        for name in self._children(path):
-            data = self._data(f"{path}/{name}")
+        for name in self._calls.children(path):
+            data = self._calls.data(f"{path}/{name}")
             if data is None:
                 continue
             try:
@@ -138,7 +138,7 @@ class ZkSparkReader:
             path = f"{self._root}/consumers/{group}/offsets/{topic}/{partition}"
             data = format_offset(-1, offset).encode()
             try:
-                self._wait(self._client.set_async(path, data), path)
+                self._calls.wait(self._client.set_async(path, data), path)
             except NoNodeError:
                 self._call(lambda p=path, d=data: self._client.create(p, d, makepath=True), path)
 
@@ -146,7 +146,7 @@ class ZkSparkReader:
         if not broker_text.isdigit():
             return None
         node = "master" if role == "m" else f"slave{role[1:]}"
-        data = self._data(f"{self._root}/brokers/ids/{broker_text}/{node}")
+        data = self._calls.data(f"{self._root}/brokers/ids/{broker_text}/{node}")
         if data is None:
             return None
         try:
@@ -159,29 +159,6 @@ class ZkSparkReader:
 
     def _sub_path(self, topic: str) -> str:
         return f"{self._root}/brokers/topics-sub/{topic}"
-
-    def _children(self, path: str) -> list[str]:
-        try:
-            return self._wait(self._client.get_children_async(path), path)
-        except NoNodeError:
-            return []
-
-    def _data(self, path: str) -> bytes | None:
-        try:
-            data, _stat = self._wait(self._client.get_async(path), path)
-        except NoNodeError:
-            return None
-        return data
-
-    def _wait(self, async_result, what: str):
-        try:
-            return async_result.get(timeout=self._timeout_s)
-        except KazooTimeoutError:
-            raise ClientError(f"ZooKeeper did not answer about {what} in time") from None
-        except NoNodeError:
-            raise
-        except KazooException as error:
-            raise ClientError(f"ZooKeeper failed on {what}: {error!r}") from error
 
     def _call(self, function, what: str):
         try:
