@@ -63,6 +63,10 @@ class TopicSnapshot:
 
 EMPTY_SNAPSHOT = TopicSnapshot()
 
+# kazoo reconnects forever, but its back-off grows to a minute by default: a client could then
+# miss a recovered ZooKeeper until its session expired. Two seconds at most between attempts.
+RECONNECT_DELAY_MAX_S = 2.0
+
 SnapshotCallback = Callable[[str, TopicSnapshot], None]
 
 
@@ -85,7 +89,11 @@ def connect_zookeeper(
             ``connect``), or a malformed connect string.
     """
     try:
-        client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
+        client = KazooClient(
+            hosts=connect,
+            timeout=session_timeout_ms / 1000,
+            connection_retry={"max_tries": -1, "max_delay": RECONNECT_DELAY_MAX_S},
+        )
     except ValueError as error:
         raise ClientError(f"malformed ZooKeeper connect string {connect!r}: {error}") from error
     try:
