@@ -12,10 +12,8 @@ Java broker (no ``stats transactions`` item, no HEURISTIC_* commands).
 from __future__ import annotations
 
 import dataclasses
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +26,7 @@ from meta.protocol.commands import Data, Get, Put, Result, Transaction
 from meta.protocol.message import checksum
 from meta.protocol.xa import XA_HEURCOM, XA_HEURRB, parse_xa_error
 from meta.server.stats import RealtimeStats, render_stats
+from tests.admin.text_broker import TextOnlyBroker
 from tests.integration.broker_process import BrokerProcess, free_port
 from tests.server.test_stats import FakeClock, make_view
 
@@ -186,39 +185,18 @@ def test_the_transactions_stats_item_is_empty_without_transactions():
 # --- a scripted stand-in for a Java broker -------------------------------------------------
 
 
-class FakeJavaBroker:
+class FakeJavaBroker(TextOnlyBroker):
     """Answers RECOVER with ``keys``, any ``stats`` item as an unknown topic, and closes
     the connection on anything else (as a Java broker does on an unknown transaction type)."""
 
     def __init__(self, keys: list[str]) -> None:
         self.keys = keys
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        super().__init__({})
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                connection, _ = self.server.accept()
-            except OSError:
-                return
-            with connection:
-                self._answer(connection.makefile("rb"), connection)
-
-    def _answer(self, reader, connection: socket.socket) -> None:
-        for line in reader:
-            tokens = line.decode().split()
-            if tokens[0] == "transaction" and tokens[3] == "RECOVER":
-                body = "\r\n".join(self.keys).encode()
-            elif tokens[0] == "stats":  # any item, json: ones too, reads as an unknown topic
-                body = b"STATS\r\n%s\r\nresultCode 1\r\nbytes 0\r\nEND\r\n" % tokens[1].encode()
-            else:
-                return
-            connection.sendall(b"result 200 %d %s\r\n%s" % (len(body), tokens[-1].encode(), body))
-
-    def close(self) -> None:
-        self.server.close()
+    def reply(self, tokens: list[str]) -> bytes | None:
+        if tokens[0] == "transaction" and tokens[3] == "RECOVER":
+            return "\r\n".join(self.keys).encode()
+        return super().reply(tokens)
 
 
 @pytest.fixture

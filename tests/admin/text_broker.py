@@ -3,7 +3,8 @@
 ``TextOnlyBroker`` answers ``stats <item>`` with the body given for that item and, like a
 Java broker, any other item as a topic name it does not know (``resultCode 1``), ``json:``
 items included. It records every item asked, in order, and closes the connection on any
-other command. One thread accepts and serves connections one at a time.
+other command (a subclass answers more through ``reply``). One thread accepts and serves
+connections one at a time.
 """
 
 from __future__ import annotations
@@ -46,12 +47,18 @@ class TextOnlyBroker:
     def _answer(self, reader, connection: socket.socket) -> None:
         for line in reader:
             tokens = line.decode().rstrip("\r\n").split(" ")
-            if tokens[0] != "stats":
+            body = self.reply(tokens)
+            if body is None:
                 return
-            item = " ".join(tokens[1:-1])
-            self.asked.append(item)
-            body = self.bodies.get(item, unknown_topic_body(item))
             connection.sendall(b"result 200 %d %s\r\n%s" % (len(body), tokens[-1].encode(), body))
+
+    def reply(self, tokens: list[str]) -> bytes | None:
+        """The body of the 200 answering a command's tokens; None closes the connection."""
+        if tokens[0] != "stats":
+            return None
+        item = " ".join(tokens[1:-1])
+        self.asked.append(item)
+        return self.bodies.get(item, unknown_topic_body(item))
 
     def close(self) -> None:
         self.server.close()
