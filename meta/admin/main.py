@@ -41,6 +41,7 @@ from meta.admin import (
     replication,
     slaves,
     spark_writes,
+    truncate,
     tx,
 )
 from meta.admin.client import EXIT_OK, EXIT_USAGE, AdminClient, AdminError
@@ -63,6 +64,7 @@ COMMAND_GROUPS = (
     recover,
     replication,
     spark_writes,
+    truncate,
 )
 """Modules registering commands; add new groups here."""
 

@@ -379,7 +379,10 @@ class PartitionLog:
         except OSError as error:
             return (
                 f"cannot cut it back to the acknowledged end {end} ({error}): a restart may "
-                f"serve records of offsets {end} to {self._written_end} that were not acknowledged"
+                f"serve records of offsets {end} to {self._written_end} that were not "
+                f"acknowledged; to drop them, run `meta-admin truncate-partition "
+                f"{os.path.dirname(self.directory)} {self.name} --end {end} --execute` "
+                f"before the next start"
             )
         cut = self._written_end - end
         removed = segments[keep:]
