@@ -295,10 +295,10 @@ class FetchManager:
             log.warning("get %s/%s: %d %r", *request.key, reply.code, reply.body[:200])
         waited_ms = (time.monotonic() - started) * 1000
         long_poll_ms, wait_ms = self._settings.long_poll_ms, command.max_wait_ms or 0
-        if wait_ms < long_poll_ms:  # Cut short for the others: soon again, slower while idle.
-            request.delay_ms = min(max(2 * request.delay_ms, CUT_POLL_DELAY_MS), long_poll_ms)
-        elif waited_ms >= long_poll_ms / 2:
+        if long_poll_ms and waited_ms >= long_poll_ms / 2:
             request.delay_ms = 0  # The broker held the get: long polling paces this partition.
+        elif wait_ms < long_poll_ms:  # Cut short for the others: soon again, slower while idle.
+            request.delay_ms = min(max(2 * request.delay_ms, CUT_POLL_DELAY_MS), long_poll_ms)
         else:
             self.backoff(request)
         return True
