@@ -185,3 +185,39 @@ def test_a_member_of_another_topic_joining_leaves_the_fetching_alone(
             producer.stop()
         for factory in factories:
             factory.shutdown()
+
+
+def test_a_member_that_only_gains_partitions_takes_them_without_stopping_its_fetching(
+    cluster, zookeeper, admin
+):
+    """Goal: partitions gained are added to the running fetcher, which is not stopped.
+
+    Method: ``a`` and ``b`` own 1-0..1-2 and 1-3..1-5; ``a``'s listener then blocks on a
+    message of 1-0, where stopping ``a``'s fetcher would wait for that batch to end. ``b``
+    leaves: ``a`` must own all six while its listener is still blocked. Let go, ``a`` has
+    received every acknowledged message not received by ``b``.
+    """
+    factories = [MetaMessageSessionFactory(zk_config(zookeeper, cluster)) for _ in range(3)]
+    producer = None
+    a, b = HoldingCollector(0), Collector()
+    try:
+        producer = SteadyProducer(factories[0])
+        consumer_of(factories[1], TOPIC, GROUP, a, consumer_id="a", **PACE)
+        leaving = consumer_of(factories[2], TOPIC, GROUP, b, consumer_id="b", **PACE)
+        wait_for(lambda: len(set(owners(admin, cluster, GROUP, TOPIC).values())) == 2)
+        a.hold.set()
+        wait_for(a.blocked.is_set, what="a blocked on a message of 1-0")
+        leaving.shutdown()
+        mine = {f"1-{number}": f"{GROUP}_a" for number in range(6)}
+        wait_for(lambda: owners(admin, cluster, GROUP, TOPIC) == mine, 5.0, "a owning six")
+        assert not a.release.is_set() and a.blocked.is_set()
+        a.release.set()
+        producer.stop()
+        assert producer.failures == 0
+        wait_for(lambda: producer.sent <= a.ids() | b.ids(), what="every message")
+    finally:
+        a.release.set()
+        if producer is not None:
+            producer.stop()
+        for factory in factories:
+            factory.shutdown()

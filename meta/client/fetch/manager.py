@@ -26,6 +26,9 @@ Invariants:
 * After ``stop()`` returns no fetch thread runs and no listener call is in progress;
   ``stop()`` cancels gets still waiting for a reply (a long poll), so it does not wait
   for them.
+* A get is long-polled for ``long_poll_ms`` only while another fetch thread is free or no
+  other partition waits; else the broker holds it at most until the next partition is due,
+  so a partition without new messages never holds up another one sharing its thread.
 * While ``paused`` (ZooKeeper connection suspended) no new get is sent, across
   ``stop()``/``start()`` too; only ``resume()`` clears the pause.
 
@@ -66,6 +69,9 @@ __all__ = ["FetchManager", "FetchRequest", "FetchSettings", "PartitionControl", 
 
 FETCH_BYTES_MAX = 64 * 1024 * 1024
 """The largest fetch size a request grows to (a client connection's reply limit)."""
+
+CUT_POLL_DELAY_MS = 10
+"""The first pause after an empty get that was not long-polled to leave the thread to others."""
 
 
 class FetchCancelled(ClientError):
@@ -112,6 +118,7 @@ class FetchManager:
         self._threads: list[threading.Thread] = []
         self._running = False
         self._paused = False
+        self._busy = 0  # fetch threads holding a request (see _long_poll_wait_ms)
         self._gets_in_flight: set[Future] = set()  # gets being waited for (stop cancels them)
 
     def start(self, requests: list[FetchRequest]) -> None:
@@ -243,6 +250,7 @@ class FetchManager:
                     continue
                 now = time.monotonic()
                 if self._queue and self._queue[0][0] <= now:
+                    self._busy += 1
                     return heapq.heappop(self._queue)[2]
                 timeout = self._queue[0][0] - now if self._queue else None
                 self._cond.wait(timeout)
@@ -256,10 +264,10 @@ class FetchManager:
                 log.exception("fetch of %s/%s failed", request.topic, request.partition)
                 requeue = True
                 request.delay_ms = self._settings.max_delay_fetch_ms
-            if requeue:
-                with self._cond:
-                    if self._requests.get(request.key) is request:
-                        self._push(request, request.delay_ms)
+            with self._cond:
+                self._busy -= 1
+                if requeue and self._requests.get(request.key) is request:
+                    self._push(request, request.delay_ms)
 
     def _fetch_once(self, request: FetchRequest) -> bool:
         """Fetch and process one batch; return whether to re-queue the request."""
@@ -267,8 +275,9 @@ class FetchManager:
             self.backoff(request)  # No master or slave serves this broker id right now.
             return True
         started = time.monotonic()
+        command = self._get_command(request)
         try:
-            reply = self._request(request, self._get_command(request))
+            reply = self._request(request, command)
         except FetchCancelled:
             return True  # stop(): the request keeps its state for the next start().
         except ClientError as error:
@@ -285,14 +294,28 @@ class FetchManager:
         if reply.code not in (403, 404):
             log.warning("get %s/%s: %d %r", *request.key, reply.code, reply.body[:200])
         waited_ms = (time.monotonic() - started) * 1000
-        if self._settings.long_poll_ms and waited_ms >= self._settings.long_poll_ms / 2:
+        long_poll_ms, wait_ms = self._settings.long_poll_ms, command.max_wait_ms or 0
+        if long_poll_ms and waited_ms >= long_poll_ms / 2:
             request.delay_ms = 0  # The broker held the get: long polling paces this partition.
+        elif wait_ms < long_poll_ms:  # Cut short for the others: soon again, slower while idle.
+            request.delay_ms = min(max(2 * request.delay_ms, CUT_POLL_DELAY_MS), long_poll_ms)
         else:
             self.backoff(request)
         return True
 
+    def _long_poll_wait_ms(self) -> int:
+        """How long the broker may hold the get this thread sends now: ``long_poll_ms`` while
+        another fetch thread is free to serve the other partitions, else only until the next
+        of them is due, so a partition without new messages never holds up one with some."""
+        long_poll_ms = self._settings.long_poll_ms
+        with self._cond:
+            if self._busy < self._settings.fetch_threads or not self._queue:
+                return long_poll_ms
+            due_in_ms = (self._queue[0][0] - time.monotonic()) * 1000
+        return max(0, min(long_poll_ms, int(due_in_ms)))
+
     def _get_command(self, request: FetchRequest) -> Get:
-        long_poll = self._settings.long_poll_ms or None
+        long_poll = self._long_poll_wait_ms() or None
         return Get(
             request.topic,
             self._settings.group,

@@ -24,6 +24,8 @@ Invariants:
   reader thread sweeps expired entries every ``SWEEP_INTERVAL_S``), by ``Future.cancel()``,
   or by the connection failing; whoever removes it completes its future, once. So timed-out
   entries cannot leak, whatever the caller does.
+* After ``close_when_idle()`` the connection closes as soon as no request is in flight
+  (each one still ends by its reply, its deadline or its cancel).
 * Once failed or closed, a connection stays closed: every pending future fails with a
   ``ClientError`` naming the broker (``ClientClosedError`` after ``close()``) and later
   requests raise at once. Reconnecting means a new connection (``factory.ConnectionPool``).
@@ -145,6 +147,7 @@ class PipelinedConnection:
         self._pending: dict[int, PendingFuture] = {}
         self._next_opaque = 1
         self._failure: tuple[type[ClientError], str] | None = None
+        self._close_when_idle = False
         self._next_sweep = time.monotonic() + SWEEP_INTERVAL_S
         self._timeouts_total = 0
         self._reader = threading.Thread(
@@ -262,7 +265,23 @@ class PipelinedConnection:
                 return False
             if self._room_waiters:
                 self._room.notify_all()
-            return True
+        self._close_if_retired()
+        return True
+
+    def close_when_idle(self) -> None:
+        """Close once no request is in flight, at once if none is.
+
+        For a connection its pool no longer lists (its broker left ZooKeeper): a broker that
+        leaves gracefully still answers what it was sent before it closes, and closing under
+        those requests would fail them (a put so failed may be sent again and stored twice).
+        """
+        with self._lock:
+            self._close_when_idle = True
+        self._close_if_retired()
+
+    def _close_if_retired(self) -> None:
+        if self._close_when_idle and not self._pending:
+            self.close()
 
     def close(self) -> None:
         """Close the connection: pending futures fail with ``ClientClosedError``. Idempotent.
@@ -421,6 +440,7 @@ class PipelinedConnection:
             else:
                 outcomes.append(convert_reply(future, reply))
         complete_batch(self._done, outcomes)
+        self._close_if_retired()
 
     def _sweep(self) -> None:
         """Fail every pending request whose deadline has passed."""
@@ -449,6 +469,7 @@ class PipelinedConnection:
                 for future in expired
             ],
         )
+        self._close_if_retired()
 
 
 def _convert_run_reply(future: PendingFuture, reply: tuple[int, int, bytes]) -> Outcome:

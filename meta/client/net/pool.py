@@ -2,14 +2,17 @@
 
 A *user* (a topic of the ZooKeeper view, a consumer's fetcher, direct mode) declares the
 brokers it needs with ``set_brokers``; a broker URI's ``PipelinedConnection`` is opened when
-first needed (``get``, in the calling thread) and closed when no user references it.
+first needed (``get``, in the calling thread) and closed when no user references it, once
+the requests it has in flight are answered (a broker leaving ZooKeeper gracefully answers
+them before it closes; failing them would have their puts sent again and stored twice).
 
 Invariants:
 
 * A closed connection is never returned; an entry leaves the lock-free ``_open`` map
   before its connection is closed.
 * After a failed connect, ``get`` fails at once for ``RECONNECT_DELAY_S`` (no connect storm).
-* After ``close()`` every connection is closed and ``get`` raises ``ClientClosedError``.
+* After ``close()`` every connection is closed (those still answering their last requests
+  too) and ``get`` raises ``ClientClosedError``.
 
 Thread-safety: every method is thread-safe; ``set_brokers`` never does network I/O (kazoo's
 event thread calls it).
@@ -75,10 +78,13 @@ class ConnectionPool:
         # Open connections by address, read without the lock (the per-message fast path of
         # ``get``); written under ``_lock``; an entry is dropped before its connection closes.
         self._open: dict[BrokerAddress, PipelinedConnection] = {}
+        # Connections no user lists any more, closing once their requests are answered.
+        self._retiring: list[PipelinedConnection] = []
         self._closed = False
 
     def set_brokers(self, user: str, addresses: Iterable[BrokerAddress]) -> None:
-        """Make ``user`` reference exactly ``addresses``; close connections nobody references."""
+        """Make ``user`` reference exactly ``addresses``; close connections nobody references
+        once their requests in flight are answered (or expire, or are cancelled)."""
         wanted = {address.uri: address for address in addresses}
         unused: list[PipelinedConnection] = []
         with self._lock:
@@ -92,10 +98,11 @@ class ConnectionPool:
                     if not entry.users:
                         del self._entries[uri]
                         self._forget_open(uri)
-                        unused.append(entry.connection)
+                        if entry.connection is not None:
+                            unused.append(entry.connection)
+            self._retiring = [c for c in self._retiring if not c.closed] + unused
         for connection in unused:
-            if connection is not None:
-                connection.close()
+            connection.close_when_idle()
 
     def get(self, address: BrokerAddress) -> PipelinedConnection:
         """Return an open connection to ``address``, connecting now if needed.
@@ -185,6 +192,9 @@ class ConnectionPool:
             entries = list(self._entries.values())
             self._entries.clear()
             self._open.clear()
+            retiring, self._retiring = self._retiring, []
+        for connection in retiring:
+            connection.close()
         for entry in entries:
             with entry.lock:
                 if entry.connection is not None:

@@ -14,10 +14,11 @@ Invariants:
   tokens and rebalances under ``_lock`` (up to ``ATTEMPTS`` attempts, ``zk_sync_s`` apart).
 * An owner node still held by another consumer does not fail the rebalance: that partition
   waits (``meta.client.zk.owners``) and is tried again alone when its owner node goes away
-  or its backoff runs out, while the partitions taken are fetched. The fetcher is stopped
-  only when this consumer's share or the address of one of its brokers changes.
-* Offsets are committed (modified entries only) before any assignment changes, so the next
-  owner of a released partition reads where this consumer stopped.
+  or its backoff runs out, while the partitions taken are fetched. Partitions gained are
+  added to the running fetcher; it is stopped only when this consumer gives partitions up
+  or a kept partition's broker moves, and only until the offsets are committed.
+* Offsets are committed (modified entries only) before a partition is released, so its
+  next owner reads where this consumer stopped.
 * A partition kept across a rebalance keeps its in-memory offset; a newly owned one loads
   the committed offset (or the configured start offset).
 * While the ZooKeeper connection is SUSPENDED, no get is sent and no offset is written
@@ -372,7 +373,7 @@ class ZkConsumerGroup:
         if state == self._previous:
             return
         wanted = self._wanted(consumers, partitions)
-        addresses = _addresses(wanted, cluster)
+        addresses = {key: cluster.get(Partition.parse(key[1]).broker_id) for key in wanted}
         if (
             self._previous is not None
             and wanted == self._owned | self._pending.keys
@@ -380,20 +381,27 @@ class ZkConsumerGroup:
         ):
             self._previous = state  # The same share on the same brokers: fetching goes on.
             return
-        old = self._fetcher.stop()
-        self.commit()
-        for key in sorted(self._owned - wanted):
-            delete_owner(self._client, self._owner_path(key), self.consumer_id)
-            self._owned.discard(key)
+        removed = self._owned - wanted
+        moved = [k for k in self._owned & wanted if addresses[k] != self._addresses.get(k)]
+        if self._previous is None or removed or moved:
+            # Stopped only until the offsets are committed: the kept partitions fetch again
+            # before the released owner nodes go and while the new ones are taken.
+            old = self._fetcher.stop()
+            self.commit()
+            kept = sorted(self._owned & wanted)
+            self._fetcher.start([self._request(key, old.get(key), cluster) for key in kept])
+            for key in sorted(removed):
+                delete_owner(self._client, self._owner_path(key), self.consumer_id)
+                self._owned.discard(key)
         held = {
             key
             for key in sorted(wanted - self._owned)
             if not take_owner(self._client, self._owner_path(key), self.consumer_id)
         }
-        self._owned |= wanted - held
+        taken = sorted(wanted - self._owned - held)
+        self._owned.update(taken)
         self._pending.replace(held)
-        requests = [self._request(key, old.get(key), cluster) for key in sorted(self._owned)]
-        self._fetcher.start(requests)
+        self._fetcher.add([self._request(key, None, cluster) for key in taken])
         self._previous, self._addresses = state, addresses
         log.info("consumer %s owns %s", self.consumer_id, sorted(self._owned))
         if held:
@@ -489,10 +497,3 @@ class ZkConsumerGroup:
             delete_owner(self._client, self._owner_path(key), self.consumer_id)
         self._owned.clear()
         self._pending.clear()
-
-
-def _addresses(
-    keys: set[tuple[str, str]], cluster: dict[int, BrokerAddress]
-) -> dict[tuple[str, str], BrokerAddress | None]:
-    """The broker address each of ``keys`` is fetched from."""
-    return {key: cluster.get(Partition.parse(key[1]).broker_id) for key in keys}

@@ -227,6 +227,49 @@ def test_the_pool_shares_connections_and_closes_them_when_unreferenced(broker):
         pool.close()
 
 
+def test_close_when_idle_closes_only_once_the_requests_in_flight_are_answered(broker):
+    connection = PipelinedConnection("127.0.0.1", broker.port)
+    waker = PipelinedConnection("127.0.0.1", broker.port)
+    try:
+        held = held_get(connection, "t-retire")
+        connection.close_when_idle()
+        assert not connection.closed and connection.pending_count == 1
+        assert waker.request(put("t-retire", b"wake")).result(WAIT_S).code == 200
+        assert isinstance(held.result(WAIT_S), Data)  # answered, not failed by the close
+        wait_for(lambda: connection.closed, what="the close after the last reply")
+        idle = PipelinedConnection("127.0.0.1", broker.port)
+        idle.close_when_idle()
+        assert idle.closed
+    finally:
+        connection.close()
+        waker.close()
+
+
+def test_the_pool_lets_a_dropped_brokers_requests_finish_and_close_ends_them(broker):
+    """A broker no user lists any more gets no new request, but its requests in flight are
+    answered before its connection closes; ``pool.close()`` closes it at once."""
+    pool = ConnectionPool()
+    address = BrokerAddress("127.0.0.1", broker.port)
+    waker = PipelinedConnection("127.0.0.1", broker.port)
+    try:
+        pool.set_brokers("topic", [address])
+        dropped = pool.get(address)
+        answered, failed = held_get(dropped, "t-drop"), held_get(dropped, "t-drop-never")
+        pool.set_brokers("topic", [])
+        with pytest.raises(NoBrokerError):
+            pool.get(address)
+        assert waker.request(put("t-drop", b"wake")).result(WAIT_S).code == 200
+        assert isinstance(answered.result(WAIT_S), Data)
+        assert not dropped.closed  # the other get is still in flight
+        pool.close()
+        assert dropped.closed
+        with pytest.raises(ClientClosedError):
+            failed.result(WAIT_S)
+    finally:
+        pool.close()
+        waker.close()
+
+
 def test_the_pool_reconnects_after_a_connection_failed(broker):
     pool = ConnectionPool()
     address = BrokerAddress("127.0.0.1", broker.port)
