@@ -22,6 +22,9 @@ from tests.integration.client_helpers import Collector, consumer_of, make_root, 
 from tests.integration.test_slave import make_cluster, wait_until_identical
 
 QUIET_WINDOW_S = 1.5
+# Long enough that a restarted ZooKeeper JVM on a starved machine answers a reconnect (whose
+# read may time out once, after two thirds of it) before the session expires.
+SESSION_TIMEOUT_MS = 45000
 """How long a paused consumer is watched for (wrong) deliveries."""
 
 
@@ -101,9 +104,11 @@ def private_cluster(tmp_path, topic: str):
         system={"brokerId": 1},
         topics={topic: {"numPartitions": 1}},
         zk_connect=server.connect_string,
-        zk={"zk.zkRoot": root, "zk.zkSessionTimeoutMs": 20000},
+        zk={"zk.zkRoot": root, "zk.zkSessionTimeoutMs": SESSION_TIMEOUT_MS},
     ).start()
-    factory = MetaMessageSessionFactory(zk_config(server, root, zk_session_timeout_ms=20000))
+    factory = MetaMessageSessionFactory(
+        zk_config(server, root, zk_session_timeout_ms=SESSION_TIMEOUT_MS)
+    )
     try:
         yield server, root, broker, factory
     finally:
@@ -147,7 +152,11 @@ def test_a_suspended_zookeeper_connection_pauses_fetching_and_commits(tmp_path):
 
             server._fixed_port = server.port  # noqa: SLF001 - same port, same data: sessions live
             server.start()
-            wait_for(lambda: collector.ids() >= set(second), what="the messages put meanwhile")
+            wait_for(
+                lambda: collector.ids() >= set(second),
+                timeout_s=SESSION_TIMEOUT_MS / 1000,
+                what="the messages put meanwhile",
+            )
             assert not consumer.paused
             assert zk.client_id[0] == session
             admin = KazooClient(hosts=server.connect_string, timeout=10)
