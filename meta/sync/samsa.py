@@ -37,7 +37,7 @@ from meta.protocol.message import HEADER
 from meta.protocol.sync_frame import SYNC_FORMAT, encode_status_probe, encode_sync
 from meta.sync.samsa_catchup import CatchUp, PartitionSync, detect_slave
 from meta.sync.samsa_outcome import SLAVE_DISCONNECTED, Done, PutOutcome, RunDone, RunOutcome
-from meta.sync.slave_link import DISCONNECTED, TIMED_OUT, SlaveLink
+from meta.sync.slave_link import DISCONNECTED, TIMED_OUT, SendNow, SlaveLink, send_later
 
 log = logging.getLogger("meta.sync")
 
@@ -52,12 +52,15 @@ class SamsaMaster:
         broker: the broker (``meta.server.broker.Broker``).
         config: the validated ``samsa_master.properties``.
         reactor: the reactor.
+        send_now: the link's direct write (``SlaveLink``'s ``send_now``).
     """
 
     role = "samsa"
     latency_buckets_s = LATENCY_BUCKETS_S
 
-    def __init__(self, broker: Any, config: SamsaConfig, reactor: Any) -> None:
+    def __init__(
+        self, broker: Any, config: SamsaConfig, reactor: Any, send_now: SendNow = send_later
+    ) -> None:
         self.broker = broker
         self.config = config
         self._reactor = reactor
@@ -72,6 +75,11 @@ class SamsaMaster:
             self._link_up,
             self._link_down,
             broker.end_of_batch,
+            send_now,
+        )
+        self._too_many_in_flight = (
+            f"Too many puts in flight to slave '{self.slave_uri}' "
+            f"(maxSyncsInFlight={config.syncs_in_flight_max})"
         )
         self.consecutive_failures = 0
         self.probing = False
@@ -108,6 +116,8 @@ class SamsaMaster:
         """Why a put to ``topic-partition`` is refused before anything is sent, or None."""
         if not self.link.connected:
             return SLAVE_DISCONNECTED
+        if self.link.in_flight >= self.config.syncs_in_flight_max:
+            return self._too_many_in_flight
         state = self.partitions.get((topic, partition))
         if state is not None and state.refusing:
             return f"slave diverged at {state.diverged_at}"
@@ -144,9 +154,15 @@ class SamsaMaster:
 
     def takes_run(self, topic: str, partition: int) -> bool:
         """Whether puts to the partition may be replicated as a run (``replicate_run``) now:
-        the link is up, the slave's kind is known, the partition is neither being caught up
-        nor refusing puts. Otherwise each put takes ``replicate``'s way."""
-        if self._detecting or not self.link.connected:
+        the link is up and below ``maxSyncsInFlight``, the slave's kind is known, the
+        partition is neither being caught up nor refusing puts. Otherwise each put takes
+        ``replicate``'s way. A run may take the link past the bound by its own length
+        (at most one read's puts)."""
+        if (
+            self._detecting
+            or not self.link.connected
+            or self.link.in_flight >= self.config.syncs_in_flight_max
+        ):
             return False
         state = self.partitions.get((topic, partition))
         return state is None or not (state.gated or state.refusing)

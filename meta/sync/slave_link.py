@@ -11,6 +11,10 @@ The connection is re-opened by Twisted's ``ReconnectingClientFactory``, with its
 exponential back-off from ``RECONNECT_DELAY_MIN_S`` to ``RECONNECT_DELAY_MAX_S``.
 The owner hears of each connection made and lost through ``on_up`` and ``on_down``.
 
+Requests go straight to the socket when the transport holds nothing yet (``send_now``,
+given by the broker): a put's ``sync`` leaves in the reactor turn that took the put, not one
+turn later. What the socket does not take is buffered by Twisted in order, as usual.
+
 Timeouts cost one timer, not one per request: requests are kept in send order, and the
 timeout is the same for all, so the oldest request is always the next to expire.
 
@@ -45,6 +49,14 @@ REPLIES_PER_READ_MAX = 4096
 OPAQUE_MAX = 2**31 - 1
 
 Done = Callable[[int, bytes], None]
+SendNow = Callable[[Any, bytes], int]
+"""``send_now(transport, data)``: bytes of ``data`` sent to the socket at once (0: none)."""
+
+
+def send_later(transport: Any, data: bytes) -> int:
+    """The default ``SendNow``: sends nothing at once; every write goes through
+    ``transport.write``."""
+    return 0
 
 
 class SlaveLink:
@@ -59,6 +71,8 @@ class SlaveLink:
         on_down: called when it is lost, after every request in flight was failed.
         after_callbacks: called after each group of callbacks (one read of replies, one
             timeout sweep, one connection loss): the owner's end of batch.
+        send_now: writes what it can at once when the transport holds nothing
+            (``meta.server.protocol.send_now``); by default every write is buffered.
     """
 
     def __init__(
@@ -70,6 +84,7 @@ class SlaveLink:
         on_up: Callable[[], None],
         on_down: Callable[[], None],
         after_callbacks: Callable[[], None] = lambda: None,
+        send_now: SendNow = send_later,
     ) -> None:
         self.host = host
         self.port = port
@@ -78,6 +93,7 @@ class SlaveLink:
         self._on_up = on_up
         self._on_down = on_down
         self.after_callbacks = after_callbacks
+        self._send_now = send_now
         self._factory = _LinkFactory(self)
         self._factory.clock = reactor  # its retry timer (default: the global reactor)
         self._connector: Any = None
@@ -133,7 +149,7 @@ class SlaveLink:
         self._in_flight[opaque] = (self._reactor.seconds() + self._timeout_s, done)
         if self._timer is None:
             self._timer = self._reactor.callLater(self._timeout_s, self._expire)
-        link.transport.write(build(opaque))
+        self._write(link.transport, build(opaque))
         return True
 
     def send_many(self, build: Callable[[list[int]], bytes], dones: list[Done]) -> bool:
@@ -157,8 +173,13 @@ class SlaveLink:
         self._opaque = opaque
         if self._timer is None:
             self._timer = self._reactor.callLater(self._timeout_s, self._expire)
-        link.transport.write(build(opaques))
+        self._write(link.transport, build(opaques))
         return True
+
+    def _write(self, transport: Any, data: bytes) -> None:
+        sent = self._send_now(transport, data)
+        if sent < len(data):
+            transport.write(data[sent:] if sent else data)
 
     # --- called by the connection ----------------------------------------------------------
 

@@ -112,3 +112,28 @@ def test_the_link_reconnects_after_a_loss_until_stopped(monkeypatch):
     assert connector._disconnected
     harness.reactor.advance(10)
     assert attempts == [1]  # stopped: no more attempts
+
+
+def test_a_request_goes_straight_to_the_socket_and_the_rest_is_buffered_in_order():
+    """Goal: ``send_now`` writes what the socket takes at once, ``transport.write`` the rest,
+    and the bytes keep their order. Method: a ``send_now`` that takes 10 bytes of the first
+    request and none of the second (as when Twisted already holds data)."""
+    taken: list[bytes] = []
+
+    def send_now(transport, data: bytes) -> int:
+        if taken:
+            return 0
+        taken.append(data[:10])
+        return 10
+
+    harness = Harness()
+    harness.link = SlaveLink(
+        "127.0.0.1", 8124, 2000, harness.reactor, lambda: None, lambda: None, send_now=send_now
+    )
+    _protocol, transport = harness.connect()
+    harness.send("a")
+    harness.send("b")
+    sent = taken[0] + transport.value()
+    assert sent == b"".join(
+        encode_sync(b"test", 0, 0, 5, 907060870, opaque, b"hello") for opaque in (1, 2)
+    )
