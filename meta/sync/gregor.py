@@ -9,9 +9,9 @@ own:
   ``SYNC_BYTES_WAITING_MAX`` body bytes, wait for their write (and fsync) per partition. A sync
   over either bound is refused with 503 and gecko's pool-busy text (``POOL_BUSY``), as a Java
   slave refuses a task its thread pool cannot take; in a run of syncs to one partition, the
-  first refused one and every later one of the run are refused (``admit_run``). Order is per partition, across
-  connections and reconnects: every sync is staged on the reactor thread in arrival order,
-  and a partition log writes and acknowledges in staging order.
+  first refused one and every later one of the run are refused (``admit_run``). Order is per
+  partition, across connections and reconnects: every sync is staged on the reactor thread
+  in arrival order, and a partition log writes and acknowledges in staging order.
 * **The master**: the peer of the connection that sent the last sync, while it is open.
 * **``stats sync``** (S4): ``role gregor``, ``master <host:port or ->``, then one line per
   partition, sorted by topic then partition number:

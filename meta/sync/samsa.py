@@ -213,15 +213,16 @@ class SamsaMaster:
 
     # --- slave replies, failures and advertising ---------------------------------------
 
-    def slave_answered(self, ok: bool, sent_at_s: float) -> None:
-        """Count a reply of the slave to a put (the failure threshold of §1.7), and the
-        time it took (``sent_at_s``: when its sync was sent)."""
+    def slave_answered(self, ok: bool, sent_at_s: float, count: int = 1) -> None:
+        """Count ``count`` replies of the slave to puts sent together (the failure threshold),
+        and the time they took (``sent_at_s``: when their syncs were sent)."""
         if ok:
             self.consecutive_failures = 0
             latency_s = self._reactor.seconds() - sent_at_s
-            self.latency_counts[bisect_left(LATENCY_BUCKETS_S, latency_s)] += 1
-            self.latency_sum_s += latency_s
+            self.latency_counts[bisect_left(LATENCY_BUCKETS_S, latency_s)] += count
+            self.latency_sum_s += latency_s * count
             return
+        assert count == 1
         self.consecutive_failures += 1
         if self.consecutive_failures >= self.config.slave_failure_threshold:
             self.consecutive_failures = 0

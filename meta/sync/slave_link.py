@@ -265,9 +265,13 @@ class _LinkProtocol(protocol.Protocol):
         reply = self._link._reply
         while True:
             results = decoder.next_result_run(REPLIES_PER_READ_MAX)
-            for code, opaque, body in results:
-                reply(code, opaque, body)
             if results:
+                # ``_reply`` inlined: a run's replies are the hot path of a pipelined load.
+                pop = self._link._in_flight.pop
+                for code, opaque, body in results:
+                    entry = pop(opaque, None)
+                    if entry is not None:
+                        entry[1](code, body)
                 continue
             try:
                 frame = decoder.next_command()
