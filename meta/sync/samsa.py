@@ -35,6 +35,7 @@ from typing import Any
 from meta.config import SamsaConfig
 from meta.protocol.message import HEADER
 from meta.protocol.sync_frame import SYNC_FORMAT, encode_status_probe, encode_sync
+from meta.sync.link_states import CATCHING_UP, COMPARE, DIVERGED, OK, UNKNOWN
 from meta.sync.samsa_catchup import CatchUp, PartitionSync, detect_slave
 from meta.sync.samsa_outcome import SLAVE_DISCONNECTED, Done, PutOutcome, RunDone, RunOutcome
 from meta.sync.slave_link import DISCONNECTED, TIMED_OUT, SendNow, SlaveLink, send_later
@@ -230,7 +231,7 @@ class SamsaMaster:
 
     def offsets_differ(self, state: PartitionSync, master: int, slave: int) -> None:
         """The slave stored a record at another offset than the master: report it once."""
-        if state.state != "diverged":
+        if state.state != DIVERGED:
             state.diverge(min(master, slave), refuse=False)
             log.error(
                 "gregor slave %s stored a record of %s-%d at offset %d, the master at %d: "
@@ -246,8 +247,8 @@ class SamsaMaster:
         self._cancel_disconnected_timer()
         self._detecting = True
         for state in self.partitions.values():
-            if state.state == "ok":
-                state.state = "catching-up"  # until the comparison: puts wait meanwhile
+            if state.state == OK:
+                state.move(COMPARE)  # until the comparison: puts wait meanwhile
         detect_slave(self.link, self._detected)
 
     def _detected(self, slave_ends: dict[tuple[str, int], int] | None) -> None:
@@ -255,8 +256,8 @@ class SamsaMaster:
         if slave_ends is None:
             log.info("gregor slave %s is not a metaq-py broker: no catch-up", self.config.slave)
             for state in self.partitions.values():
-                if state.state == "catching-up":
-                    state.state = "ok"
+                if state.state == CATCHING_UP:
+                    state.move(UNKNOWN)
         else:
             for partition_log in self.broker.store.partitions():
                 key = (partition_log.topic, partition_log.partition)
@@ -282,8 +283,8 @@ class SamsaMaster:
             catch_up.cancel()
         self._catch_ups.clear()
         for state in self.partitions.values():
-            if state.state == "catching-up":
-                state.state = "ok"  # not known: the next connection compares again
+            if state.state == CATCHING_UP:
+                state.move(UNKNOWN)  # not known: the next connection compares again
             for _log, _record, done in state.release():
                 done(None, None, SLAVE_DISCONNECTED)
         self._arm_disconnected_timer()
@@ -379,7 +380,7 @@ class SamsaMaster:
         logs = sorted(self.broker.store.partitions(), key=lambda p: (p.topic, p.partition))
         for partition_log in logs:
             state = self.partitions.get((partition_log.topic, partition_log.partition))
-            name, slave_end = ("ok", -1) if state is None else (state.state, state.slave_end)
+            name, slave_end = (OK, -1) if state is None else (state.state, state.slave_end)
             lines.append(
                 f"partition {partition_log.topic}-{partition_log.partition} {name} "
                 f"{partition_log.max_offset} {slave_end}"
@@ -388,7 +389,7 @@ class SamsaMaster:
 
 
 def _state_name(state: PartitionSync | None) -> str:
-    return "ok" if state is None else state.state
+    return OK if state is None else state.state
 
 
 def _bool(value: bool) -> str:
