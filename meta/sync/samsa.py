@@ -77,6 +77,7 @@ class SamsaMaster:
             self._link_down,
             broker.end_of_batch,
             send_now,
+            broker.output_pending,
         )
         self._too_many_in_flight = (
             f"Too many puts in flight to slave '{self.slave_uri}' "

@@ -11,9 +11,13 @@ The connection is re-opened by Twisted's ``ReconnectingClientFactory``, with its
 exponential back-off from ``RECONNECT_DELAY_MIN_S`` to ``RECONNECT_DELAY_MAX_S``.
 The owner hears of each connection made and lost through ``on_up`` and ``on_down``.
 
-Requests go straight to the socket when the transport holds nothing yet (``send_now``,
-given by the broker): a put's ``sync`` leaves in the reactor turn that took the put, not one
-turn later. What the socket does not take is buffered by Twisted in order, as usual.
+Requests are gathered and written together by ``flush_output``, straight to the socket when
+the transport holds nothing yet (``send_now``, given by the broker): the broker flushes the
+link at the end of its batch, after its own write of the batch's records (``on_output``), so
+a put's ``sync`` leaves in the reactor turn that took the put, and never before the master
+wrote the record (a master killed in between leaves the slave behind it, never ahead). A
+zero-delay call flushes what no batch end covers (a probe from a timer). What the socket
+does not take is buffered by Twisted in order, as usual.
 
 Timeouts cost one timer, not one per request: requests are kept in send order, and the
 timeout is the same for all, so the oldest request is always the next to expire.
@@ -73,6 +77,8 @@ class SlaveLink:
             timeout sweep, one connection loss): the owner's end of batch.
         send_now: writes what it can at once when the transport holds nothing
             (``meta.server.protocol.send_now``); by default every write is buffered.
+        on_output: called with the link when it gathers requests to write, to have its
+            ``flush_output`` called at the owner's end of batch (``Broker.output_pending``).
     """
 
     def __init__(
@@ -85,6 +91,7 @@ class SlaveLink:
         on_down: Callable[[], None],
         after_callbacks: Callable[[], None] = lambda: None,
         send_now: SendNow = send_later,
+        on_output: Callable[[SlaveLink], None] = lambda link: None,
     ) -> None:
         self.host = host
         self.port = port
@@ -94,6 +101,8 @@ class SlaveLink:
         self._on_down = on_down
         self.after_callbacks = after_callbacks
         self._send_now = send_now
+        self._on_output = on_output
+        self._out: list[bytes] = []  # requests built and not written yet
         self._factory = _LinkFactory(self)
         self._factory.clock = reactor  # its retry timer (default: the global reactor)
         self._connector: Any = None
@@ -123,6 +132,7 @@ class SlaveLink:
     def stop(self) -> None:
         """Close the connection for good; requests in flight fail with ``DISCONNECTED``."""
         self._stopped = True
+        self._out.clear()
         self._factory.stopTrying()
         if self._connector is not None:
             self._connector.disconnect()
@@ -149,7 +159,7 @@ class SlaveLink:
         self._in_flight[opaque] = (self._reactor.seconds() + self._timeout_s, done)
         if self._timer is None:
             self._timer = self._reactor.callLater(self._timeout_s, self._expire)
-        self._write(link.transport, build(opaque))
+        self._gather(build(opaque))
         return True
 
     def send_many(self, build: Callable[[list[int]], bytes], dones: list[Done]) -> bool:
@@ -173,13 +183,29 @@ class SlaveLink:
         self._opaque = opaque
         if self._timer is None:
             self._timer = self._reactor.callLater(self._timeout_s, self._expire)
-        self._write(link.transport, build(opaques))
+        self._gather(build(opaques))
         return True
 
-    def _write(self, transport: Any, data: bytes) -> None:
-        sent = self._send_now(transport, data)
+    def _gather(self, data: bytes) -> None:
+        out = self._out
+        out.append(data)
+        if len(out) == 1:
+            self._on_output(self)
+            self._reactor.callLater(0, self.flush_output)
+
+    def flush_output(self) -> None:
+        """Write the requests gathered since the last flush, with one write."""
+        out = self._out
+        if not out:
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        link = self._protocol
+        if link is None:
+            return  # lost meanwhile: its requests already failed with DISCONNECTED
+        sent = self._send_now(link.transport, data)
         if sent < len(data):
-            transport.write(data[sent:] if sent else data)
+            link.transport.write(data[sent:] if sent else data)
 
     # --- called by the connection ----------------------------------------------------------
 
@@ -192,6 +218,7 @@ class SlaveLink:
         if self._protocol is not link:
             return
         self._protocol = None
+        self._out.clear()  # never sent on the next connection: they fail below
         if not self._stopped:
             log.warning(
                 "connection to gregor slave %s:%d lost (%s); %d requests in flight fail",

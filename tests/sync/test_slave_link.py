@@ -52,6 +52,7 @@ def test_the_link_connects_to_the_slave_and_sends_what_was_built():
     _protocol, transport = harness.connect()
     assert harness.events == ["up"] and harness.link.connected
     assert harness.send("a")
+    harness.reactor.advance(0)  # no batch end flushed it: the zero-delay call does
     assert transport.value() == b"sync test 0 5 0 5 907060870 1\r\nhello"
 
 
@@ -114,26 +115,43 @@ def test_the_link_reconnects_after_a_loss_until_stopped(monkeypatch):
     assert attempts == [1]  # stopped: no more attempts
 
 
-def test_a_request_goes_straight_to_the_socket_and_the_rest_is_buffered_in_order():
-    """Goal: ``send_now`` writes what the socket takes at once, ``transport.write`` the rest,
-    and the bytes keep their order. Method: a ``send_now`` that takes 10 bytes of the first
-    request and none of the second (as when Twisted already holds data)."""
+def test_requests_wait_for_the_owners_flush_then_go_straight_to_the_socket_in_order():
+    """Goal: requests are written only by ``flush_output`` (the broker's end of batch, after
+    its own write), together, with ``send_now`` taking what the socket takes at once and
+    ``transport.write`` the rest, in order. Method: a ``send_now`` that takes 10 bytes;
+    ``on_output`` records the link asking for its flush."""
     taken: list[bytes] = []
+    asked: list[object] = []
 
     def send_now(transport, data: bytes) -> int:
-        if taken:
-            return 0
         taken.append(data[:10])
         return 10
 
     harness = Harness()
     harness.link = SlaveLink(
-        "127.0.0.1", 8124, 2000, harness.reactor, lambda: None, lambda: None, send_now=send_now
-    )
+        "127.0.0.1", 8124, 2000, harness.reactor, lambda: None, lambda: None,
+        send_now=send_now, on_output=asked.append,
+    )  # fmt: skip
     _protocol, transport = harness.connect()
     harness.send("a")
     harness.send("b")
-    sent = taken[0] + transport.value()
-    assert sent == b"".join(
+    assert asked == [harness.link]  # once per gathering
+    assert taken == [] and transport.value() == b""  # nothing before the owner's flush
+    harness.link.flush_output()
+    assert len(taken) == 1  # one write for both
+    assert taken[0] + transport.value() == b"".join(
         encode_sync(b"test", 0, 0, 5, 907060870, opaque, b"hello") for opaque in (1, 2)
     )
+    harness.reactor.advance(0)  # the zero-delay call finds nothing left to write
+    assert len(taken) == 1
+
+
+def test_requests_gathered_when_the_connection_drops_are_never_sent_on_the_next_one():
+    harness = Harness()
+    protocol, first = harness.connect()
+    harness.send("a")
+    protocol.connectionLost(Failure(ConnectionError("gone")))
+    assert harness.answers == [("a", DISCONNECTED, b"")]
+    _protocol, second = harness.connect()
+    harness.reactor.advance(0)
+    assert first.value() == second.value() == b""
