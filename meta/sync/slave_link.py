@@ -16,8 +16,9 @@ the transport holds nothing yet (``send_now``, given by the broker): the broker 
 link at the end of its batch, after its own write of the batch's records (``on_output``), so
 a put's ``sync`` leaves in the reactor turn that took the put, and never before the master
 wrote the record (a master killed in between leaves the slave behind it, never ahead). A
-zero-delay call flushes what no batch end covers (a probe from a timer). What the socket
-does not take is buffered by Twisted in order, as usual.
+timer of ``FLUSH_LATE_S``, armed when none is, flushes what no batch end covers (a probe
+from a timer, say); under load it costs one wake-up per ``FLUSH_LATE_S``, not one per
+batch. What the socket does not take is buffered by Twisted in order, as usual.
 
 Timeouts cost one timer, not one per request: requests are kept in send order, and the
 timeout is the same for all, so the oldest request is always the next to expire.
@@ -50,6 +51,7 @@ RECONNECT_DELAY_MIN_S = 0.05
 RECONNECT_DELAY_MAX_S = 1.0
 REPLY_BODY_BYTES_MAX = 16 * 1024 * 1024  # a reply larger than this is not one of ours
 REPLIES_PER_READ_MAX = 4096
+FLUSH_LATE_S = 0.002  # the longest a request waits for a flush no batch end made
 OPAQUE_MAX = 2**31 - 1
 
 Done = Callable[[int, bytes], None]
@@ -103,6 +105,7 @@ class SlaveLink:
         self._send_now = send_now
         self._on_output = on_output
         self._out: list[bytes] = []  # requests built and not written yet
+        self._flush_late_call: Any = None
         self._factory = _LinkFactory(self)
         self._factory.clock = reactor  # its retry timer (default: the global reactor)
         self._connector: Any = None
@@ -133,6 +136,9 @@ class SlaveLink:
         """Close the connection for good; requests in flight fail with ``DISCONNECTED``."""
         self._stopped = True
         self._out.clear()
+        if self._flush_late_call is not None and self._flush_late_call.active():
+            self._flush_late_call.cancel()
+        self._flush_late_call = None
         self._factory.stopTrying()
         if self._connector is not None:
             self._connector.disconnect()
@@ -191,7 +197,12 @@ class SlaveLink:
         out.append(data)
         if len(out) == 1:
             self._on_output(self)
-            self._reactor.callLater(0, self.flush_output)
+            if self._flush_late_call is None:
+                self._flush_late_call = self._reactor.callLater(FLUSH_LATE_S, self._flush_late)
+
+    def _flush_late(self) -> None:
+        self._flush_late_call = None
+        self.flush_output()
 
     def flush_output(self) -> None:
         """Write the requests gathered since the last flush, with one write."""

@@ -9,7 +9,7 @@ from twisted.python.failure import Failure
 
 from meta.protocol.encoding import encode_result
 from meta.protocol.sync_frame import encode_sync
-from meta.sync.slave_link import DISCONNECTED, TIMED_OUT, SlaveLink
+from meta.sync.slave_link import DISCONNECTED, FLUSH_LATE_S, TIMED_OUT, SlaveLink
 
 
 class Harness:
@@ -52,7 +52,8 @@ def test_the_link_connects_to_the_slave_and_sends_what_was_built():
     _protocol, transport = harness.connect()
     assert harness.events == ["up"] and harness.link.connected
     assert harness.send("a")
-    harness.reactor.advance(0)  # no batch end flushed it: the zero-delay call does
+    assert transport.value() == b""
+    harness.reactor.advance(FLUSH_LATE_S)  # no batch end flushed it: the late flush does
     assert transport.value() == b"sync test 0 5 0 5 907060870 1\r\nhello"
 
 
@@ -142,7 +143,7 @@ def test_requests_wait_for_the_owners_flush_then_go_straight_to_the_socket_in_or
     assert taken[0] + transport.value() == b"".join(
         encode_sync(b"test", 0, 0, 5, 907060870, opaque, b"hello") for opaque in (1, 2)
     )
-    harness.reactor.advance(0)  # the zero-delay call finds nothing left to write
+    harness.reactor.advance(FLUSH_LATE_S)  # the late flush finds nothing left to write
     assert len(taken) == 1
 
 
@@ -153,5 +154,5 @@ def test_requests_gathered_when_the_connection_drops_are_never_sent_on_the_next_
     protocol.connectionLost(Failure(ConnectionError("gone")))
     assert harness.answers == [("a", DISCONNECTED, b"")]
     _protocol, second = harness.connect()
-    harness.reactor.advance(0)
+    harness.reactor.advance(FLUSH_LATE_S)
     assert first.value() == second.value() == b""
