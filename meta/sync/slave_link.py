@@ -16,9 +16,10 @@ the transport holds nothing yet (``send_now``, given by the broker): the broker 
 link at the end of its batch, after its own write of the batch's records (``on_output``), so
 a put's ``sync`` leaves in the reactor turn that took the put, and never before the master
 wrote the record (a master killed in between leaves the slave behind it, never ahead). A
-timer of ``FLUSH_LATE_S``, armed when none is, flushes what no batch end covers (a probe
-from a timer, say); under load it costs one wake-up per ``FLUSH_LATE_S``, not one per
-batch. What the socket does not take is buffered by Twisted in order, as usual.
+timer of ``FLUSH_LATE_S`` flushes what no batch end covers (a probe from a timer, say): it
+is armed when requests are gathered and cancelled by the flush, which in a batch comes in
+the same reactor turn, before Twisted schedules the timer, so it never wakes the reactor
+then. What the socket does not take is buffered by Twisted in order, as usual.
 
 Timeouts cost one timer, not one per request: requests are kept in send order, and the
 timeout is the same for all, so the oldest request is always the next to expire.
@@ -206,6 +207,11 @@ class SlaveLink:
 
     def flush_output(self) -> None:
         """Write the requests gathered since the last flush, with one write."""
+        late = self._flush_late_call
+        if late is not None:
+            self._flush_late_call = None
+            if late.active():
+                late.cancel()
         out = self._out
         if not out:
             return
