@@ -18,8 +18,10 @@ Beside each rate, the CPU time (user + system, from ``/proc``) each broker proce
 per message during its turns: the plain broker's, the master's and the slave's. CPU time is
 less skewed by other load on the machine than the rates. Rates sum the messages and seconds
 of every round. ``--slave-python-path`` runs the slave from another checkout (for example
-to compare versions). Everything it starts is stopped on exit; the temporary directory is
-removed unless ``--keep``. Output: a table, or JSON with ``--json``.
+to compare versions); ``--profile-master`` and ``--profile-slave`` run that broker under
+cProfile (its CPU figures then include the profiler's cost). Everything it starts is
+stopped on exit; the temporary directory is removed unless ``--keep``. Output: a table, or
+JSON with ``--json``.
 """
 
 from __future__ import annotations
@@ -79,6 +81,13 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     add("--message-bytes", type=int, default=128, help="body size of every put")
     add("--unflush-threshold", type=int, default=0, help="flush mode of the three brokers")
     add("--slave-python-path", default=str(REPO), help="PYTHONPATH of the gregor slave")
+    add(
+        "--scenarios",
+        default="pipelined,sync,latency",
+        help="comma-separated scenarios to run (pipelined, sync, latency)",
+    )
+    add("--profile-master", type=Path, help="run the master under cProfile, stats written here")
+    add("--profile-slave", type=Path, help="run the slave under cProfile, stats written here")
     add("--json", action="store_true", help="print the report as JSON")
     add("--keep", action="store_true", help="keep the temporary directory")
     return parser.parse_args(argv)
@@ -114,9 +123,15 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     threshold = args.unflush_threshold
     plain = BenchBroker(work / "plain", threshold, topics=topics)
     slave = GregorBenchBroker(
-        work / "slave", threshold, topics=topics, python_path=args.slave_python_path
+        work / "slave",
+        threshold,
+        topics=topics,
+        python_path=args.slave_python_path,
+        profile_path=args.profile_slave,
     )
-    master = SamsaBenchBroker(work / "master", threshold, topics=topics)
+    master = SamsaBenchBroker(
+        work / "master", threshold, topics=topics, profile_path=args.profile_master
+    )
     started: list[BenchBroker] = []
     try:
         for broker in (plain, slave):
@@ -134,8 +149,13 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         }
         for side in sides:  # warm up: the master's link and both sides' partitions
             run_sync(side.target.address, frames, 0.5, 100)
+        chosen = [name.strip() for name in args.scenarios.split(",")]
+        unknown = sorted(set(chosen) - set(turns))
+        if unknown:
+            raise BenchError(f"unknown scenarios: {', '.join(unknown)}")
         for _ in range(args.rounds):
-            for scenario, turn in turns.items():
+            for scenario in chosen:
+                turn = turns[scenario]
                 for side in sides:
                     side.run(scenario, turn)
     finally:

@@ -156,6 +156,7 @@ HTTP_KEYS: tuple[_Key, ...] = (_Key("serverPort", "server_port", "int", 8080, lo
 
 # conf/samsa_master.properties: a synchronous-replication master. The thread
 # counts and recoverParallel are Java's thread-pool sizes: accepted and checked, not used.
+# maxSyncsInFlight is this broker's own: the bound of the link's unanswered syncs.
 SAMSA_KEYS: tuple[_Key, ...] = (
     _Key("slave", "slave", "host_port", required=True),
     _Key("callbackThreadCount", "callback_thread_count", "int", None, low=1),
@@ -163,6 +164,7 @@ SAMSA_KEYS: tuple[_Key, ...] = (
     _Key("slaveContinuousFailureThreshold", "slave_failure_threshold", "int", 100, low=1),
     _Key("checkSlaveIntervalInMills", "check_slave_interval_ms", "int", 100, low=1),
     _Key("recoverOffset", "recover_offset", "java_bool", False),
+    _Key("maxSyncsInFlight", "syncs_in_flight_max", "int", 10_000, low=1),
     _Key("recoverParallel", "recover_parallel", "java_bool", True),
     _Key("recoverParallelHint", "recover_parallel_hint", "int", None, low=1),
 )

@@ -214,6 +214,8 @@ class SamsaConfig:
     ``slave`` is the one gregor slave's ``host:port``. ``callback_thread_count``,
     ``recover_parallel`` and ``recover_parallel_hint`` size Java's thread pools; they are
     accepted so Java files load, and have no effect here (None: Java's CPU-based default).
+    ``syncs_in_flight_max`` bounds the syncs sent to the slave and not answered yet; a put
+    beyond it gets 500 at once.
     """
 
     slave: str
@@ -222,6 +224,7 @@ class SamsaConfig:
     slave_failure_threshold: int = 100  # slaveContinuousFailureThreshold
     check_slave_interval_ms: int = 100  # checkSlaveIntervalInMills
     recover_offset: bool = False  # recoverOffset
+    syncs_in_flight_max: int = 10_000  # maxSyncsInFlight (not Java's)
     recover_parallel: bool = True  # recoverParallel
     recover_parallel_hint: int | None = None  # recoverParallelHint
 

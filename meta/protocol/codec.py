@@ -43,6 +43,7 @@ from collections.abc import Callable
 
 from meta.errors import LocalProtocolError
 from meta.protocol.commands import (
+    LONG_MAX,
     TRANSACTION_TYPES,
     BodyTooLarge,
     Command,
@@ -51,13 +52,14 @@ from meta.protocol.commands import (
     Transaction,
 )
 from meta.protocol.encoding import encode, encode_result, encode_value_header
-from meta.protocol.headers import INT_MAX, INT_MIN, parse_header, split_header
+from meta.protocol.headers import INT_MAX, INT_MIN, LONG_MIN, parse_header, split_header
 from meta.protocol.patterns import (
     FAST_PUT,
     FAST_RESULT,
     FAST_TRANSACTION,
     PUT_RUN,
     RESULT_RUN,
+    SYNC_RUN,
 )
 from meta.protocol.transaction_key import CANONICAL_LOCAL_KEY_BYTES, parse_transaction_key
 
@@ -67,6 +69,7 @@ __all__ = [
     "NEED_DATA",
     "Decoder",
     "PutFields",
+    "SyncFields",
     "decode_all",
     "encode",
     "encode_result",
@@ -94,6 +97,10 @@ CRLF = b"\r\n"
 PutFields = tuple[bytes, bytes, int, int | None, bytes, bytearray]
 """One put of a run: topic, partition and opaque as their (canonical) header bytes, flag,
 checksum (None when absent) and the body."""
+
+SyncFields = tuple[bytes, bytes, int, int | None, bytes, bytearray, int]
+"""One sync of a run: ``PutFields``' layout (topic, partition, flag, checksum, opaque, body),
+then the master's message id."""
 
 
 class Decoder:
@@ -363,6 +370,52 @@ class Decoder:
             position = body_end
         self._position = position
         return (self._last_key if run_key is not None else None), puts
+
+    def next_sync_run(self, limit: int) -> list[SyncFields]:
+        """Decode up to ``limit`` consecutive ``sync`` commands from the head of the buffer.
+
+        A gregor slave's batch path, as ``next_put_run`` is the master's: one regex match per
+        header (``patterns.SYNC_RUN``), no command objects, whole bodies within
+        ``body_bytes_max`` only; the run stops before anything else, which ``next_command``
+        then decodes (or refuses). Every field equals what ``next_command`` would have put in
+        the ``Sync``: ``topic.decode()``, ``int(partition)``, ``int(opaque)`` and
+        ``bytes(body)`` give it back.
+        """
+        syncs: list[SyncFields] = []
+        buffer = self._buffer
+        position = self._position
+        if (
+            self._error is not None
+            or self._skip_bytes
+            or self._pending is not None
+            or not buffer.startswith(b"sync ", position)
+        ):
+            return syncs
+        available = len(buffer)
+        body_max = self.body_bytes_max
+        match = SYNC_RUN.match
+        append = syncs.append
+        for _ in range(limit):
+            found = match(buffer, position)
+            if found is None:
+                break
+            topic, partition, length, flag, msg_id, checksum, opaque = found.groups()
+            body_start = found.end()
+            body_end = body_start + int(length)
+            if body_end > available or body_end - body_start > body_max:
+                break
+            if checksum is not None:
+                checksum = int(checksum)
+                if not INT_MIN <= checksum <= INT_MAX:
+                    break
+            msg_id = int(msg_id)
+            if not LONG_MIN <= msg_id <= LONG_MAX:
+                break
+            body = buffer[body_start:body_end]
+            append((topic, partition, int(flag), checksum, opaque, body, msg_id))
+            position = body_end
+        self._position = position
+        return syncs
 
     def next_result_run(self, limit: int) -> list[tuple[int, int, bytes]]:
         """Decode up to ``limit`` consecutive ``result`` frames at once: ``(code, opaque, body)``.

@@ -32,3 +32,10 @@ PUT_RUN = re.compile(
     rb"(?:(-?[0-9]{1,10}) )?(?:((?:TX|XID):[!-~]{1,1024}) )?(0|-?[1-9][0-9]{0,8})\r\n"
 )
 RESULT_RUN = re.compile(rb"result ([0-9]{1,9}) ([0-9]{1,9}) (-?[0-9]{1,10})\r\n")
+# A gregor slave's sync runs (``Decoder.next_sync_run``): Java's 7- and 8-token ``sync`` to a
+# legal topic name, partition and opaque written canonically as in ``PUT_RUN``, a canonical
+# message id of at most 19 digits and a checksum of at most 10 (both range checked).
+SYNC_RUN = re.compile(
+    rb"sync ([A-Za-z0-9_.-]{1,255}) (0|[1-9][0-9]{0,8}) ([0-9]{1,9}) (-?[0-9]{1,9}) "
+    rb"(0|-?[1-9][0-9]{0,18}) (?:(-?[0-9]{1,10}) )?(0|-?[1-9][0-9]{0,8})\r\n"
+)

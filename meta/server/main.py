@@ -452,9 +452,10 @@ def _replication_roles(broker: Broker, reactor: Any, slave: Any, samsa: Any) -> 
         replicator = Replicator(broker, slave, reactor)
         broker.replication = replicator
     if samsa is not None:
+        from meta.server.protocol import send_now
         from meta.sync.samsa import SamsaMaster
 
-        broker.sync = SamsaMaster(broker, samsa, reactor)
+        broker.sync = SamsaMaster(broker, samsa, reactor, send_now)
     return replicator
 
 

@@ -3,7 +3,9 @@
 ``dataReceived`` feeds the decoder, dispatches every complete command to ``handlers.py`` and
 queues the replies; consecutive plain puts go to ``put_run.handle_put_run`` in one call
 and consecutive puts of one transaction to ``tx_handlers.handle_tx_put_run``, both found by
-``Decoder.next_put_run``, with the same effects and replies as one ``handle_put`` each.
+``Decoder.next_put_run``, with the same effects and replies as one ``handle_put`` each; on a
+gregor slave, consecutive syncs go to ``sync_run.handle_sync_run`` (``next_sync_run``), as
+one ``handle_sync`` each.
 Replies may leave in a different order from the requests (a put waits for its fsync, a get
 does not); each carries its request's opaque.
 
@@ -54,6 +56,7 @@ from meta.server.log_limits import PROTOCOL_WARNINGS
 from meta.server.put_run import handle_put_run
 from meta.server.replies import PENDING, FileReply
 from meta.server.services import BrokerServices
+from meta.server.sync_run import handle_sync_run
 from meta.server.tx_handlers import handle_tx_put_run
 
 log = logging.getLogger("meta.server")
@@ -127,8 +130,18 @@ class BrokerProtocol(protocol.Protocol):
         broker = self._broker
         # Plain puts take the batch fast path (``put_run``); a slave answers every put 403.
         put_runs = self.put_runs and not broker.refuses_puts
+        # A gregor slave's syncs take theirs (``sync_run``).
+        sync = broker.sync
+        sync_runs = self.put_runs and sync is not None and sync.role == "gregor"
         handled = 0
         while not self._closed:
+            if sync_runs:
+                syncs = decoder.next_sync_run(PUT_RUN_MAX)
+                if syncs:
+                    self._inflight += handle_sync_run(broker, syncs, self, self._put_targets)
+                    if not decoder.buffered_bytes:
+                        break
+                    continue
             if put_runs:
                 key, puts = decoder.next_put_run(PUT_RUN_MAX)
                 if puts:
@@ -260,7 +273,7 @@ class BrokerProtocol(protocol.Protocol):
 
     def _write(self, reply: bytes | FileReply) -> None:
         data = reply if isinstance(reply, bytes) else reply.header
-        sent = _send_now(self.transport, data)
+        sent = send_now(self.transport, data)
         if sent < len(data):
             self.transport.write(data[sent:] if sent else data)
         if not isinstance(reply, bytes):
@@ -430,13 +443,14 @@ _buffer_empty = _fd_buffer_empty if FD_BUFFER_LAYOUT_KNOWN else _buffer_never_em
 """Whether the transport has nothing buffered, so a reply may go straight to the socket."""
 
 
-def _send_now(transport, data: bytes) -> int:
+def send_now(transport, data: bytes) -> int:
     """Send ``data`` straight to the socket when nothing is buffered; return bytes sent.
 
     Twisted buffers every write until the next reactor turn; for a request/reply client that
     is a whole extra epoll round per request. Sending at once when the buffer is empty keeps
     the order of bytes and saves that turn; whatever the socket does not take is buffered by
-    the caller as usual.
+    the caller as usual (``transport.write`` of the rest). Also used by the samsa master's
+    link to its slave (``meta.sync.slave_link``, given it by ``meta.server.main``).
     """
     if not _buffer_empty(transport):
         return 0

@@ -115,7 +115,8 @@ def accepted_crcs(puts: Sequence[PutFields], start: int, stop: int) -> list[int]
     crcs: list[int] = []
     append = crcs.append
     crc32, mask = _crc32, CHECKSUM_MASK  # locals: this loop runs once per put of a run
-    for _topic, _partition, _flag, checksum, _opaque, body in puts[start:stop]:
+    for fields in puts[start:stop]:  # a put's fields, or a sync's (``codec.SyncFields``)
+        checksum, body = fields[3], fields[5]
         crc = crc32(body) & mask
         if checksum is not None and checksum != crc and checksum != -1:
             break

@@ -1,14 +1,17 @@
 """The gregor slave's role object: admission of ``sync`` commands, bookkeeping, ``stats sync``.
 
 A gregor slave takes ``sync`` from its samsa master (``meta.server.handlers.handle_sync``
-applies the put rules and stages the record); this module holds what is the slave's own:
+applies the put rules and stages the record; ``meta.server.sync_run`` does the same for a run
+of syncs of one read, one staged entry per partition); this module holds what is the slave's
+own:
 
 * **Admission**: at most ``SYNCS_WAITING_MAX`` syncs, and at most
   ``SYNC_BYTES_WAITING_MAX`` body bytes, wait for their write (and fsync) per partition. A sync
   over either bound is refused with 503 and gecko's pool-busy text (``POOL_BUSY``), as a Java
-  slave refuses a task its thread pool cannot take. Order is per partition, across
-  connections and reconnects: every sync is staged on the reactor thread in arrival order,
-  and a partition log writes and acknowledges in staging order.
+  slave refuses a task its thread pool cannot take; in a run of syncs to one partition, the
+  first refused one and every later one of the run are refused (``admit_run``). Order is per
+  partition, across connections and reconnects: every sync is staged on the reactor thread
+  in arrival order, and a partition log writes and acknowledges in staging order.
 * **The master**: the peer of the connection that sent the last sync, while it is open.
 * **``stats sync``** (S4): ``role gregor``, ``master <host:port or ->``, then one line per
   partition, sorted by topic then partition number:
@@ -102,11 +105,35 @@ class GregorSlave:
         waiting[1] += size
         return True
 
-    def finished(self, topic: str, partition: int, size: int, stored: bool) -> None:
-        """An admitted sync was answered; ``stored``: it was appended (its time is kept)."""
+    def admit_run(self, topic: str, partition: int, sizes: list[int], connection: Any) -> int:
+        """``admit`` for consecutive syncs of one partition, of ``sizes`` body bytes each:
+        returns how many, from the first, were admitted (the rest get 503 ``POOL_BUSY``).
+
+        Every admitted sync must be ended by a ``finished`` or ``finished_run`` call.
+        """
+        if connection is not self._master_connection:
+            self._master_connection = connection
+            self._master_address = _peer_text(connection)
+        key = (topic, partition)
+        waiting = self._waiting.get(key)
+        if waiting is None:
+            waiting = self._waiting[key] = [0, 0]
+        count, size_total = waiting
+        admitted = 0
+        for size in sizes:
+            if count >= SYNCS_WAITING_MAX or size_total + size > SYNC_BYTES_WAITING_MAX:
+                break
+            count += 1
+            size_total += size
+            admitted += 1
+        waiting[0], waiting[1] = count, size_total
+        return admitted
+
+    def finished_run(self, topic: str, partition: int, count: int, size: int, stored: bool) -> None:
+        """``finished`` for ``count`` admitted syncs of ``size`` body bytes in all."""
         key = (topic, partition)
         waiting = self._waiting[key]
-        waiting[0] -= 1
+        waiting[0] -= count
         waiting[1] -= size
         assert waiting[0] >= 0
         assert waiting[1] >= 0
@@ -114,6 +141,10 @@ class GregorSlave:
             del self._waiting[key]
         if stored:
             self._last_sync_ms[key] = int(self._now_s() * 1000)
+
+    def finished(self, topic: str, partition: int, size: int, stored: bool) -> None:
+        """An admitted sync was answered; ``stored``: it was appended (its time is kept)."""
+        self.finished_run(topic, partition, 1, size, stored)
 
     def waiting(self, topic: str, partition: int) -> int:
         """Syncs of the partition admitted and not yet answered."""

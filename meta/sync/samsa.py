@@ -35,9 +35,10 @@ from typing import Any
 from meta.config import SamsaConfig
 from meta.protocol.message import HEADER
 from meta.protocol.sync_frame import SYNC_FORMAT, encode_status_probe, encode_sync
+from meta.sync.link_states import CATCHING_UP, COMPARE, DIVERGED, OK, UNKNOWN
 from meta.sync.samsa_catchup import CatchUp, PartitionSync, detect_slave
 from meta.sync.samsa_outcome import SLAVE_DISCONNECTED, Done, PutOutcome, RunDone, RunOutcome
-from meta.sync.slave_link import DISCONNECTED, TIMED_OUT, SlaveLink
+from meta.sync.slave_link import DISCONNECTED, TIMED_OUT, SendNow, SlaveLink, send_later
 
 log = logging.getLogger("meta.sync")
 
@@ -52,12 +53,15 @@ class SamsaMaster:
         broker: the broker (``meta.server.broker.Broker``).
         config: the validated ``samsa_master.properties``.
         reactor: the reactor.
+        send_now: the link's direct write (``SlaveLink``'s ``send_now``).
     """
 
     role = "samsa"
     latency_buckets_s = LATENCY_BUCKETS_S
 
-    def __init__(self, broker: Any, config: SamsaConfig, reactor: Any) -> None:
+    def __init__(
+        self, broker: Any, config: SamsaConfig, reactor: Any, send_now: SendNow = send_later
+    ) -> None:
         self.broker = broker
         self.config = config
         self._reactor = reactor
@@ -72,6 +76,12 @@ class SamsaMaster:
             self._link_up,
             self._link_down,
             broker.end_of_batch,
+            send_now,
+            broker.output_pending,
+        )
+        self._too_many_in_flight = (
+            f"Too many puts in flight to slave '{self.slave_uri}' "
+            f"(maxSyncsInFlight={config.syncs_in_flight_max})"
         )
         self.consecutive_failures = 0
         self.probing = False
@@ -108,6 +118,8 @@ class SamsaMaster:
         """Why a put to ``topic-partition`` is refused before anything is sent, or None."""
         if not self.link.connected:
             return SLAVE_DISCONNECTED
+        if self.link.in_flight >= self.config.syncs_in_flight_max:
+            return self._too_many_in_flight
         state = self.partitions.get((topic, partition))
         if state is not None and state.refusing:
             return f"slave diverged at {state.diverged_at}"
@@ -144,9 +156,15 @@ class SamsaMaster:
 
     def takes_run(self, topic: str, partition: int) -> bool:
         """Whether puts to the partition may be replicated as a run (``replicate_run``) now:
-        the link is up, the slave's kind is known, the partition is neither being caught up
-        nor refusing puts. Otherwise each put takes ``replicate``'s way."""
-        if self._detecting or not self.link.connected:
+        the link is up and below ``maxSyncsInFlight``, the slave's kind is known, the
+        partition is neither being caught up nor refusing puts. Otherwise each put takes
+        ``replicate``'s way. A run may take the link past the bound by its own length
+        (at most one read's puts)."""
+        if (
+            self._detecting
+            or not self.link.connected
+            or self.link.in_flight >= self.config.syncs_in_flight_max
+        ):
             return False
         state = self.partitions.get((topic, partition))
         return state is None or not (state.gated or state.refusing)
@@ -197,15 +215,16 @@ class SamsaMaster:
 
     # --- slave replies, failures and advertising ---------------------------------------
 
-    def slave_answered(self, ok: bool, sent_at_s: float) -> None:
-        """Count a reply of the slave to a put (the failure threshold of §1.7), and the
-        time it took (``sent_at_s``: when its sync was sent)."""
+    def slave_answered(self, ok: bool, sent_at_s: float, count: int = 1) -> None:
+        """Count ``count`` replies of the slave to puts sent together (the failure threshold),
+        and the time they took (``sent_at_s``: when their syncs were sent)."""
         if ok:
             self.consecutive_failures = 0
             latency_s = self._reactor.seconds() - sent_at_s
-            self.latency_counts[bisect_left(LATENCY_BUCKETS_S, latency_s)] += 1
-            self.latency_sum_s += latency_s
+            self.latency_counts[bisect_left(LATENCY_BUCKETS_S, latency_s)] += count
+            self.latency_sum_s += latency_s * count
             return
+        assert count == 1
         self.consecutive_failures += 1
         if self.consecutive_failures >= self.config.slave_failure_threshold:
             self.consecutive_failures = 0
@@ -213,7 +232,7 @@ class SamsaMaster:
 
     def offsets_differ(self, state: PartitionSync, master: int, slave: int) -> None:
         """The slave stored a record at another offset than the master: report it once."""
-        if state.state != "diverged":
+        if state.state != DIVERGED:
             state.diverge(min(master, slave), refuse=False)
             log.error(
                 "gregor slave %s stored a record of %s-%d at offset %d, the master at %d: "
@@ -229,8 +248,8 @@ class SamsaMaster:
         self._cancel_disconnected_timer()
         self._detecting = True
         for state in self.partitions.values():
-            if state.state == "ok":
-                state.state = "catching-up"  # until the comparison: puts wait meanwhile
+            if state.state == OK:
+                state.move(COMPARE)  # until the comparison: puts wait meanwhile
         detect_slave(self.link, self._detected)
 
     def _detected(self, slave_ends: dict[tuple[str, int], int] | None) -> None:
@@ -238,8 +257,8 @@ class SamsaMaster:
         if slave_ends is None:
             log.info("gregor slave %s is not a metaq-py broker: no catch-up", self.config.slave)
             for state in self.partitions.values():
-                if state.state == "catching-up":
-                    state.state = "ok"
+                if state.state == CATCHING_UP:
+                    state.move(UNKNOWN)
         else:
             for partition_log in self.broker.store.partitions():
                 key = (partition_log.topic, partition_log.partition)
@@ -265,8 +284,8 @@ class SamsaMaster:
             catch_up.cancel()
         self._catch_ups.clear()
         for state in self.partitions.values():
-            if state.state == "catching-up":
-                state.state = "ok"  # not known: the next connection compares again
+            if state.state == CATCHING_UP:
+                state.move(UNKNOWN)  # not known: the next connection compares again
             for _log, _record, done in state.release():
                 done(None, None, SLAVE_DISCONNECTED)
         self._arm_disconnected_timer()
@@ -362,7 +381,7 @@ class SamsaMaster:
         logs = sorted(self.broker.store.partitions(), key=lambda p: (p.topic, p.partition))
         for partition_log in logs:
             state = self.partitions.get((partition_log.topic, partition_log.partition))
-            name, slave_end = ("ok", -1) if state is None else (state.state, state.slave_end)
+            name, slave_end = (OK, -1) if state is None else (state.state, state.slave_end)
             lines.append(
                 f"partition {partition_log.topic}-{partition_log.partition} {name} "
                 f"{partition_log.max_offset} {slave_end}"
@@ -371,7 +390,7 @@ class SamsaMaster:
 
 
 def _state_name(state: PartitionSync | None) -> str:
-    return "ok" if state is None else state.state
+    return OK if state is None else state.state
 
 
 def _bool(value: bool) -> str:

@@ -29,6 +29,7 @@ from meta.protocol.encoding import encode
 from meta.protocol.message import HEADER, HEADER_SIZE
 from meta.protocol.put_reply import decode_put_reply
 from meta.protocol.sync_frame import encode_sync
+from meta.sync.link_states import CAUGHT_UP, COMPARE, DIFFERS, OK, next_state
 from meta.sync.slave_link import DISCONNECTED, TIMED_OUT, SlaveLink
 
 log = logging.getLogger("meta.sync")
@@ -44,7 +45,7 @@ class PartitionSync:
     """One partition's copy on the slave, as the master knows it.
 
     Attributes:
-        state: ``ok``, ``catching-up`` or ``diverged``.
+        state: ``ok``, ``catching-up`` or ``diverged``; changed only by ``move``.
         slave_end: the slave's end of the partition as last learnt, -1 when unknown.
         acked_end: the end of the last record the slave stored at the master's offset (a
             record boundary of both copies), -1 when none.
@@ -72,7 +73,7 @@ class PartitionSync:
         self.partition = partition
         self.topic_bytes = topic.encode("ascii")  # legal topic names are ASCII
         self.key = (topic, partition)
-        self.state = "ok"
+        self.state = OK
         self.slave_end = -1
         self.acked_end = -1
         self.refusing = False
@@ -105,8 +106,12 @@ class PartitionSync:
             released.append(entry)
         return released
 
+    def move(self, event: str) -> None:
+        """Change ``state`` by ``event`` (``meta.sync.link_states`` owns the transitions)."""
+        self.state = next_state(self.state, event)
+
     def diverge(self, offset: int, refuse: bool) -> None:
-        self.state = "diverged"
+        self.move(DIFFERS)
         self.diverged_at = offset
         self.refusing = self.refusing or refuse
 
@@ -213,7 +218,7 @@ class CatchUp:
         elif start != state.acked_end and not is_record_boundary(partition_log, start):
             self._diverged(start, f"its end {start} is not a record boundary of the master")
         else:
-            state.state = "catching-up"
+            state.move(COMPARE)
             state.gated = True
             if start < master_end:
                 log.info(
@@ -248,7 +253,7 @@ class CatchUp:
             # Records staged before this connection are still on their way to disk.
             self._master.broker.wait_for_data(partition_log, 0.1, self._pump)
             return
-        self._state.state = "ok"
+        self._state.move(CAUGHT_UP)
         self._state.slave_end = self._state.acked_end = self._offset
         self._master.caught_up(self._state)
 

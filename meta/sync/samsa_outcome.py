@@ -143,24 +143,33 @@ class RunOutcome:
 
     def _finish(self) -> None:
         master, state, sent_at_s = self._master, self._state, self._sent_at_s
+        codes = self._codes
+        if codes.count(200) == len(codes):
+            master.slave_answered(True, sent_at_s, len(codes))
+        else:
+            for code in codes:
+                master.slave_answered(code == 200, sent_at_s)
         offset = self.offset
-        for code, reply, body in zip(self._codes, self._replies, self._bodies, strict=True):
-            ok = code == 200
-            master.slave_answered(ok, sent_at_s)
-            if offset is None:
-                continue
-            size = HEADER_SIZE + len(body)
-            if ok:
-                try:
-                    slave_offset = decode_put_reply(reply)[2]
-                except ValueError:
-                    slave_offset = offset  # not a put reply: nothing to compare
-                if slave_offset != offset:
-                    master.offsets_differ(state, offset, slave_offset)
-                elif state.slave_end < offset + size:
-                    state.slave_end = state.acked_end = offset + size
-            offset += size
-        self._done(self.offset, self.error, self._codes)
+        if offset is not None:
+            for code, reply, body in zip(codes, self._replies, self._bodies, strict=True):
+                size = HEADER_SIZE + len(body)
+                if code == 200:
+                    slave_offset = _reply_offset(reply, offset)
+                    if slave_offset != offset:
+                        master.offsets_differ(state, offset, slave_offset)
+                    elif state.slave_end < offset + size:
+                        state.slave_end = state.acked_end = offset + size
+                offset += size
+        self._done(self.offset, self.error, codes)
+
+
+def _reply_offset(reply: bytes, otherwise: int) -> int:
+    """The offset of a put reply's body (``<msgId> <partition> <offset>``; the last field of
+    ``decode_put_reply``), or ``otherwise`` when the body is not a put reply."""
+    try:
+        return int(reply[reply.rindex(b" ") + 1 :])
+    except ValueError:
+        return otherwise
 
 
 def failure_reason(code: int, body: bytes) -> str:

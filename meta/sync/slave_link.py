@@ -11,6 +11,16 @@ The connection is re-opened by Twisted's ``ReconnectingClientFactory``, with its
 exponential back-off from ``RECONNECT_DELAY_MIN_S`` to ``RECONNECT_DELAY_MAX_S``.
 The owner hears of each connection made and lost through ``on_up`` and ``on_down``.
 
+Requests are gathered and written together by ``flush_output``, straight to the socket when
+the transport holds nothing yet (``send_now``, given by the broker): the broker flushes the
+link at the end of its batch, after its own write of the batch's records (``on_output``), so
+a put's ``sync`` leaves in the reactor turn that took the put, and never before the master
+wrote the record (a master killed in between leaves the slave behind it, never ahead). A
+timer of ``FLUSH_LATE_S`` flushes what no batch end covers (a probe from a timer, say): it
+is armed when requests are gathered and cancelled by the flush, which in a batch comes in
+the same reactor turn, before Twisted schedules the timer, so it never wakes the reactor
+then. What the socket does not take is buffered by Twisted in order, as usual.
+
 Timeouts cost one timer, not one per request: requests are kept in send order, and the
 timeout is the same for all, so the oldest request is always the next to expire.
 
@@ -42,9 +52,18 @@ RECONNECT_DELAY_MIN_S = 0.05
 RECONNECT_DELAY_MAX_S = 1.0
 REPLY_BODY_BYTES_MAX = 16 * 1024 * 1024  # a reply larger than this is not one of ours
 REPLIES_PER_READ_MAX = 4096
+FLUSH_LATE_S = 0.002  # the longest a request waits for a flush no batch end made
 OPAQUE_MAX = 2**31 - 1
 
 Done = Callable[[int, bytes], None]
+SendNow = Callable[[Any, bytes], int]
+"""``send_now(transport, data)``: bytes of ``data`` sent to the socket at once (0: none)."""
+
+
+def send_later(transport: Any, data: bytes) -> int:
+    """The default ``SendNow``: sends nothing at once; every write goes through
+    ``transport.write``."""
+    return 0
 
 
 class SlaveLink:
@@ -59,6 +78,10 @@ class SlaveLink:
         on_down: called when it is lost, after every request in flight was failed.
         after_callbacks: called after each group of callbacks (one read of replies, one
             timeout sweep, one connection loss): the owner's end of batch.
+        send_now: writes what it can at once when the transport holds nothing
+            (``meta.server.protocol.send_now``); by default every write is buffered.
+        on_output: called with the link when it gathers requests to write, to have its
+            ``flush_output`` called at the owner's end of batch (``Broker.output_pending``).
     """
 
     def __init__(
@@ -70,6 +93,8 @@ class SlaveLink:
         on_up: Callable[[], None],
         on_down: Callable[[], None],
         after_callbacks: Callable[[], None] = lambda: None,
+        send_now: SendNow = send_later,
+        on_output: Callable[[SlaveLink], None] = lambda link: None,
     ) -> None:
         self.host = host
         self.port = port
@@ -78,6 +103,10 @@ class SlaveLink:
         self._on_up = on_up
         self._on_down = on_down
         self.after_callbacks = after_callbacks
+        self._send_now = send_now
+        self._on_output = on_output
+        self._out: list[bytes] = []  # requests built and not written yet
+        self._flush_late_call: Any = None
         self._factory = _LinkFactory(self)
         self._factory.clock = reactor  # its retry timer (default: the global reactor)
         self._connector: Any = None
@@ -107,6 +136,10 @@ class SlaveLink:
     def stop(self) -> None:
         """Close the connection for good; requests in flight fail with ``DISCONNECTED``."""
         self._stopped = True
+        self._out.clear()
+        if self._flush_late_call is not None and self._flush_late_call.active():
+            self._flush_late_call.cancel()
+        self._flush_late_call = None
         self._factory.stopTrying()
         if self._connector is not None:
             self._connector.disconnect()
@@ -133,7 +166,7 @@ class SlaveLink:
         self._in_flight[opaque] = (self._reactor.seconds() + self._timeout_s, done)
         if self._timer is None:
             self._timer = self._reactor.callLater(self._timeout_s, self._expire)
-        link.transport.write(build(opaque))
+        self._gather(build(opaque))
         return True
 
     def send_many(self, build: Callable[[list[int]], bytes], dones: list[Done]) -> bool:
@@ -157,8 +190,39 @@ class SlaveLink:
         self._opaque = opaque
         if self._timer is None:
             self._timer = self._reactor.callLater(self._timeout_s, self._expire)
-        link.transport.write(build(opaques))
+        self._gather(build(opaques))
         return True
+
+    def _gather(self, data: bytes) -> None:
+        out = self._out
+        out.append(data)
+        if len(out) == 1:
+            self._on_output(self)
+            if self._flush_late_call is None:
+                self._flush_late_call = self._reactor.callLater(FLUSH_LATE_S, self._flush_late)
+
+    def _flush_late(self) -> None:
+        self._flush_late_call = None
+        self.flush_output()
+
+    def flush_output(self) -> None:
+        """Write the requests gathered since the last flush, with one write."""
+        late = self._flush_late_call
+        if late is not None:
+            self._flush_late_call = None
+            if late.active():
+                late.cancel()
+        out = self._out
+        if not out:
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        link = self._protocol
+        if link is None:
+            return  # lost meanwhile: its requests already failed with DISCONNECTED
+        sent = self._send_now(link.transport, data)
+        if sent < len(data):
+            link.transport.write(data[sent:] if sent else data)
 
     # --- called by the connection ----------------------------------------------------------
 
@@ -171,6 +235,7 @@ class SlaveLink:
         if self._protocol is not link:
             return
         self._protocol = None
+        self._out.clear()  # never sent on the next connection: they fail below
         if not self._stopped:
             log.warning(
                 "connection to gregor slave %s:%d lost (%s); %d requests in flight fail",
@@ -244,9 +309,13 @@ class _LinkProtocol(protocol.Protocol):
         reply = self._link._reply
         while True:
             results = decoder.next_result_run(REPLIES_PER_READ_MAX)
-            for code, opaque, body in results:
-                reply(code, opaque, body)
             if results:
+                # ``_reply`` inlined: a run's replies are the hot path of a pipelined load.
+                pop = self._link._in_flight.pop
+                for code, opaque, body in results:
+                    entry = pop(opaque, None)
+                    if entry is not None:
+                        entry[1](code, body)
                 continue
             try:
                 frame = decoder.next_command()

@@ -32,6 +32,13 @@ def test_java_defaults_fill_the_optional_keys(tmp_path):
     assert samsa == SamsaConfig(slave="10.0.0.2:8123")
     assert (samsa.send_to_slave_timeout_ms, samsa.slave_failure_threshold) == (2000, 100)
     assert (samsa.check_slave_interval_ms, samsa.recover_offset) == (100, False)
+    assert samsa.syncs_in_flight_max == 10_000
+
+
+def test_max_syncs_in_flight_is_read_and_must_be_positive(tmp_path):
+    assert _samsa(tmp_path, "slave=h:1\nmaxSyncsInFlight=7\n").syncs_in_flight_max == 7
+    with pytest.raises(ConfigError):
+        _samsa(tmp_path, "slave=h:1\nmaxSyncsInFlight=0\n")
 
 
 def test_every_java_key_is_read(tmp_path):

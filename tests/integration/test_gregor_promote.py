@@ -12,15 +12,17 @@ a put to the promoted broker.
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 
 import pytest
 
 from meta.client.net.connection import BrokerConnection
 from meta.protocol.codec import NEED_DATA, Decoder, encode
-from meta.protocol.commands import Put, Sync
+from meta.protocol.commands import Put, Stats, Sync
 from tests.integration.broker_process import free_port, server_ini
 from tests.integration.script_run import ScriptRun
+from tests.integration.test_samsa_gregor import records, start_gregor
 
 IDS = list(range(1_000_001, 1_000_011))
 
@@ -100,22 +102,53 @@ def test_promote_recovers_the_offsets_and_starts_a_plain_master(gregor, admin, z
 
 
 def test_promote_with_a_new_slave_starts_a_samsa_master_of_it(gregor, admin, zk_root, tmp_path):
+    """Goal: ``promote --new-slave`` starts a samsa master that replicates to a gregor slave
+    at that address. Method: promote with a free port as the new slave; a put is refused
+    while nothing listens there; then a gregor slave starts empty at that address, and the
+    first put answered 200 must be on the new slave (with the records the promoted broker
+    already held, caught up), at the master's offset, and ``stats sync`` shows the link."""
     sync_records(gregor.port)
-    new_slave = f"127.0.0.1:{free_port()}"
+    new_slave_port = free_port()
     samsa = tmp_path / "samsa.properties"
-    samsa.write_text("slave=10.0.0.1:8124\nsendToSlaveTimeoutInMills=500\nrecoverOffset=true\n")
+    samsa.write_text("slave=10.0.0.1:8124\nsendToSlaveTimeoutInMills=2000\nrecoverOffset=true\n")
 
-    promoted = gregor.run("promote", "--new-slave", new_slave, META_SAMSA_CONF=str(samsa))
+    promoted = gregor.run(
+        "promote", "--new-slave", f"127.0.0.1:{new_slave_port}", META_SAMSA_CONF=str(samsa)
+    )
 
     assert promoted.returncode == 0, promoted.stdout + promoted.stderr
     written = gregor.run_dir / "samsa_master.promoted.properties"
     assert gregor.command_line()[-2:] == ["--samsa", str(written)]
     lines = written.read_text().splitlines()
     assert lines[1:] == [
-        "sendToSlaveTimeoutInMills=500",
-        f"slave={new_slave}",
+        "sendToSlaveTimeoutInMills=2000",
+        f"slave=127.0.0.1:{new_slave_port}",
         "recoverOffset=false",
     ]
+    with BrokerConnection("127.0.0.1", gregor.port) as connection:
+        refused = connection.request(Put("test", 0, b"alone", 0, connection.next_opaque()))
+    assert refused.code == 500  # no slave yet: nothing is acknowledged from one copy
+    new_slave = start_gregor(tmp_path / "new-slave", new_slave_port, 0)
+    try:
+        with BrokerConnection("127.0.0.1", gregor.port, timeout_s=30) as connection:
+            deadline = time.monotonic() + 30
+            while (reply := put_after(connection)).code != 200:
+                assert time.monotonic() < deadline, reply
+            stats = connection.request(Stats("sync", connection.next_opaque()))
+        msg_id, _partition, offset = (int(token) for token in reply.body.split())
+        on_new_slave = records(new_slave)
+        assert on_new_slave[msg_id] == (offset, 0, b"after")
+        assert set(on_new_slave) == {*IDS, msg_id}
+        lines = stats.body.decode().splitlines()
+        assert lines[:3] == ["role samsa", f"slave 127.0.0.1:{new_slave_port}", "connected true"]
+        end = offset + 20 + len(b"after")
+        assert f"partition test-0 ok {end} {end}" in lines
+    finally:
+        new_slave.stop()
+
+
+def put_after(connection: BrokerConnection):
+    return connection.request(Put("test", 0, b"after", 0, connection.next_opaque()))
 
 
 def test_promote_refuses_a_new_slave_that_is_not_host_port(gregor):

@@ -27,13 +27,15 @@ TIMEOUT_MS = 1000
 MARGIN_S = 1.5
 
 
-def start_master(directory, slave_port: int, http: bool = False, **ini) -> BrokerProcess:
+def start_master(
+    directory, slave_port: int, http: bool = False, more_properties: str = "", **ini
+) -> BrokerProcess:
     """A samsa master replicating to 127.0.0.1:``slave_port``."""
     directory.mkdir(parents=True, exist_ok=True)
     properties = directory / "samsa_master.properties"
     properties.write_text(
         f"slave=127.0.0.1:{slave_port}\nsendToSlaveTimeoutInMills={TIMEOUT_MS}\n"
-        "slaveContinuousFailureThreshold=5\ncheckSlaveIntervalInMills=50\n"
+        "slaveContinuousFailureThreshold=5\ncheckSlaveIntervalInMills=50\n" + more_properties
     )
     broker = BrokerProcess(directory, **ini)
     broker.arguments = ["--samsa", str(properties)]
@@ -227,3 +229,30 @@ def test_a_pipelined_run_refused_by_the_slave_is_answered_put_by_put(master, sla
     assert {reply.code for reply in replies} == {500}
     assert {bytes(reply.body[:22]) for reply in replies} == {b"Put message to [slave "}
     assert sum(s.topic == "test" for s in slave.syncs) == 51  # each put went to the slave once
+
+
+def test_puts_beyond_max_syncs_in_flight_get_500_at_once(tmp_path, slave):
+    """Goal: the link holds at most ``maxSyncsInFlight`` unanswered syncs. Method: a slave
+    that stops answering and a bound of 3; of 8 puts sent one by one on 8 connections (so
+    none is part of a run), the first 3 wait for the slave (then time out), the other 5 are
+    refused at once with the bound's text."""
+    broker = start_master(tmp_path / "master", slave.port, more_properties="maxSyncsInFlight=3\n")
+    try:
+        slave.wait_for(lambda fake: fake.stats_items == ["sync", "offsets"], what="detection")
+        slave.hold()
+        connections = [broker.connect() for _ in range(8)]
+        for opaque, connection in enumerate(connections):
+            connection.send_bytes(put_frame("test", b"x", opaque))
+            if opaque < 3:
+                slave.wait_for(lambda fake, n=opaque: len(fake.syncs) > n, what="a sync")
+        refused = [connection.receive() for connection in connections[3:]]
+        timed_out = [connection.receive() for connection in connections[:3]]
+        for connection in connections:
+            connection.close()
+    finally:
+        broker.stop()
+    text = b"Too many puts in flight to slave 'meta://127.0.0.1:%d' (maxSyncsInFlight=3)"
+    assert {(reply.code, bytes(reply.body)) for reply in refused} == {(500, text % slave.port)}
+    assert {reply.code for reply in timed_out} == {500}
+    assert all(b"[slave '" in reply.body for reply in timed_out)
+    assert len(slave.syncs) == 3

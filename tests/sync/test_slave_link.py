@@ -9,7 +9,7 @@ from twisted.python.failure import Failure
 
 from meta.protocol.encoding import encode_result
 from meta.protocol.sync_frame import encode_sync
-from meta.sync.slave_link import DISCONNECTED, TIMED_OUT, SlaveLink
+from meta.sync.slave_link import DISCONNECTED, FLUSH_LATE_S, TIMED_OUT, SlaveLink
 
 
 class Harness:
@@ -52,6 +52,8 @@ def test_the_link_connects_to_the_slave_and_sends_what_was_built():
     _protocol, transport = harness.connect()
     assert harness.events == ["up"] and harness.link.connected
     assert harness.send("a")
+    assert transport.value() == b""
+    harness.reactor.advance(FLUSH_LATE_S)  # no batch end flushed it: the late flush does
     assert transport.value() == b"sync test 0 5 0 5 907060870 1\r\nhello"
 
 
@@ -112,3 +114,45 @@ def test_the_link_reconnects_after_a_loss_until_stopped(monkeypatch):
     assert connector._disconnected
     harness.reactor.advance(10)
     assert attempts == [1]  # stopped: no more attempts
+
+
+def test_requests_wait_for_the_owners_flush_then_go_straight_to_the_socket_in_order():
+    """Goal: requests are written only by ``flush_output`` (the broker's end of batch, after
+    its own write), together, with ``send_now`` taking what the socket takes at once and
+    ``transport.write`` the rest, in order. Method: a ``send_now`` that takes 10 bytes;
+    ``on_output`` records the link asking for its flush."""
+    taken: list[bytes] = []
+    asked: list[object] = []
+
+    def send_now(transport, data: bytes) -> int:
+        taken.append(data[:10])
+        return 10
+
+    harness = Harness()
+    harness.link = SlaveLink(
+        "127.0.0.1", 8124, 2000, harness.reactor, lambda: None, lambda: None,
+        send_now=send_now, on_output=asked.append,
+    )  # fmt: skip
+    _protocol, transport = harness.connect()
+    harness.send("a")
+    harness.send("b")
+    assert asked == [harness.link]  # once per gathering
+    assert taken == [] and transport.value() == b""  # nothing before the owner's flush
+    harness.link.flush_output()
+    assert len(taken) == 1  # one write for both
+    assert taken[0] + transport.value() == b"".join(
+        encode_sync(b"test", 0, 0, 5, 907060870, opaque, b"hello") for opaque in (1, 2)
+    )
+    pending = [call.func.__name__ for call in harness.reactor.getDelayedCalls()]
+    assert pending == ["_expire"]  # the flush cancelled the late one; the timeout stays
+
+
+def test_requests_gathered_when_the_connection_drops_are_never_sent_on_the_next_one():
+    harness = Harness()
+    protocol, first = harness.connect()
+    harness.send("a")
+    protocol.connectionLost(Failure(ConnectionError("gone")))
+    assert harness.answers == [("a", DISCONNECTED, b"")]
+    _protocol, second = harness.connect()
+    harness.reactor.advance(FLUSH_LATE_S)
+    assert first.value() == second.value() == b""

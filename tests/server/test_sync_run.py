@@ -1,0 +1,104 @@
+"""The gregor slave's sync runs (``sync_run.handle_sync_run``) against ``handle_sync``.
+
+Goal: a run of syncs handled at once stores the same records at the same offsets and gives
+the same replies as each sync handled alone, including the syncs the batch hands back (a
+wrong checksum, a refused partition, a full queue). Method: two in-memory gregor slaves
+(``tests.sync.test_gregor.Slave``), one with ``BrokerProtocol.put_runs`` off, fed the same
+bytes; and the decoder's ``next_sync_run`` against ``next_command`` field by field.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import meta.sync.gregor
+from meta.protocol.codec import NEED_DATA, Decoder, encode
+from meta.protocol.commands import Sync
+from meta.protocol.message import iter_messages
+from tests.sync.test_gregor import Slave, replies
+
+
+def syncs() -> list[Sync]:
+    found = [
+        Sync("test", index % 2, b"body %d" % index, index % 3, 2**62 + index, index, -1)
+        for index in range(40)
+    ]
+    found[7] = Sync("test", 1, b"seven", 0, 7, 7, None)  # Java's 7-token form
+    found[11] = Sync("test", 1, b"eleven", 0, 11, 11, 5)  # a wrong checksum
+    found[13] = Sync("test", 9, b"thirteen", 0, 13, 13, -1)  # no such partition
+    found[17] = Sync("test", 0, b"x", 1, -(2**63), 17, 215750275)  # the right checksum
+    return found
+
+
+def run(slave: Slave, data: bytes) -> tuple[list, dict]:
+    protocol, transport = slave.connect()
+    for start in range(0, len(data), 700):  # several reads, frames cut anywhere
+        protocol.dataReceived(data[start : start + 700])
+    slave.executor.run_all()
+    answered = sorted((r.opaque, r.code, r.body) for r in replies(transport))
+    stored = {}
+    for partition in (0, 1):
+        partition_log = slave.broker.store.get("test", partition)
+        records = iter_messages(partition_log.read(partition_log.slice(0, 1 << 20)))
+        stored[partition] = [(r.offset, r.msg_id, r.flag, r.payload) for r in records]
+    return answered, stored
+
+
+@pytest.mark.parametrize("queue_max", [10_000, 12])
+def test_a_run_of_syncs_stores_and_answers_as_one_sync_at_a_time(tmp_path, monkeypatch, queue_max):
+    monkeypatch.setattr(meta.sync.gregor, "SYNCS_WAITING_MAX", queue_max)
+    data = b"".join(encode(sync) for sync in syncs())
+    batched = Slave(str(tmp_path / "batched"))
+    alone = Slave(str(tmp_path / "alone"))
+    one_by_one = run_alone(alone, data)
+    assert run(batched, data) == one_by_one
+    answered, stored = one_by_one
+    assert {code for _opaque, code, _body in answered} >= {200, 500}
+    assert len(stored[0]) + len(stored[1]) == (38 if queue_max > 40 else 2 * queue_max)
+    assert batched.broker.sync.waiting("test", 0) == batched.broker.sync.waiting("test", 1) == 0
+
+
+def run_alone(slave: Slave, data: bytes) -> tuple[list, dict]:
+    connect = slave.connect
+
+    def connect_alone():
+        protocol, transport = connect()
+        protocol.put_runs = False
+        return protocol, transport
+
+    slave.connect = connect_alone  # type: ignore[method-assign]
+    return run(slave, data)
+
+
+def test_next_sync_run_gives_the_fields_of_next_command():
+    data = b"".join(encode(sync) for sync in syncs())
+    general = Decoder()
+    general.receive_data(data)
+    expected = []
+    while (frame := general.next_command()) is not NEED_DATA:
+        expected.append(frame)
+    fast = Decoder()
+    fast.receive_data(data)
+    taken = fast.next_sync_run(1000)
+    assert len(taken) == len(expected)
+    for fields, sync in zip(taken, expected, strict=True):
+        topic, partition, flag, checksum, opaque, body, msg_id = fields
+        rebuilt = Sync(
+            topic.decode(), int(partition), bytes(body), flag, msg_id, int(opaque), checksum
+        )
+        assert rebuilt == sync
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"sync test 00 1 0 5 -1 1\r\n",  # a partition not written canonically
+        b"sync test 0 1 0 9223372036854775808 -1 1\r\n",  # an id beyond a long
+        b"sync test 0 1 0 5 4294967296 1\r\n",  # a checksum beyond an int
+        b"sync test 0 1 0 5 -1 1 extra\r\n",
+    ],
+)
+def test_next_sync_run_leaves_other_headers_to_next_command(header):
+    decoder = Decoder()
+    decoder.receive_data(header + b"x")
+    assert decoder.next_sync_run(10) == []
