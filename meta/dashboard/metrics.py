@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 
 from meta import __version__
 from meta.status.facts import broker_role
+from meta.sync import link_states
 from meta.tx import states
 
 __all__ = ["CONTENT_TYPE", "BrokerCollector", "BrokerMetrics", "consumer_lag_text"]
@@ -264,9 +265,6 @@ def _topic_counter(name: str, documentation: str, items: list[tuple[str, int]]) 
     return family
 
 
-SYNC_STATES = ("ok", "catching-up", "diverged")
-
-
 def _sync_families(sync: Any) -> Iterator[Any]:
     """Synchronous replication's families: samples on a samsa master (``Broker.sync``), none
     on a broker that does not run it."""
@@ -277,7 +275,7 @@ def _sync_families(sync: Any) -> Iterator[Any]:
         labels=(*PARTITION_LABELS, "state"),
     )
     for topic, partition, current in master.partition_states() if master else ():
-        for name in SYNC_STATES:
+        for name in link_states.STATES:
             states.add_metric((topic, str(partition), name), int(name == current))
     yield states
     for name, documentation, value in (
