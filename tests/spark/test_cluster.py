@@ -188,9 +188,9 @@ def test_a_speculated_task_of_a_transactional_write_counts_once(zookeeper, clust
     prepares branches on the three brokers, then stalls until Spark's speculative copy on
     the other host has started; the copy wins and the stalled attempt is killed. The
     markers show both attempts ran, and the brokers' rollback counters that the stalled
-    attempt's branches were rolled back. Read raw, the topic holds every row once; no
-    branch of the write is left prepared, and its commit record holds batch 0 and no
-    decision.
+    attempt's branches were rolled back. Read raw, the topic holds every row once, each
+    key's rows in one partition, on all three brokers; no branch of the write is left
+    prepared, and its commit record holds batch 0 and no decision.
     """
     markers = tmp_path / "markers"
     markers.mkdir()
@@ -213,6 +213,13 @@ def test_a_speculated_task_of_a_transactional_write_counts_once(zookeeper, clust
     padding = eos_cluster_job.PADDING.encode()
     expected = {f"row-{n}-".encode() + padding: 1 for n in range(eos_cluster_job.ROWS)}
     assert collections.Counter(v for values in by_partition.values() for v in values) == expected
+    keys = collections.defaultdict(set)  # key -> the partitions holding its rows
+    for name, values in by_partition.items():
+        for value in values:
+            keys[int(value.split(b"-")[1]) % eos_cluster_job.KEYS].add(name)
+    assert all(len(partitions) == 1 for partitions in keys.values()), keys
+    filled = {name.split("-")[0] for name, values in by_partition.items() if values}
+    assert filled == {str(broker_id) for broker_id in (1, 2, 3)}
     write_id = eos_cluster_job.WRITE_ID
     assert prepared_branches(zookeeper, cluster.root, EOS_TOPIC, write_id) == []
     connect = zookeeper.connect_string
