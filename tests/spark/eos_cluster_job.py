@@ -9,9 +9,10 @@ task writes to every broker) to ``TOPIC`` with ``transactional=true``, from ``PA
 tasks. A UDF on the way marks each task attempt that runs with a file
 ``MARKER_DIR/<partition>-<attempt>`` and makes the value. The first attempt of partition 0
 stops at row ``PAUSE_AT``, once its writer has received, written and prepared the rows before
-it (``rowsPerTransaction`` is small, and the values' padding pushes the rows through the
-buffers of the UDF's and the writer's Python workers),
-and waits until a second attempt of partition 0 has started, then until it is killed (each
+it: ``rowsPerTransaction`` is small, the values' padding pushes the rows through the buffers
+of the UDF's and the writer's Python workers, and the rows before ``PAUSE_AT`` give each
+broker's branch thread several batches (``transactional_write.BATCH_ROWS``). It then waits
+until a second attempt of partition 0 has started, then until it is killed (each
 wait bounded by ``PAUSE_S``). Spark's speculation launches that second attempt on the other
 host; it writes the whole partition and wins, and the first attempt is killed with prepared
 branches that must never be committed. Exits 0 when the write succeeded.
@@ -29,10 +30,10 @@ from pyspark.sql.functions import col, concat, lit, udf
 
 import meta.spark
 
-ROWS = 1600
+ROWS = 2400
 PARTITIONS = 4
 KEYS = 13
-PAUSE_AT = 360
+PAUSE_AT = 560
 """A row of partition 0 (rows 0 to ROWS / PARTITIONS - 1), near its end."""
 PAUSE_S = 150.0
 PADDING = "x" * 2000
