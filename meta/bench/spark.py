@@ -17,11 +17,15 @@
    and a Parquet write of the null source (``meta.bench.spark_null``: prebuilt Arrow
    batches of the same schema, row count and number of partitions, no broker: the ceiling
    of PySpark's Python Data Source API here), then the same two of the topic;
-6. prints msg/s and MB/s, each Spark rate of the topic as a fraction of the null source's
+6. measures the writers (``meta.bench.spark_write``): ``--write-messages`` rows written
+   with the at-least-once writer and with ``transactional=true``, in ``--write-turns``
+   alternating turns, the second's rate as a ratio of the first's (``write_tx``, target:
+   ``spark_write.TARGET_RATIO``); ``--write-only`` skips steps 2 to 5;
+7. prints msg/s and MB/s, each Spark rate of the topic as a fraction of the null source's
    (targets: ``TARGET_FRACTION_OF_NULL``) and of the raw rate, as text or JSON (``--json``),
    and for each Spark phase the CPU microseconds per message of the JVM, the Python workers,
    the driver and the broker (Linux ``/proc``, process trees), which says where a Spark read
-   spends its time whatever else loads the machine.
+   or write spends its time whatever else loads the machine.
 
 The read is split with ``maxBytesPerPartition`` = ``--piece-mb``; every cut lands on a
 segment start (``meta.spark.planning`` moves a cut forward to a segment start just after
@@ -54,6 +58,13 @@ from meta.bench.load import (
     run_consume,
     run_pipelined,
 )
+from meta.bench.spark_write import (
+    WRITE_TOPIC,
+    WRITE_TX_TOPIC,
+    format_write_rows,
+    measure_writes,
+    write_report,
+)
 
 TOPIC = "bench-spark"
 ZOOKEEPER_SCRIPT = REPO / "tools" / "zookeeper.sh"
@@ -70,7 +81,9 @@ class SparkBenchBroker(BenchBroker):
 
     broker_id: int = 1
     segment_bytes: int = 64 << 20
-    topics: dict[str, int] | None = field(default_factory=lambda: {TOPIC: 1})
+    topics: dict[str, int] | None = field(
+        default_factory=lambda: {TOPIC: 1, WRITE_TOPIC: 2, WRITE_TX_TOPIC: 2}
+    )
 
 
 class ZooKeeper:
@@ -102,13 +115,23 @@ class ZooKeeper:
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m meta.bench.spark",
-        description="Spark batch read of a topic (count and Parquet) vs the raw consume rate.",
+        description="Spark batch read of a topic (count and Parquet) vs the raw consume rate, "
+        "and the transactional Spark writer vs the at-least-once writer.",
     )
     parser.add_argument("--megabytes", type=int, default=200, help="backlog size (MB)")
     parser.add_argument("--message-bytes", type=int, default=1024, help="message body size")
     parser.add_argument("--segment-mb", type=int, default=64, help="broker segment size (MiB)")
     parser.add_argument("--piece-mb", type=int, default=64, help="maxBytesPerPartition (MiB)")
     parser.add_argument("--cores", type=int, default=2, help="Spark local[N]")
+    parser.add_argument(
+        "--write-messages", type=int, default=100_000, help="rows per writer and turn"
+    )
+    parser.add_argument(
+        "--write-turns", type=int, default=3, help="alternating turns of the two writers"
+    )
+    parser.add_argument(
+        "--write-only", action="store_true", help="measure the writers only (no read)"
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     return parser.parse_args(argv)
@@ -284,15 +307,17 @@ def measure_reader(address: tuple[str, int], end: int) -> dict:
     return {"messages": rows, "seconds": time.monotonic() - start, "cpu_s": cpu_s}
 
 
-def wait_until_registered(zk_connect: str, timeout_s: float = 30.0) -> None:
-    """Wait until the broker lists ``TOPIC`` under ``topics-sub`` (it registers it lazily)."""
+def wait_until_registered(
+    zk_connect: str, topics: tuple[str, ...] = (TOPIC,), timeout_s: float = 30.0
+) -> None:
+    """Wait until the broker lists ``topics`` under ``topics-sub`` (it registers them lazily)."""
     from meta.client.zk.spark import ZkSparkReader
 
     deadline = time.monotonic() + timeout_s
     with ZkSparkReader(zk_connect, ZK_ROOT) as reader:
-        while TOPIC not in reader.topics():
+        while not set(topics) <= set(reader.topics()):
             if time.monotonic() > deadline:
-                raise BenchError(f"the broker did not register {TOPIC} within {timeout_s} s")
+                raise BenchError(f"the broker did not register {topics} within {timeout_s} s")
             time.sleep(0.1)
 
 
@@ -307,22 +332,61 @@ def rates(messages: int, message_bytes: int, seconds: float) -> dict:
 
 
 def run(args: argparse.Namespace, work: Path, spark=None) -> dict:
-    """Steps 1-5 of the module docstring; returns the report (``spark``: see measure_spark)."""
+    """Steps 1-6 of the module docstring; returns the report.
+
+    ``spark``: a session to use (left running); None starts one and stops it.
+    """
+    own = spark is None
+    spark = spark_session(args.cores) if own else spark
+    try:
+        with ZooKeeper(work / "zookeeper") as zookeeper:
+            broker = SparkBenchBroker(
+                work / "broker",
+                0,
+                zk_connect=zookeeper.connect,
+                segment_bytes=args.segment_mb << 20,
+            )
+            with broker:
+                report = {"message_bytes": args.message_bytes, "cores": args.cores}
+                if not args.write_only:
+                    report.update(read_report(args, work, zookeeper.connect, broker, spark))
+                report.update(write_rows(args, zookeeper.connect, broker, spark))
+    finally:
+        if own:
+            spark.stop()
+    return report
+
+
+def write_rows(args: argparse.Namespace, zk_connect: str, broker, spark) -> dict:
+    """Step 6: the ``write`` and ``write_tx`` rows."""
+    wait_until_registered(zk_connect, (WRITE_TOPIC, WRITE_TX_TOPIC))
+    pid = broker.process.pid
+    measured = measure_writes(
+        spark,
+        zk_connect,
+        ZK_ROOT,
+        broker.address,
+        args.write_messages,
+        args.message_bytes,
+        args.write_turns,
+        args.cores,
+        lambda: cpu_by_role(pid),
+    )
+    return write_report(measured, args.write_messages, args.message_bytes, rates)
+
+
+def read_report(args: argparse.Namespace, work: Path, zk_connect: str, broker, spark) -> dict:
+    """Steps 2-5: the read rows."""
     messages = args.megabytes * 1_000_000 // args.message_bytes
-    with ZooKeeper(work / "zookeeper") as zookeeper:
-        broker = SparkBenchBroker(
-            work / "broker", 0, zk_connect=zookeeper.connect, segment_bytes=args.segment_mb << 20
-        )
-        with broker:
-            frames = PutFrames(TOPIC, args.message_bytes)
-            produced = run_pipelined(broker.address, frames, 3600.0, messages)
-            if produced["messages"] != messages:
-                raise BenchError(f"produced {produced['messages']} of {messages} messages")
-            raw = run_consume(broker.address, TOPIC, 600.0, 1 << 62)
-            reader = measure_reader(broker.address, raw["bytes"])
-            wait_until_registered(zookeeper.connect)
-            pieces = -(-raw["bytes"] // (args.piece_mb << 20))
-            timed = measure_spark(args, zookeeper.connect, work, spark, broker.process.pid, pieces)
+    frames = PutFrames(TOPIC, args.message_bytes)
+    produced = run_pipelined(broker.address, frames, 3600.0, messages)
+    if produced["messages"] != messages:
+        raise BenchError(f"produced {produced['messages']} of {messages} messages")
+    raw = run_consume(broker.address, TOPIC, 600.0, 1 << 62)
+    reader = measure_reader(broker.address, raw["bytes"])
+    wait_until_registered(zk_connect)
+    pieces = -(-raw["bytes"] // (args.piece_mb << 20))
+    timed = measure_spark(args, zk_connect, work, spark, broker.process.pid, pieces)
     read = {
         "Spark": timed["metaq"]["messages"],
         "null source": timed["null"]["messages"],
@@ -333,8 +397,6 @@ def run(args: argparse.Namespace, work: Path, spark=None) -> dict:
         raise BenchError(f"read {read} of {messages} messages")
     report = {
         "messages": messages,
-        "message_bytes": args.message_bytes,
-        "cores": args.cores,
         "produce": rates(messages, args.message_bytes, produced["seconds"]),
         "raw_consume": rates(messages, args.message_bytes, raw["seconds"]),
         "reader": rates(messages, args.message_bytes, reader["seconds"]),
@@ -368,6 +430,20 @@ def per_message_us(seconds: float, messages: int) -> float:
 
 
 def format_report(report: dict) -> str:
+    """The report as text: the read rows (unless ``--write-only``), then the write rows."""
+    lines = []
+    if "produce" in report:
+        lines += format_read_rows(report)
+    turns = report["write"]["turns"]
+    lines.append(
+        f"Writers: {turns} alternating turns of {report['write']['messages'] // turns} rows "
+        f"of {report['message_bytes']} bytes per writer, Spark local[{report['cores']}]"
+    )
+    lines += format_write_rows(report)
+    return "\n".join(lines)
+
+
+def format_read_rows(report: dict) -> list[str]:
     lines = [
         f"{report['messages']} messages of {report['message_bytes']} bytes, "
         f"Spark local[{report['cores']}]; every Spark rate is also given as a fraction of the "
@@ -397,7 +473,7 @@ def format_report(report: dict) -> str:
         roles = report[name]["cpu_us_per_msg"]
         text = ", ".join(f"{role} {value}" for role, value in roles.items()) or "n/a (no /proc)"
         lines.append(f"  {name}: {text}")
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,12 +9,13 @@ each branch, and returns the prepared branches in its commit message. The driver
 Branches: one broker per row, chosen among the topic's brokers (sorted by URI): by the
 CRC-32 of the row's key when it has one (same key, same broker, same partition there), else
 by the task's partition number (so an unkeyed task writes to one broker). Each broker the
-task touches gets one worker thread with its own ``XAResource``, fed through a bounded
-queue, since a thread's puts join at most one branch; up to ``maxInFlight`` puts of a branch
-are in flight at once, and all are checked before it is prepared. A branch is prepared and
-the next one begun after ``rowsPerTransaction`` rows, so no branch outlives the broker's
-transaction timeout while its task is still writing (prepared branches never time out). At
-most ``maxBranchesPerTask`` brokers per task.
+task touches gets one worker thread with its own ``XAResource``, since a thread's puts join
+at most one branch, fed through a bounded queue of batches of ``BATCH_ROWS`` rows (one
+hand-over, and one switch of threads, per batch rather than per row); up to ``maxInFlight``
+puts of a branch are in flight at once, and all are checked before it is prepared. A branch
+is prepared and the next one begun after ``rowsPerTransaction`` rows, so no branch outlives
+the broker's transaction timeout while its task is still writing (prepared branches never
+time out). At most ``maxBranchesPerTask`` brokers per task.
 
 Ids: format ``FORMAT_ID``; global id ``<writeId>``; branch qualifier
 ``<task partition>.<attempt nonce>.<broker index>.<sequence>``; XA unique qualifier
@@ -49,6 +50,8 @@ from meta.spark.options import WriteOptions
 FORMAT_ID = 0x4D515350
 """The XA format id of the Spark writer's branches (``MQSP``)."""
 QUEUE_ROWS = 1000
+BATCH_ROWS = 100
+"""Rows handed to a branch's thread at once (``QUEUE_ROWS`` bounds the rows queued)."""
 _DONE = object()
 
 
@@ -164,7 +167,8 @@ class _BranchWorker:
         self._global_id = gid
         self._prefix = prefix
         self._options = options
-        self._queue: queue.Queue = queue.Queue(QUEUE_ROWS)
+        self._queue: queue.Queue = queue.Queue(QUEUE_ROWS // BATCH_ROWS)
+        self._batch: list[Message] = []
         self._prepared: list[PreparedBranch] = []
         self._error: BaseException | None = None
         self._stopped = threading.Event()
@@ -175,18 +179,27 @@ class _BranchWorker:
         self._thread.start()
 
     def put(self, message: Message) -> None:
-        """Queue one message (blocks while the queue is full); raise the thread's error."""
+        """Add one message to the batch; queue a full batch (blocks while the queue is full).
+        Raises the thread's error."""
+        self._batch.append(message)
+        if len(self._batch) >= BATCH_ROWS:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        batch, self._batch = self._batch, []
         while True:
             if self._error is not None:
                 raise self._error
             try:
-                self._queue.put(message, timeout=0.1)
+                self._queue.put(batch, timeout=0.1)
                 return
             except queue.Full:
                 continue
 
     def finish(self) -> list[PreparedBranch]:
         """Prepare the last branch; return every branch prepared. Raises the thread's error."""
+        if self._batch:
+            self._hand_over()
         self._queue.put(_DONE)
         self._thread.join()
         if self._error is not None:
@@ -217,21 +230,23 @@ class _BranchWorker:
         in_flight: deque[Future[SendResult]] = deque()
         try:
             while not self._stopped.is_set():
-                message = self._queue.get()
-                if message is _DONE:
+                batch = self._queue.get()
+                if batch is _DONE:
                     break
-                if xid is None:
-                    xid = Xid(FORMAT_ID, self._global_id, f"{self._prefix}.{sequence}".encode())
-                    sequence += 1
-                    resource.start(xid)
-                timeout_s = self._options.send_timeout_s
-                in_flight.append(self._producer.send_message_async(message, timeout_s))
-                if len(in_flight) >= self._options.in_flight_max:
-                    self._check(in_flight.popleft())
-                in_branch += 1
-                if in_branch >= self._options.transaction.rows_per_transaction:
-                    self._prepare(resource, xid, in_flight)
-                    xid, in_branch = None, 0
+                for message in batch:
+                    if xid is None:
+                        branch_id = f"{self._prefix}.{sequence}".encode()
+                        xid = Xid(FORMAT_ID, self._global_id, branch_id)
+                        sequence += 1
+                        resource.start(xid)
+                    timeout_s = self._options.send_timeout_s
+                    in_flight.append(self._producer.send_message_async(message, timeout_s))
+                    if len(in_flight) >= self._options.in_flight_max:
+                        self._check(in_flight.popleft())
+                    in_branch += 1
+                    if in_branch >= self._options.transaction.rows_per_transaction:
+                        self._prepare(resource, xid, in_flight)
+                        xid, in_branch = None, 0
             if xid is not None and not self._stopped.is_set():
                 self._prepare(resource, xid, in_flight)
                 xid = None

@@ -1,12 +1,15 @@
-"""A real Spark standalone cluster for tests: one master and one worker on 127.0.0.1.
+"""A real Spark standalone cluster for tests: a master on 127.0.0.1 and workers on 127.0.0.x.
 
-``SparkStandalone`` starts both from PySpark's bundled launcher (``bin/spark-class``
+``SparkStandalone`` starts them from PySpark's bundled launcher (``bin/spark-class``
 ``org.apache.spark.deploy.master.Master`` and ``...deploy.worker.Worker``), each in a process
-group of its own, and waits (bounded) until the master is ALIVE and the worker registered.
-Ports are chosen by the JVMs (port 0) and read from the master's log; the master's REST
-submission server (a fixed port, 6066) is switched off so parallel runs never collide.
-``stop`` ends both groups (SIGTERM, then SIGKILL), which also ends the executors and their
-Python workers: they are children of the worker. ``submit`` runs ``bin/spark-submit``.
+group of its own, and waits (bounded) until the master is ALIVE and every worker registered.
+Each worker runs on a loopback address of its own (``worker_hosts``), so Spark sees one host
+per worker: a speculative copy of a task runs only on a host without an attempt of it, so
+speculation needs two. Ports are chosen by the JVMs (port 0) and read from the master's log;
+the master's REST submission server (a fixed port, 6066) is switched off so parallel runs
+never collide. ``stop`` ends every group (SIGTERM, then SIGKILL), which also ends the
+executors and their Python workers: they are children of their worker. ``submit`` runs
+``bin/spark-submit``.
 
 Every wait polls a log file with a deadline; nothing sleeps and hopes.
 """
@@ -32,22 +35,30 @@ _MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
 
 
 class SparkStandalone:
-    """A master and a worker (``cores``, ``memory``) with their logs and work in ``directory``."""
+    """A master and one worker per host of ``worker_hosts`` (each with ``cores`` and
+    ``memory``), with their logs and work in ``directory``."""
 
-    def __init__(self, directory: Path, cores: int = 2, memory: str = "1g") -> None:
+    def __init__(
+        self,
+        directory: Path,
+        cores: int = 2,
+        memory: str = "1g",
+        worker_hosts: tuple[str, ...] = ("127.0.0.1",),
+    ) -> None:
         self.directory = directory
         self.cores = cores
         self.memory = memory
+        self.worker_hosts = worker_hosts
         self.url = ""
         self._processes: list[subprocess.Popen[bytes]] = []
 
-    def environment(self) -> dict[str, str]:
-        """The launcher's environment: loopback only, small daemons, no REST server."""
+    def environment(self, host: str = "127.0.0.1") -> dict[str, str]:
+        """The launcher's environment: ``host`` only, small daemons, no REST server."""
         environment = dict(os.environ)
         environment.update(
             SPARK_HOME=str(SPARK_HOME),
-            SPARK_LOCAL_IP="127.0.0.1",
-            SPARK_LOCAL_HOSTNAME="127.0.0.1",
+            SPARK_LOCAL_IP=host,
+            SPARK_LOCAL_HOSTNAME=host,
             SPARK_DAEMON_MEMORY="256m",
             SPARK_DAEMON_JAVA_OPTS=JVM_OPTIONS,
             SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
@@ -57,7 +68,7 @@ class SparkStandalone:
         return environment
 
     def start(self) -> SparkStandalone:
-        """Start the master, then the worker; stop both if either is not up in time."""
+        """Start the master, then the workers; stop all if any is not up in time."""
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / "conf").mkdir(exist_ok=True)
         try:
@@ -71,26 +82,14 @@ class SparkStandalone:
                 "--webui-port",
                 "0",
             )
-            self.url = self._wait_for(master_log, _MASTER_URL).group(1)
-            self._wait_for(master_log, re.compile(r"New state: ALIVE"))
-            worker_log = self._spawn(
-                "worker",
-                "org.apache.spark.deploy.worker.Worker",
-                self.url,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--webui-port",
-                "0",
-                "--cores",
-                str(self.cores),
-                "--memory",
-                self.memory,
-                "--work-dir",
-                str(self.directory / "work"),
-            )
-            self._wait_for(worker_log, re.compile(r"Successfully registered with master"))
+            master = self._processes[-1]
+            self.url = self._wait_for(master_log, _MASTER_URL, master).group(1)
+            self._wait_for(master_log, re.compile(r"New state: ALIVE"), master)
+            # Workers start side by side: each JVM's start-up costs seconds.
+            workers = [self._spawn_worker(host) for host in self.worker_hosts]
+            for worker_log, worker in workers:
+                registered = re.compile(r"Successfully registered with master")
+                self._wait_for(worker_log, registered, worker)
         except BaseException:
             self.stop()
             raise
@@ -133,7 +132,7 @@ class SparkStandalone:
         )
 
     def stop(self) -> None:
-        """Stop the worker (and with it its executors), then the master."""
+        """Stop the workers (and with them their executors), then the master."""
         while self._processes:
             _terminate_group(self._processes.pop(), STOP_TIMEOUT_S)
 
@@ -150,7 +149,28 @@ class SparkStandalone:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def _spawn(self, name: str, main_class: str, *arguments: str) -> Path:
+    def _spawn_worker(self, host: str) -> tuple[Path, subprocess.Popen[bytes]]:
+        log_path = self._spawn(
+            f"worker-{host}",
+            "org.apache.spark.deploy.worker.Worker",
+            self.url,
+            "--host",
+            host,
+            "--port",
+            "0",
+            "--webui-port",
+            "0",
+            "--cores",
+            str(self.cores),
+            "--memory",
+            self.memory,
+            "--work-dir",
+            str(self.directory / "work"),
+            host=host,
+        )
+        return log_path, self._processes[-1]
+
+    def _spawn(self, name: str, main_class: str, *arguments: str, host: str = "127.0.0.1") -> Path:
         log_path = self.directory / f"{name}.log"
         launcher = SPARK_HOME / "bin" / "spark-class"
         with open(log_path, "wb") as log:
@@ -160,15 +180,16 @@ class SparkStandalone:
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    env=self.environment(),
+                    env=self.environment(host),
                     cwd=self.directory,
                     start_new_session=True,
                 )
             )
         return log_path
 
-    def _wait_for(self, log_path: Path, pattern: re.Pattern[str]) -> re.Match[str]:
-        process = self._processes[-1]
+    def _wait_for(
+        self, log_path: Path, pattern: re.Pattern[str], process: subprocess.Popen[bytes]
+    ) -> re.Match[str]:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             found = pattern.search(log_path.read_text(errors="replace"))
