@@ -13,7 +13,8 @@
    whole source was copied, and is then killed too.
 
 All along, Python workers of the running driver are killed at random moments while a batch
-runs (gaps drawn from ``WORKER_KILL_GAP_S``); Spark retries their tasks. Every random choice
+runs (gaps drawn from ``WORKER_KILL_GAP_S``, ``WORKER_KILLS_PER_DRIVER`` per driver); Spark
+retries their tasks. Every random choice
 comes from one seeded ``random.Random``. The observations that time the kills: the batch ids
 in the checkpoint's ``offsets/`` (planned) and ``commits/`` (committed), the end offsets of
 the sink's partitions (``offset`` command) and the write's decision records in ZooKeeper.
@@ -44,7 +45,7 @@ TRANSACTIONAL_ID = "chaos-copy"  # the job's transactionalId
 POLL_S = 0.02
 PHASE_TIMEOUT_S = 600.0  # Generous: a loaded 2-core machine starts Spark slowly.
 WORKER_KILL_GAP_S = (2.0, 12.0)  # Spread over the run: a kill every few seconds of a batch.
-WORKER_KILLS_MAX = 6
+WORKER_KILLS_PER_DRIVER = 2  # so that every driver, and the re-runs it makes, meets them
 OFFSET_TIMEOUT_S = 2.0
 
 
@@ -116,6 +117,7 @@ class ChaosRun:
         self.report = ChaosReport()
         self.driver: DriverProcess | None = None
         self._next_worker_kill = 0.0
+        self._driver_worker_kills = 0
         self._baseline: tuple[int, dict[int, int]] | None = None
 
     def run(self) -> ChaosReport:
@@ -154,6 +156,7 @@ class ChaosRun:
         ]
         self.driver = DriverProcess(JOB, arguments, self.log_path)
         self.report.note(f"driver started (committed batch {self._committed()})")
+        self._driver_worker_kills = 0
         self._next_worker_kill = time.monotonic() + self.random.uniform(*WORKER_KILL_GAP_S)
 
     def _stop_driver(self) -> None:
@@ -204,13 +207,14 @@ class ChaosRun:
 
     def _maybe_kill_a_worker(self) -> None:
         now = time.monotonic()
-        if self.report.worker_kills >= WORKER_KILLS_MAX or now < self._next_worker_kill:
+        if self._driver_worker_kills >= WORKER_KILLS_PER_DRIVER or now < self._next_worker_kill:
             return
         if self._planned() <= self._committed():
             return  # Between batches: wait for the next one.
         workers = self.driver.python_workers() if self.driver else []
         if workers and kill_process(self.random.choice(workers)):
             self.report.worker_kills += 1
+            self._driver_worker_kills += 1
             self.report.note(f"killed a Python worker (batch {self._planned()} running)")
             self._next_worker_kill = now + self.random.uniform(*WORKER_KILL_GAP_S)
 
