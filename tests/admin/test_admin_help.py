@@ -61,6 +61,7 @@ def test_every_command_group_is_registered():
         "recover",
         "replication",
         "spark_writes",
+        "truncate",
     }
 
 

@@ -102,3 +102,11 @@ def test_a_directory_a_broker_holds_is_refused(capsys, tmp_path, partition):
     assert status == 2
     assert "in use by another broker" in err
     assert offsets(partition) == [n * SIZE for n in range(6)]
+
+
+def test_help_says_when_to_use_it(capsys):
+    status, out, _err = run(capsys, "--help")
+    assert status == 0
+    for text in ("usage: meta-admin truncate-partition", "DIR", "TOPIC-N", "--end", "--execute"):
+        assert text in out
+    assert "a restart may serve records" in " ".join(out.split())
