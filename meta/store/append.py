@@ -5,7 +5,8 @@
 (``Files.write`` reports short writes and never retries), a write that makes no progress
 refused with ``EIO``. On failure the file is truncated back to ``position``, so no partial
 record stays behind the caller's idea of the file's size; when even that fails, an error is
-logged (start-up recovery cuts the torn tail) and the write's error is raised all the same.
+logged and the write's error is raised all the same (a segment then counts the write's bytes
+as possibly written, so the partition's cut back covers them).
 
 ``Segment.append`` inlines ``append_at``'s three lines (its first write, ``finish_write``
 for a short one, ``truncate_after_failed_write`` on failure): it runs once per partition
@@ -63,12 +64,18 @@ def finish_write(files: Files, fd: int, data: bytes, position: int, written: int
         written += more
 
 
-def truncate_after_failed_write(files: Files, fd: int, position: int, path: str) -> None:
-    """Cut a partial record left by a failed write; log when even that fails."""
+def truncate_after_failed_write(files: Files, fd: int, position: int, path: str) -> bool:
+    """Cut what a failed write may have left after ``position``; return whether it is cut.
+
+    When even the cut fails, the error is logged: the file may now hold any prefix of the
+    write's bytes, whole records included, which start-up recovery would keep. The owner then
+    counts them as written, so its own cut back names them (``PartitionLog``).
+    """
     try:
         files.truncate(fd, position)
     except OSError as error:
-        # Start-up recovery will cut the torn tail, and the owner refuses writes now.
         logger.error(
             "cannot truncate %s back to %d after a failed write: %s", path, position, error
         )
+        return False
+    return True

@@ -371,20 +371,23 @@ class PartitionLog:
         """Truncate the files to the visible end (``tail_cut``); return what happened, for the
         log. ``discard_now``: close unlinked segments at once (no flush of them runs)."""
         end = self._visible_end
-        if self._written_end == end:
+        # A failed append that could not cut itself counts its bytes in the segment only.
+        written_end = max(self._written_end, self._segment.end)
+        if written_end == end:
             return f"nothing after the acknowledged end {end} was written"
         segments = self._segments
         try:
             keep = cut_back(self._files, segments, end, self.directory)
         except OSError as error:
+            self._written_end = written_end  # what the files may hold
             return (
                 f"cannot cut it back to the acknowledged end {end} ({error}): a restart may "
-                f"serve records of offsets {end} to {self._written_end} that were not "
+                f"serve records of offsets {end} to {written_end} that were not "
                 f"acknowledged; to drop them, run `meta-admin truncate-partition "
                 f"{os.path.dirname(self.directory)} {self.name} --end {end} --execute` "
                 f"before the next start"
             )
-        cut = self._written_end - end
+        cut = written_end - end
         removed = segments[keep:]
         # The appends written after the end are exactly the pending ones already written;
         # those in removed segments leave with them, the rest leave the last kept segment.

@@ -10,7 +10,8 @@ Java broker opens here unchanged.
 Invariants:
     * ``flushed_size <= written_size``; ``written_size`` is the file size as far as this process
       knows (only the last segment of a partition grows).
-    * A failed append leaves ``written_size`` unchanged and truncates the file back to it.
+    * A failed append truncates the file back to ``written_size``; when even that fails,
+      ``written_size`` counts the append's bytes (the file may hold them).
     * Only the last segment of a partition is validated at load (``recover``); earlier ones are
       trusted by size, as Java does.
     * The last ``SEGMENTS_UNSYNCED_AT_LOAD`` segments load as not yet durable
@@ -142,7 +143,10 @@ class Segment:
             if written != len(data):
                 finish_write(files, self._fd, data, position, written)
         except OSError as error:
-            truncate_after_failed_write(files, self._fd, position, self.path)
+            if not truncate_after_failed_write(files, self._fd, position, self.path):
+                # The file may hold any of these bytes now, whole records included: count
+                # them, so that the partition's cut back covers them (or names them).
+                self.written_size = position + len(data)
             raise StoreError(
                 f"write to {self.path} at position {position} failed: {error}"
             ) from error

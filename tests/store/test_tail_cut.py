@@ -242,3 +242,38 @@ def test_appends_cut_for_want_of_a_descriptor_do_not_count_and_later_ones_do(tmp
     [collect(log.append(record(b"y" * 30))) for _ in range(2)]
     executor.run_all()
     assert counters(log) == (3, 132, 3, 132)
+
+
+def test_a_partial_write_the_disk_refuses_to_cut_is_named_for_the_operator(tmp_path, files, caplog):
+    """Goal: when a write stops part way (whole records of its batch may be in the file)
+    and the disk refuses to cut them, the partition's log names every offset a restart may
+    serve and the command that drops them. Method: the second append's write takes the
+    first record of its batch, then fails with EROFS, and so does the truncation."""
+    directory = str(tmp_path / "test-0")
+    log = open_partition(directory, files=files)
+    collect(log.append(record(b"acknowledged")))
+    kept = log.max_offset
+    original_write = files.write
+    calls = []
+
+    def first_record_only(fd, data, position):
+        calls.append(position)
+        if len(calls) > 1:
+            raise OSError(errno.EROFS, "Read-only file system")
+        return original_write(fd, data[: len(record(b"one"))], position)
+
+    def read_only(fd, size):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    files.write, files.truncate = first_record_only, read_only
+    batch = [record(b"one"), record(b"two")]
+    answers = []
+    for data in batch:  # one write for both
+        log.stage(data, lambda offset, error: answers.append(error.__class__ if error else offset))
+    log.commit()
+    assert answers == [PartitionFailedError] * 2
+    end = kept + sum(len(data) for data in batch)
+    assert f"may serve records of offsets {kept} to {end}" in caplog.text
+    assert f"meta-admin truncate-partition {tmp_path} test-0 --end {kept} --execute" in (
+        caplog.text
+    )
