@@ -313,6 +313,16 @@ class Decoder:
         body = bytes(self._buffer[body_start:body_end])
         return Put(topic, partition, body, flag, opaque, checksum, tx_key)
 
+    def _run_starts(self, verb: bytes) -> bool:
+        """Whether a run of ``verb`` commands may be taken now: the decoder is healthy, skips
+        no body, parks no header, and the buffer's next command starts with ``verb``."""
+        return (
+            self._error is None
+            and not self._skip_bytes
+            and self._pending is None
+            and self._buffer.startswith(verb, self._position)
+        )
+
     def next_put_run(self, limit: int) -> tuple[str | None, list[PutFields]]:
         """Decode up to ``limit`` consecutive puts from the head of the buffer, at once: plain
         puts, or puts of one transaction (the same key, byte for byte).
@@ -333,12 +343,7 @@ class Decoder:
         puts: list[PutFields] = []
         buffer = self._buffer
         position = self._position
-        if (
-            self._error is not None
-            or self._skip_bytes
-            or self._pending is not None
-            or not buffer.startswith(b"put ", position)
-        ):
+        if not self._run_starts(b"put "):
             return None, puts
         available = len(buffer)
         body_max = self.body_bytes_max
@@ -384,12 +389,7 @@ class Decoder:
         syncs: list[SyncFields] = []
         buffer = self._buffer
         position = self._position
-        if (
-            self._error is not None
-            or self._skip_bytes
-            or self._pending is not None
-            or not buffer.startswith(b"sync ", position)
-        ):
+        if not self._run_starts(b"sync "):
             return syncs
         available = len(buffer)
         body_max = self.body_bytes_max
