@@ -92,18 +92,7 @@ class GregorSlave:
 
         Every admitted sync must be ended by exactly one ``finished`` call.
         """
-        if connection is not self._master_connection:
-            self._master_connection = connection
-            self._master_address = _peer_text(connection)
-        key = (topic, partition)
-        waiting = self._waiting.get(key)
-        if waiting is None:
-            waiting = self._waiting[key] = [0, 0]
-        if waiting[0] >= SYNCS_WAITING_MAX or waiting[1] + size > SYNC_BYTES_WAITING_MAX:
-            return False
-        waiting[0] += 1
-        waiting[1] += size
-        return True
+        return self.admit_run(topic, partition, [size], connection) == 1
 
     def admit_run(self, topic: str, partition: int, sizes: list[int], connection: Any) -> int:
         """``admit`` for consecutive syncs of one partition, of ``sizes`` body bytes each:
