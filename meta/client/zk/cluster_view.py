@@ -115,11 +115,12 @@ def close_zookeeper(client: KazooClient) -> None:
 
 
 class _Topic:
-    __slots__ = ("references", "watched")
+    __slots__ = ("generation", "references", "watched")
 
     def __init__(self) -> None:
         self.references = 0
         self.watched = False  # a live ChildrenWatch calls _children_changed for this topic
+        self.generation = 0  # of the ChildrenWatch in force; older ones stop at their next call
 
 
 class ZkClusterView:
@@ -186,13 +187,16 @@ class ZkClusterView:
                 # A new ChildrenWatch reads the children at once with no time bound (kazoo
                 # waits for ZooKeeper to come back): a kazoo worker thread creates it, so
                 # this caller's wait stays bounded. Its first call rebuilds once more.
-                self._client.handler.spawn(self._watch, topic)
+                self._client.handler.spawn(self._watch, topic, entry.generation)
 
-    def _watch(self, topic: str) -> None:
-        """Watch ``topic``'s publishers (a kazoo worker thread, spawned by ``publish``)."""
+    def _watch(self, topic: str, generation: int) -> None:
+        """Watch ``topic``'s publishers (a kazoo worker thread, spawned by ``publish``, and
+        again after each reconnection)."""
         try:
             ChildrenWatch(
-                self._client, self.publish_path(topic), partial(self._children_changed, topic)
+                self._client,
+                self.publish_path(topic),
+                partial(self._children_changed, topic, generation),
             )
         except ZK_ERRORS as error:
             with self._lock:
@@ -235,10 +239,12 @@ class ZkClusterView:
                 entry.references = 0
         self._client.remove_listener(self._state_changed)
 
-    def _children_changed(self, topic: str, _children: list[str]) -> bool | None:
+    def _children_changed(self, topic: str, generation: int, _children: list[str]) -> bool | None:
         """``ChildrenWatch`` callback (event thread, or the publisher's thread the first time)."""
         with self._lock:
             entry = self._topics.get(topic)
+            if entry is not None and generation != entry.generation:
+                return False  # A watch replaced after a reconnection: kazoo drops it.
             if self._closed or entry is None or entry.references == 0:
                 if entry is not None:
                     entry.watched = False
@@ -261,7 +267,10 @@ class ZkClusterView:
             self._client.handler.spawn(self._rebuild_all)
 
     def _rebuild_all(self) -> None:
-        """Rebuild every published topic (a kazoo worker thread, after a reconnect)."""
+        """Rebuild every published topic and watch it anew (a kazoo worker thread, after a
+        reconnect). kazoo drops every watch with the connection, and its ``ChildrenWatch``
+        may miss setting its own again when the connection drops while it is being created;
+        so each reconnection arms a new one (the old one stops at its next call)."""
         with self._lock:
             topics = [name for name, entry in self._topics.items() if entry.references]
             for topic in topics:
@@ -271,6 +280,10 @@ class ZkClusterView:
                     self._rebuild(topic)
                 except ZK_ERRORS as error:
                     log.warning("cannot refresh topic %s after reconnecting: %s", topic, error)
+                entry = self._topics[topic]
+                entry.generation += 1
+                entry.watched = True
+                self._client.handler.spawn(self._watch, topic, entry.generation)
 
     def _rebuild(self, topic: str) -> None:
         """Read ``topic`` afresh and replace its snapshot if it changed (lock held)."""
