@@ -175,7 +175,7 @@ class ZooKeeperServer:
         """
         process, self._process = self._process, None
         if process is not None:
-            _terminate_group(process, STOP_TIMEOUT_S)
+            terminate_group(process, STOP_TIMEOUT_S)
         if remove_data and self._own_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
 
@@ -255,7 +255,8 @@ class ZooKeeperServer:
         )
 
 
-def _terminate_group(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+def terminate_group(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """SIGTERM the process group of ``process``, SIGKILL it after ``timeout_s``, and reap it."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(process.pid, sig)

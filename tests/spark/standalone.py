@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pyspark
+
+from tests.integration.zookeeper import terminate_group
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 START_TIMEOUT_S = 90.0
@@ -134,7 +135,7 @@ class SparkStandalone:
     def stop(self) -> None:
         """Stop the workers (and with them their executors), then the master."""
         while self._processes:
-            _terminate_group(self._processes.pop(), STOP_TIMEOUT_S)
+            terminate_group(self._processes.pop(), STOP_TIMEOUT_S)
 
     def logs(self) -> str:
         """The tail of every log, for a failure message."""
@@ -203,17 +204,3 @@ class SparkStandalone:
         raise TimeoutError(
             f"no {pattern.pattern!r} in {log_path} within {START_TIMEOUT_S:.0f} s: {self.logs()}"
         )
-
-
-def _terminate_group(process: subprocess.Popen[bytes], timeout_s: float) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
-            process.wait(timeout=timeout_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-    process.wait()
