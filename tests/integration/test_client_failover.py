@@ -18,6 +18,7 @@ import time
 from collections import Counter
 
 import pytest
+from kazoo.recipe.watchers import ChildrenWatch
 
 from meta.client import (
     ConsumerConfig,
@@ -41,7 +42,7 @@ from tests.integration.client_helpers import (
 )
 from tests.integration.zookeeper import expire_session
 
-TOPICS = {name: {"numPartitions": 4} for name in ("loss", "hash", "expiry", "big")}
+TOPICS = {name: {"numPartitions": 4} for name in ("loss", "hash", "expiry", "rewatch", "big")}
 PARTITIONS = sorted((f"{b}-{p}" for b in (1, 2) for p in range(4)), key=java_string_key)
 
 
@@ -318,6 +319,43 @@ def test_a_consumer_registers_again_after_its_session_expires(factories, admin, 
     wait_for(lambda: consumer.owned_partitions() == {("expiry", p) for p in PARTITIONS})
     later = produce(producer_factory, "expiry", 16, prefix="after")
     wait_for(lambda: collector.ids() >= later, what="messages sent after the expiry")
+
+
+class _WatchThatMissesItsReArm(ChildrenWatch):
+    """kazoo's ``ChildrenWatch`` as it ends when the connection drops while it reads its
+    children: marked established, it never sets its watch again in the new session."""
+
+    def _session_watcher(self, state):
+        pass
+
+
+def test_a_member_whose_watches_missed_the_expiry_still_sees_a_new_member(
+    factories, admin, cluster, monkeypatch
+):
+    """Goal: a consumer keeps seeing membership changes after a session expiry, even when
+    kazoo's own re-arming of a watch is lost in a race. Method: the group's watches are the
+    kazoo watch that never re-arms; consumer A's session is expired; once A owns every
+    partition again, consumer B joins, and the owners must split between them (without new
+    watches after the expiry, A never rebalances and B waits for A's partitions forever)."""
+    monkeypatch.setattr("meta.client.zk.group.ChildrenWatch", _WatchThatMissesItsReArm)
+    first = factories()
+    consumer_of(first, "rewatch", "g-rw", Collector(), consumer_id="a")
+    everything = {p: "g-rw_a" for p in PARTITIONS}
+    wait_for(lambda: owners(admin, cluster, "g-rw", "rewatch") == everything, what="owners")
+    client = first._zk_client  # noqa: SLF001
+    expire_session(client)
+    ids_path = f"{cluster}/consumers/g-rw/ids/g-rw_a"
+
+    def registered_again() -> bool:
+        stat = admin.exists(ids_path)
+        return stat is not None and stat.ephemeralOwner == client.client_id[0]
+
+    wait_for(registered_again, what="A's ids node of the new session")
+    wait_for(lambda: owners(admin, cluster, "g-rw", "rewatch") == everything, what="owners back")
+    consumer_of(factories(), "rewatch", "g-rw", Collector(), consumer_id="b")
+    members = ["g-rw_a", "g-rw_b"]
+    expected = {p: m for m in members for p in assign("DEFAULT", m, members, PARTITIONS)}
+    wait_for(lambda: owners(admin, cluster, "g-rw", "rewatch") == expected, what="the split")
 
 
 def test_bad_input_fails_fast_with_typed_errors(factories, zookeeper, cluster):

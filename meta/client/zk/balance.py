@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from meta.client.cluster import java_string_key
 from meta.errors import ClientError
@@ -135,3 +135,26 @@ def assign(
         known = ", ".join(sorted(STRATEGIES))
         raise ClientError(f"unknown load-balance strategy {strategy!r}: expected one of {known}")
     return function(consumer, consumers, partitions)
+
+
+def share(
+    strategy: str,
+    consumer: str,
+    consumers: Mapping[str, Sequence[str]],
+    partitions: Mapping[str, Sequence[str]],
+) -> set[tuple[str, str]]:
+    """Return ``consumer``'s ``(topic, partition)`` pairs of every topic in ``partitions``.
+
+    Args:
+        strategy: as for ``assign``.
+        consumer: this consumer's id string.
+        consumers: topic -> every consumer id string of the group subscribed to it.
+        partitions: topic -> its consumer partition strings (each subscribed topic).
+    """
+    wanted: set[tuple[str, str]] = set()
+    for topic, parts in partitions.items():
+        members = consumers.get(topic, [])
+        if members and parts:
+            chosen = assign(strategy, consumer, members, parts)
+            wanted.update((topic, partition) for partition in chosen)
+    return wanted

@@ -12,6 +12,7 @@ Invariants:
 
 * Watches and state listeners only enqueue a token; one rebalance thread drains duplicate
   tokens and rebalances under ``_lock`` (up to ``ATTEMPTS`` attempts, ``zk_sync_s`` apart).
+* Each reconnection arms new watches: kazoo's own re-arming misses in a race.
 * An owner node still held by another consumer does not fail the rebalance: that partition
   waits (``meta.client.zk.owners``) and is tried again alone when its owner node goes away
   or its backoff runs out, while the partitions taken are fetched. Partitions gained are
@@ -36,19 +37,15 @@ import logging
 import queue
 import threading
 from collections.abc import Mapping
+from functools import partial
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
-from meta.client.cluster import (
-    BrokerAddress,
-    Partition,
-    format_offset,
-    parse_offset,
-)
+from meta.client.cluster import BrokerAddress, Partition, format_offset, parse_offset
 from meta.client.fetch.manager import FetchManager, FetchRequest
-from meta.client.zk.balance import assign
+from meta.client.zk.balance import share
 from meta.client.zk.cluster_view import normalize_root
 from meta.client.zk.group_reads import (
     AttemptFailed,
@@ -65,7 +62,7 @@ log = logging.getLogger("meta.client")
 ATTEMPTS = 7
 """Rebalance attempts per trigger (Java's ``maxRebalanceRetries`` default)."""
 
-_REBALANCE, _RETRY, _STOP = "rebalance", "retry", "stop"
+_REBALANCE, _RETRY, _REWATCH, _STOP = "rebalance", "retry", "rewatch", "stop"
 CLOSE_WAIT_S = 10.0
 """How long ``close`` waits for a rebalance in progress (one stuck in a ZooKeeper call that
 waits for the connection) before it stops the fetcher without the ZooKeeper cleanup."""
@@ -124,6 +121,7 @@ class ZkConsumerGroup:
         self._needs_register = False
         self._suspended = False
         self._rebalance_pending = False  # a rebalance was skipped or cut short while suspended
+        self._watch_generation = 0  # of the ChildrenWatches in force (``_arm_watches``)
         self._close_once = threading.Lock()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="meta-rebalance", daemon=True)
@@ -166,11 +164,7 @@ class ZkConsumerGroup:
                 raise ClientError(
                     f"cannot register consumer {self.consumer_id}: {error}"
                 ) from error
-            ChildrenWatch(self._client, f"{self._group_path}/ids", self._children_changed)
-            for topic in self._topics:
-                path = f"{self._root}/brokers/topics-sub/{topic}"
-                self._client.ensure_path(path)
-                ChildrenWatch(self._client, path, self._children_changed)
+            self._arm_watches()
             self._client.add_listener(self._state_changed)
             if not self._synced_rebalance():
                 raise ClientError(f"consumer {self.consumer_id}: rebalance failed {ATTEMPTS} times")
@@ -237,9 +231,21 @@ class ZkConsumerGroup:
         finally:
             self._lock.release()
 
-    def _children_changed(self, _children: list[str]) -> bool | None:
+    def _arm_watches(self) -> None:
+        """Watch the members and the topics' brokers with a new generation of watches (at
+        start and after each reconnection, since kazoo's re-arming misses when the connection
+        drops while a watch reads); an older one stops at its next call."""
+        self._watch_generation += 1
+        changed = partial(self._children_changed, self._watch_generation)
+        ChildrenWatch(self._client, f"{self._group_path}/ids", changed)
+        for topic in self._topics:
+            path = f"{self._root}/brokers/topics-sub/{topic}"
+            self._client.ensure_path(path)
+            ChildrenWatch(self._client, path, changed)
+
+    def _children_changed(self, generation: int, _children: list[str]) -> bool | None:
         """ChildrenWatch callback (kazoo's event thread): only enqueue."""
-        if self._closed:
+        if self._closed or generation != self._watch_generation:
             return False  # Tells kazoo to drop the watch.
         self._tokens.put(_REBALANCE)
         return None
@@ -270,6 +276,7 @@ class ZkConsumerGroup:
             self._tokens.put(_REBALANCE)
         elif state == KazooState.CONNECTED:
             self._suspended = False
+            self._tokens.put(_REWATCH)
             if self._needs_register:
                 self._tokens.put(_REBALANCE)
             else:
@@ -297,6 +304,11 @@ class ZkConsumerGroup:
             with self._lock:
                 if self._closed:
                     return
+                if _REWATCH in tokens:
+                    try:
+                        self._arm_watches()
+                    except KazooException as error:  # Gone again: CONNECTED re-queues this.
+                        log.info("consumer %s cannot watch yet: %s", self.consumer_id, error)
                 if _REBALANCE in tokens:
                     self._rebalance_pending = False
                     if self._needs_register and not self._reregister():
@@ -372,7 +384,7 @@ class ZkConsumerGroup:
         state = (consumers, partitions, cluster)
         if state == self._previous:
             return
-        wanted = self._wanted(consumers, partitions)
+        wanted = share(self._strategy, self.consumer_id, consumers, partitions)
         addresses = {key: cluster.get(Partition.parse(key[1]).broker_id) for key in wanted}
         if (
             self._previous is not None
@@ -408,18 +420,6 @@ class ZkConsumerGroup:
             log.info("consumer %s waits for %s, still held by their previous owner",
                      self.consumer_id, sorted(held))  # fmt: skip
             self._watch_owners()
-
-    def _wanted(
-        self, consumers: dict[str, list[str]], partitions: dict[str, list[str]]
-    ) -> set[tuple[str, str]]:
-        """This consumer's share of every subscribed topic under the strategy."""
-        wanted: set[tuple[str, str]] = set()
-        for topic in self._topics:
-            members, parts = consumers.get(topic, []), partitions[topic]
-            if members and parts:
-                chosen = assign(self._strategy, self.consumer_id, members, parts)
-                wanted.update((topic, partition) for partition in chosen)
-        return wanted
 
     def _retry_pending(self) -> None:
         """Try the waiting partitions again, each alone; fetch those taken at once."""
