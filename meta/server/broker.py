@@ -4,9 +4,10 @@ ZooKeeper registry.
 Lifecycle: ``start()`` loads and recovers every partition on disk, starts the flush timers,
 recovers the transactions (``meta.tx.manager``), listens, then registers in ZooKeeper (as
 Java's broker does). ``stop()`` stops accepting connections, deregisters, waits
-``zkSyncTimeMs`` on the reactor so clients can move away, writes a last transaction
-checkpoint, flushes and closes the store (which answers every waiting put), then closes
-connections.
+``zkSyncTimeMs`` on the reactor so clients can move away, stops handling requests (one not
+handled yet goes unanswered with its connection, so its client sends it elsewhere), writes a
+last transaction checkpoint, flushes and closes the store (which answers every waiting put),
+then closes connections.
 
 Reload (``reload()``, docs/operations.md): the topic sections of the re-read
 ``server.ini`` replace the running ones; ``[system]`` and ``[zookeeper]`` keep their running
@@ -93,6 +94,11 @@ __all__ = [
 ]
 
 log = logging.getLogger("meta.server")
+
+CLOSE_LINGER_S = 2.0
+"""How long a stopping broker keeps reading (and dropping) what clients still send after
+its last replies and FIN, so that closing does not reset connections under unread replies."""
+CLOSE_QUIET_S = 0.05
 
 WIRE_VERSION = f"1.4.6.3-metaq-py-{__version__}"
 """The ``version`` reply: the Java protocol level this broker speaks, then our own version."""
@@ -253,15 +259,34 @@ class Broker:
             delay_s = self.config.zookeeper.sync_time_ms / 1000
             if delay_s > 0 and self.connections:
                 await task.deferLater(self._reactor, delay_s, lambda: None)
+        for connection in list(self.connections):
+            connection.stop_requests()
         self.data_waiters.release_all()
         self.connection_guard.stop()
         self.tx.close()
         await self.store.close()
         self.tx.close_files()
         self._data_lock.release()
+        await self._finish_connections()
+        log.info("broker %d stopped", self.config.broker_id)
+
+    async def _finish_connections(self) -> None:
+        """Give every connection its last replies and a FIN, then close each one once its
+        client closed too or sent nothing for a ``CLOSE_QUIET_S`` tick (closing with unread
+        bytes would reset it under replies the client has not read); at most
+        ``CLOSE_LINGER_S`` in all."""
+        quiet = {connection: -1 for connection in self.connections if connection.finish()}
+        deadline = self._reactor.seconds() + CLOSE_LINGER_S
+        while quiet and self._reactor.seconds() < deadline:
+            await task.deferLater(self._reactor, CLOSE_QUIET_S, lambda: None)
+            for connection, received in list(quiet.items()):
+                if connection not in self.connections or connection.received_bytes == received:
+                    del quiet[connection]
+                    connection.transport.loseConnection()
+                else:
+                    quiet[connection] = connection.received_bytes
         for connection in list(self.connections):
             connection.transport.loseConnection()
-        log.info("broker %d stopped", self.config.broker_id)
 
     # --- reload ---------------------------------------------------------------------------------
 

@@ -100,6 +100,7 @@ class BrokerProtocol(protocol.Protocol):
         self._turn_waiting = False  # the rest of a read waits for the next reactor turn
         self._closed = False
         self._read_closed = False  # the peer sent its FIN
+        self._requests_stopped = False  # the broker is closing: no request is handled
         self.received_bytes = 0  # every byte read (``connections.ConnectionGuard``)
 
     # --- Twisted callbacks ---------------------------------------------------------------------
@@ -125,6 +126,8 @@ class BrokerProtocol(protocol.Protocol):
 
     def dataReceived(self, data: bytes) -> None:
         self.received_bytes += len(data)
+        if self._requests_stopped:
+            return
         decoder = self._decoder
         decoder.receive_data(data)
         broker = self._broker
@@ -319,7 +322,7 @@ class BrokerProtocol(protocol.Protocol):
     # --- reading backpressure ---------------------------------------------------------------------
 
     def _update_reading(self) -> None:
-        if self._closed:
+        if self._closed or self._requests_stopped:
             return
         if not self._reading_paused:
             if self._held or self._inflight > INFLIGHT_MAX or self._queued_bytes > QUEUED_BYTES_MAX:
@@ -356,6 +359,30 @@ class BrokerProtocol(protocol.Protocol):
         holds the most (``reply_budget.ReplyBudget``)."""
         self._held = True
         self._update_reading()
+
+    def stop_requests(self) -> None:
+        """The broker is stopping: handle no further request. Requests already handled are
+        answered; later ones (read or not) go unanswered with the connection, so a client
+        sends them again elsewhere, as after any lost connection, instead of being told
+        that they were not stored. What arrives from now on is read and dropped: closing a
+        socket that holds unread bytes resets the connection, and a reset can discard
+        replies the client has not read yet."""
+        self._requests_stopped = True
+        self._held = False
+        if self._reading_paused and not self._turn_waiting:
+            self._reading_paused = False
+            self.transport.resumeProducing()
+
+    def finish(self) -> bool:
+        """After ``stop_requests`` and the store's close (which answered the waiting puts):
+        write every reply, then the FIN. The connection closes when the client closes its
+        side (``readConnectionLost``) or the broker closes it. Returns whether the FIN is
+        on its way (False: replies are still queued behind a slow reader)."""
+        self.flush_output()
+        if self._closed or self._stream is not None or self._queue:
+            return False
+        self.transport.loseWriteConnection()
+        return True
 
     def release_reading(self) -> None:
         """Read requests again once this connection's own bounds allow (its queue drained)."""
