@@ -9,7 +9,8 @@ The rules are those of ``meta.server.puts`` and the replies those of
 ``meta.protocol.put_reply``, bound to module names; checksums are checked per stretch of
 puts by ``puts.accepted_crcs``, so the rule costs no call per put.
 A read holding one put (a synchronous producer's) takes ``_handle_single``: the same rules
-for a stretch of one, without a batch.
+for a stretch of one, without a batch (on a samsa master, ``replicated_put``'s forward and
+stage, answered by ``puts.replicated_done``).
 
 Invariants (tests/server/test_put_run.py checks them against ``handle_put``):
     * The fast path only takes puts whose outcome is plain: the partition exists and takes
@@ -39,6 +40,7 @@ from meta.server.puts import (
     cached_target,
     pack_header,
     replicate_run,
+    replicated_done,
 )
 from meta.server.replies import PENDING
 from meta.server.services import BrokerServices
@@ -258,17 +260,25 @@ def _handle_single(
     fields = puts[0]
     topic_bytes, partition_bytes, flag, _checksum, opaque, body = fields
     target = cached_target(broker, targets, (topic_bytes, partition_bytes))
-    if target is None or broker.sync is not None:  # replicated: handle_put's rule
+    if target is None:
         return _handle_one(broker, fields, connection)
+    partition_log, topic, partition = target
+    sync = broker.sync
+    if sync is not None and not sync.takes_run(topic, partition):
+        return _handle_one(broker, fields, connection)  # a refusal, or a wait for the slave
     crcs = _accepted_crcs(puts, 0, 1)
     if not crcs:
         return _handle_one(broker, fields, connection)
     crc = crcs[0]
-    partition_log, topic, partition = target
     broker.counters.cmd_put += 1
     msg_id = broker.ids.next_id()
     size = len(body)
     broker.record_put(topic, partition, size)
+    record = _pack_header(size, crc, msg_id, flag) + body
+    if sync is not None:  # synchronous replication: the replicated rule
+        done = replicated_done(broker, sync, connection, topic, partition, msg_id, int(opaque))
+        sync.replicate(topic, partition, partition_log, record, done)
+        return 1
 
     def acknowledged(offset: int | None, error: BaseException | None) -> None:
         if error is None:
@@ -277,5 +287,5 @@ def _handle_single(
         else:
             connection.respond(append_failed(error, broker, topic, partition, int(opaque)))
 
-    partition_log.stage(_pack_header(size, crc, msg_id, flag) + body, acknowledged)
+    partition_log.stage(record, acknowledged)
     return 1

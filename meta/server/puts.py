@@ -330,6 +330,22 @@ def replicated_put(broker: BrokerServices, command: Put, connection) -> bytes | 
         broker.record_put_failed(topic, partition)
         return encode_result(500, refusal.encode(), opaque)
     broker.record_put(topic, partition, len(data))
+    done = replicated_done(broker, role, connection, topic, partition, msg_id, opaque)
+    role.replicate(topic, partition, taken.partition_log, taken.record, done)
+    return PENDING
+
+
+def replicated_done(
+    broker: BrokerServices,
+    role: ReplicationRole,
+    connection,
+    topic: str,
+    partition: int,
+    msg_id: int,
+    opaque: int,
+) -> Callable[[int | None, BaseException | None, str | None], None]:
+    """The ``done`` a taken put hands to ``role.replicate``: it answers the put once both
+    copies are known, 200 when both are stored, else the master's or the slave's 500."""
 
     def done(offset: int | None, error: BaseException | None, slave_failure: str | None) -> None:
         if error is not None:
@@ -339,8 +355,7 @@ def replicated_put(broker: BrokerServices, command: Put, connection) -> bytes | 
         else:
             connection.respond(encode_put_reply(msg_id, partition, offset, opaque))
 
-    role.replicate(topic, partition, taken.partition_log, taken.record, done)
-    return PENDING
+    return done
 
 
 def replicate_run(

@@ -4,7 +4,9 @@ What lives here: the handler of what ``Decoder.next_sync_run`` returns (consecut
 commands of one read, as field tuples). It is to a gregor slave what ``put_run`` is to a
 master: per sync only a CRC-32 of the body and a record header; each stretch of syncs to one
 partition is admitted at once (``GregorSlave.admit_run``), staged as one entry (one append
-and one flush decision) and acknowledged with one joined write of its replies.
+and one flush decision) and acknowledged with one joined write of its replies. A read holding
+one sync (a master replicating a synchronous producer's put) takes ``_handle_single``: the
+same rules for a stretch of one, without the stretch's lists.
 
 The rules are ``handlers.handle_sync``'s: ``puts.cached_target`` for the partition,
 ``puts.accepted_crcs`` for the checksums, ``puts.pack_header`` for the record (with the
@@ -53,6 +55,8 @@ def handle_sync_run(
     ``connection.respond_many`` (one per staged stretch) or ``connection.respond``.
     ``targets`` is the connection's lookup cache (``puts.Targets``).
     """
+    if len(syncs) == 1:  # nothing to batch (a synchronous producer's put): no lists either
+        return _handle_single(broker, syncs[0], connection, targets)
     pending = 0
     total = len(syncs)
     index = 0
@@ -75,6 +79,37 @@ def handle_sync_run(
             taken += 1
         index = taken
     return pending
+
+
+def _handle_single(broker: BrokerServices, fields: SyncFields, connection, targets: Targets) -> int:
+    """The one sync of a read: ``_stage_stretch``'s rules for a stretch of one; anything
+    else goes to ``handle_sync``. Returns 1 when its reply comes later, else 0."""
+    topic_bytes, partition_bytes, flag, checksum, opaque, body, msg_id = fields
+    target = cached_target(broker, targets, (topic_bytes, partition_bytes))
+    if target is None:
+        return _handle_one(broker, fields, connection)
+    crcs = accepted_crcs((fields,), 0, 1)  # type: ignore[arg-type]
+    if not crcs:  # a wrong checksum: handle_sync answers it
+        return _handle_one(broker, fields, connection)
+    partition_log, topic, partition = target
+    gregor = broker.sync
+    broker.counters.cmd_put += 1
+    size = len(body)
+    if not gregor.admit(topic, partition, size, connection):
+        connection.send_reply(_BUSY_FORMAT % (len(_POOL_BUSY), opaque, _POOL_BUSY))
+        return 0
+    broker.record_put(topic, partition, size)
+
+    def acknowledged(offset: int | None, error: BaseException | None) -> None:
+        gregor.finished(topic, partition, size, error is None)
+        if error is None:
+            text = PUT_REPLY_BODY % (msg_id, partition_bytes, offset)
+            connection.respond(PUT_REPLY % (len(text), opaque, text))
+        else:
+            connection.respond(append_failed(error, broker, topic, partition, int(opaque)))
+
+    partition_log.stage(pack_header(size, crcs[0], msg_id, flag) + body, acknowledged)
+    return 1
 
 
 def _stage_stretch(

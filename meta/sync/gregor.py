@@ -92,7 +92,12 @@ class GregorSlave:
 
         Every admitted sync must be ended by exactly one ``finished`` call.
         """
-        return self.admit_run(topic, partition, [size], connection) == 1
+        waiting = self._waiting_of(topic, partition, connection)
+        if not _takes(waiting[0], waiting[1], size):
+            return False
+        waiting[0] += 1
+        waiting[1] += size
+        return True
 
     def admit_run(self, topic: str, partition: int, sizes: list[int], connection: Any) -> int:
         """``admit`` for consecutive syncs of one partition, of ``sizes`` body bytes each:
@@ -100,6 +105,21 @@ class GregorSlave:
 
         Every admitted sync must be ended by a ``finished`` or ``finished_run`` call.
         """
+        waiting = self._waiting_of(topic, partition, connection)
+        count, size_total = waiting
+        admitted = 0
+        takes = _takes
+        for size in sizes:
+            if not takes(count, size_total, size):
+                break
+            count += 1
+            size_total += size
+            admitted += 1
+        waiting[0], waiting[1] = count, size_total
+        return admitted
+
+    def _waiting_of(self, topic: str, partition: int, connection: Any) -> list[int]:
+        """The partition's [syncs, body bytes] waiting; ``connection`` sent the last sync."""
         if connection is not self._master_connection:
             self._master_connection = connection
             self._master_address = _peer_text(connection)
@@ -107,16 +127,7 @@ class GregorSlave:
         waiting = self._waiting.get(key)
         if waiting is None:
             waiting = self._waiting[key] = [0, 0]
-        count, size_total = waiting
-        admitted = 0
-        for size in sizes:
-            if count >= SYNCS_WAITING_MAX or size_total + size > SYNC_BYTES_WAITING_MAX:
-                break
-            count += 1
-            size_total += size
-            admitted += 1
-        waiting[0], waiting[1] = count, size_total
-        return admitted
+        return waiting
 
     def finished_run(self, topic: str, partition: int, count: int, size: int, stored: bool) -> None:
         """``finished`` for ``count`` admitted syncs of ``size`` body bytes in all."""
@@ -159,6 +170,12 @@ class GregorSlave:
                 f"{self._last_sync_ms.get(key, 0)}"
             )
         return ("\r\n".join(lines) + "\r\n").encode()
+
+
+def _takes(count: int, size_total: int, size: int) -> bool:
+    """The admission rule: whether a partition with ``count`` syncs of ``size_total`` body
+    bytes waiting takes one more of ``size`` bytes."""
+    return count < SYNCS_WAITING_MAX and size_total + size <= SYNC_BYTES_WAITING_MAX
 
 
 def _peer_text(connection: Any) -> str:

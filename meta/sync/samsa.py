@@ -132,6 +132,8 @@ class SamsaMaster:
 
         A put to a partition that is being caught up (or before the slave's kind is known)
         waits, up to ``sendToSlaveTimeoutInMills``, and is then forwarded in arrival order.
+        The caller ends its batch (``broker.end_of_batch``) before the reactor waits again:
+        that writes the staged record, then the gathered ``sync``.
         """
         state = self._partition(topic, partition)
         if self._detecting or state.gated:
@@ -150,7 +152,7 @@ class SamsaMaster:
         def build(opaque: int) -> bytes:
             return encode_sync(topic_bytes, partition, flag, msg_id, crc, opaque, body)
 
-        if not self.link.send(build, outcome.slave_done):
+        if not self.link.send(build, outcome.slave_done, batched=True):
             outcome.slave_done(DISCONNECTED, b"")
         partition_log.stage(record, outcome.master_done)
 
@@ -190,7 +192,7 @@ class SamsaMaster:
                 append(body)
             return b"".join(frames)
 
-        if not self.link.send_many(build, outcome.slave_dones()):
+        if not self.link.send_many(build, outcome.slave_dones(), batched=True):
             outcome.all_failed(DISCONNECTED)
         partition_log.stage(b"".join(parts), outcome.master_done, len(bodies))
 

@@ -16,10 +16,13 @@ the transport holds nothing yet (``send_now``, given by the broker): the broker 
 link at the end of its batch, after its own write of the batch's records (``on_output``), so
 a put's ``sync`` leaves in the reactor turn that took the put, and never before the master
 wrote the record (a master killed in between leaves the slave behind it, never ahead). A
-timer of ``FLUSH_LATE_S`` flushes what no batch end covers (a probe from a timer, say): it
-is armed when requests are gathered and cancelled by the flush, which in a batch comes in
-the same reactor turn, before Twisted schedules the timer, so it never wakes the reactor
-then. What the socket does not take is buffered by Twisted in order, as usual.
+put's ``sync`` is sent ``batched``: the caller stages the put's record in the same turn,
+and that record, too, is written only by the batch end (``StoreManager.commit_staged`` has
+no timer either), so a forgotten batch end would hang the put with or without the link.
+Any other request (a probe from a timer, a catch-up, the slave's detection) arms a timer
+of ``FLUSH_LATE_S`` that flushes what no batch end covers; a flush cancels it. So a
+synchronous producer's put costs no timer. What the socket does not take is buffered by
+Twisted in order, as usual.
 
 Timeouts cost one timer, not one per request: requests are kept in send order, and the
 timeout is the same for all, so the oldest request is always the next to expire.
@@ -153,8 +156,11 @@ class SlaveLink:
         if self._protocol is not None:
             self._protocol.transport.loseConnection()
 
-    def send(self, build: Callable[[int], bytes], done: Done) -> bool:
+    def send(self, build: Callable[[int], bytes], done: Done, batched: bool = False) -> bool:
         """Send ``build(opaque)``; ``done(code, body)`` is called once with its outcome.
+
+        ``batched``: the caller's batch ends (``flush_output``) before the reactor waits
+        again, so no late flush is armed (a put's ``sync``, see the module doc).
 
         Returns:
             False when the link is down: nothing was sent and ``done`` will not be called.
@@ -166,12 +172,15 @@ class SlaveLink:
         self._in_flight[opaque] = (self._reactor.seconds() + self._timeout_s, done)
         if self._timer is None:
             self._timer = self._reactor.callLater(self._timeout_s, self._expire)
-        self._gather(build(opaque))
+        self._gather(build(opaque), batched)
         return True
 
-    def send_many(self, build: Callable[[list[int]], bytes], dones: list[Done]) -> bool:
+    def send_many(
+        self, build: Callable[[list[int]], bytes], dones: list[Done], batched: bool = False
+    ) -> bool:
         """Send ``len(dones)`` requests as one write, ``build(opaques)``; each ``dones[i]`` is
-        called once with the outcome of the request of ``opaques[i]`` (as ``send``).
+        called once with the outcome of the request of ``opaques[i]`` (as ``send``, and
+        ``batched`` as there).
 
         Returns:
             False when the link is down: nothing was sent and no ``done`` will be called.
@@ -190,16 +199,16 @@ class SlaveLink:
         self._opaque = opaque
         if self._timer is None:
             self._timer = self._reactor.callLater(self._timeout_s, self._expire)
-        self._gather(build(opaques))
+        self._gather(build(opaques), batched)
         return True
 
-    def _gather(self, data: bytes) -> None:
+    def _gather(self, data: bytes, batched: bool) -> None:
         out = self._out
         out.append(data)
         if len(out) == 1:
             self._on_output(self)
-            if self._flush_late_call is None:
-                self._flush_late_call = self._reactor.callLater(FLUSH_LATE_S, self._flush_late)
+        if not batched and self._flush_late_call is None:
+            self._flush_late_call = self._reactor.callLater(FLUSH_LATE_S, self._flush_late)
 
     def _flush_late(self) -> None:
         self._flush_late_call = None
@@ -316,6 +325,9 @@ class _LinkProtocol(protocol.Protocol):
                     entry = pop(opaque, None)
                     if entry is not None:
                         entry[1](code, body)
+                if not decoder.buffered_bytes:  # the usual read: whole replies only
+                    self._link.after_callbacks()
+                    return
                 continue
             try:
                 frame = decoder.next_command()

@@ -30,10 +30,10 @@ def syncs() -> list[Sync]:
     return found
 
 
-def run(slave: Slave, data: bytes) -> tuple[list, dict]:
+def run(slave: Slave, reads: list[bytes]) -> tuple[list, dict]:
     protocol, transport = slave.connect()
-    for start in range(0, len(data), 700):  # several reads, frames cut anywhere
-        protocol.dataReceived(data[start : start + 700])
+    for data in reads:
+        protocol.dataReceived(data)
     slave.executor.run_all()
     answered = sorted((r.opaque, r.code, r.body) for r in replies(transport))
     stored = {}
@@ -44,21 +44,34 @@ def run(slave: Slave, data: bytes) -> tuple[list, dict]:
     return answered, stored
 
 
-@pytest.mark.parametrize("queue_max", [10_000, 12])
-def test_a_run_of_syncs_stores_and_answers_as_one_sync_at_a_time(tmp_path, monkeypatch, queue_max):
-    monkeypatch.setattr(meta.sync.gregor, "SYNCS_WAITING_MAX", queue_max)
+def cut_anywhere() -> list[bytes]:
+    """Several reads, frames cut anywhere: runs of syncs."""
     data = b"".join(encode(sync) for sync in syncs())
+    return [data[start : start + 700] for start in range(0, len(data), 700)]
+
+
+def one_per_read() -> list[bytes]:
+    """One sync per read (a master replicating a synchronous producer's puts)."""
+    return [encode(sync) for sync in syncs()]
+
+
+@pytest.mark.parametrize("reads", [cut_anywhere, one_per_read])
+@pytest.mark.parametrize("queue_max", [10_000, 12])
+def test_a_run_of_syncs_stores_and_answers_as_one_sync_at_a_time(
+    tmp_path, monkeypatch, queue_max, reads
+):
+    monkeypatch.setattr(meta.sync.gregor, "SYNCS_WAITING_MAX", queue_max)
     batched = Slave(str(tmp_path / "batched"))
     alone = Slave(str(tmp_path / "alone"))
-    one_by_one = run_alone(alone, data)
-    assert run(batched, data) == one_by_one
+    one_by_one = run_alone(alone, reads())
+    assert run(batched, reads()) == one_by_one
     answered, stored = one_by_one
     assert {code for _opaque, code, _body in answered} >= {200, 500}
     assert len(stored[0]) + len(stored[1]) == (38 if queue_max > 40 else 2 * queue_max)
     assert batched.broker.sync.waiting("test", 0) == batched.broker.sync.waiting("test", 1) == 0
 
 
-def run_alone(slave: Slave, data: bytes) -> tuple[list, dict]:
+def run_alone(slave: Slave, reads: list[bytes]) -> tuple[list, dict]:
     connect = slave.connect
 
     def connect_alone():
@@ -67,7 +80,7 @@ def run_alone(slave: Slave, data: bytes) -> tuple[list, dict]:
         return protocol, transport
 
     slave.connect = connect_alone  # type: ignore[method-assign]
-    return run(slave, data)
+    return run(slave, reads)
 
 
 def test_next_sync_run_gives_the_fields_of_next_command():

@@ -156,3 +156,21 @@ def test_requests_gathered_when_the_connection_drops_are_never_sent_on_the_next_
     _protocol, second = harness.connect()
     harness.reactor.advance(FLUSH_LATE_S)
     assert first.value() == second.value() == b""
+
+
+def test_a_batched_request_arms_no_late_flush_and_waits_for_the_owners_flush():
+    """Goal: a put's ``sync`` (sent ``batched``: its batch end flushes the link) costs no
+    timer, while any other request still gets the late flush. Method: the delayed calls of
+    the reactor after each kind of send."""
+    harness = Harness()
+    _protocol, transport = harness.connect()
+    harness.link.send(lambda opaque: b"sync %d\r\n" % opaque, lambda code, body: None, True)
+    pending = [call.func.__name__ for call in harness.reactor.getDelayedCalls()]
+    assert pending == ["_expire"]
+    harness.reactor.advance(FLUSH_LATE_S)
+    assert transport.value() == b""  # only the owner's flush writes it
+    harness.send("probe")
+    pending = sorted(call.func.__name__ for call in harness.reactor.getDelayedCalls())
+    assert pending == ["_expire", "_flush_late"]
+    harness.reactor.advance(FLUSH_LATE_S)
+    assert transport.value().startswith(b"sync 1\r\nsync test 0 5 0 5 907060870 2\r\n")
