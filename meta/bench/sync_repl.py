@@ -44,6 +44,8 @@ SYNC_TARGET = 0.4
 LATENCY_TARGET = 3.0
 SLAVE_TIMEOUT_MS = 5000
 REPLICATING_TIMEOUT_S = 30.0
+LATENCY_RATE = 5000.0
+"""Messages per second of the latency scenario (its p99 is compared at this rate)."""
 
 
 @dataclass
@@ -77,7 +79,7 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     add("--duration-s", type=float, default=3.0, help="time of one scenario's turn")
     add("--max-messages", type=int, default=2_000_000, help="count bound of one turn")
     add("--window", type=int, default=1000, help="unanswered puts of the pipelined scenario")
-    add("--rate", type=float, default=5000.0, help="messages/s of the latency scenario")
+    add("--rate", type=float, default=LATENCY_RATE, help="messages/s of the latency scenario")
     add("--message-bytes", type=int, default=128, help="body size of every put")
     add("--unflush-threshold", type=int, default=0, help="flush mode of the three brokers")
     add("--slave-python-path", default=str(REPO), help="PYTHONPATH of the gregor slave")
@@ -185,6 +187,8 @@ def report(args: argparse.Namespace, sides: list[Side]) -> dict:
             total = side.totals[scenario]
             messages = max(total["messages"], 1)
             row[side.name] = {
+                "messages": total["messages"],
+                "seconds": total["seconds"],
                 "msg_per_s": round(total["messages"] / max(total["seconds"], 1e-9)),
                 "cpu_us_per_msg": [round(cpu * 1e6 / messages, 1) for cpu in total["cpu_s"]],
             }
@@ -201,6 +205,28 @@ def report(args: argparse.Namespace, sides: list[Side]) -> dict:
             row["met"] = ratio >= goal
         result[scenario] = row
     return result
+
+
+def bench_row(result: dict) -> dict:
+    """``tools/bench``'s ``sync-repl`` row from ``run``'s report (every scenario run): the
+    replicated synchronous producer's messages, time and rate, each scenario's ratio to the
+    plain broker, and the CPU per message of the master and the slave under that producer."""
+    sync, pipelined, latency = result["sync"], result["pipelined"], result["latency"]
+    master_us, slave_us = sync["replicated"]["cpu_us_per_msg"]
+    return {
+        "messages": sync["replicated"]["messages"],
+        "seconds": sync["replicated"]["seconds"],
+        "msg_per_s": sync["replicated"]["msg_per_s"],
+        "plain_msg_per_s": sync["plain"]["msg_per_s"],
+        "sync_ratio": sync["rate_ratio"],
+        "pipelined_ratio": pipelined["rate_ratio"],
+        "pipelined_msg_per_s": pipelined["replicated"]["msg_per_s"],
+        "p99_ratio": latency["p99_ratio"],
+        "latency_msg_per_s": latency["replicated"]["msg_per_s"],
+        "broker_cpu_us_per_msg": master_us,
+        "slave_cpu_us_per_msg": slave_us,
+        "plain_cpu_us_per_msg": sync["plain"]["cpu_us_per_msg"][0],
+    }
 
 
 def format_report(result: dict) -> str:

@@ -85,6 +85,12 @@ def test_quick_run_reports_every_scenario(tmp_path: Path):
     assert http["msg_per_s"] > 0 and http["tcp_msg_per_s"] > 0 and http["mb_per_s"] > 0
     assert http["broker_cpu_us_per_msg"] > 0 and http["tcp_broker_cpu_us_per_msg"] > 0
     assert {entry["scenario"] for entry in report["targets"]} >= {"http"}
+    sync_repl = rows[("sync-repl", "1000")]  # a plain broker, a samsa master and its slave
+    assert sync_repl["msg_per_s"] > 0 and sync_repl["plain_msg_per_s"] > 0
+    for key in ("sync_ratio", "pipelined_ratio", "p99_ratio", "slave_cpu_us_per_msg"):
+        assert sync_repl[key] > 0
+    assert "sync replication (samsa master + gregor slave" in completed.stdout
+    assert {"sync-repl"} <= {entry["scenario"] for entry in report["targets"]}
     group = rows[("group", "1000")]  # its own ZooKeeper and broker (meta.bench.group)
     assert group["messages"] == report["parameters"]["backlog_messages"]
     assert group["msg_per_s"] > 0 and group["client_cpu_us_per_msg"] > 0
