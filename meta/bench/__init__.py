@@ -5,6 +5,7 @@ own broker. Importing this package imports none of its modules.
 
 * ``load``: single-connection load generators over raw sockets (sync, pipelined, consume,
   latency) and the fdatasync loop they run in turns with;
+* ``open_loop``: put latency at a fixed rate, each put sent on schedule (open loop);
 * ``broker``: ``BenchBroker``, a real broker process, always stopped afterwards;
 * ``consumer``: the client library's fetch loop, for throughput and end-to-end latency;
 * ``tx``: local transactions of 10 messages, in turns with pipelined puts;

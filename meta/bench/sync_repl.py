@@ -11,8 +11,10 @@ master replicating to it (``--samsa``). Then, ``--rounds`` times, each scenario 
   (``meta.bench.load.run_pipelined``); target: the replicated rate at least
   ``PIPELINED_TARGET`` of the plain one;
 * ``sync``: one synchronous producer (``run_sync``); target ``SYNC_TARGET`` of the plain rate;
-* ``latency``: synchronous puts at ``--rate`` messages/s (``run_latency``); target: the
-  replicated p99 at most ``LATENCY_TARGET`` times the plain p99.
+* ``latency``: puts at ``--rate`` messages/s on one connection, open loop (each leaves on
+  schedule whether or not earlier ones were answered, ``meta.bench.open_loop``), timed from
+  the scheduled send to the reply; target: the replicated p99 at most ``LATENCY_TARGET``
+  times the plain p99.
 
 Beside each rate, the CPU time (user + system, from ``/proc``) each broker process spent
 per message during its turns: the plain broker's, the master's and the slave's. CPU time is
@@ -33,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meta.bench.broker import REPO, BenchBroker, BenchError, report_in_work_directory
-from meta.bench.load import PutFrames, run_latency, run_pipelined, run_sync
+from meta.bench.load import PutFrames, run_pipelined, run_sync
+from meta.bench.open_loop import run_open_latency
 from meta.bench.slave_lag import percentile
 from meta.client.net.connection import BrokerConnection
 from meta.protocol.commands import Stats
@@ -147,7 +150,9 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                 address, frames, args.duration_s, args.max_messages, args.window
             ),
             "sync": lambda address: run_sync(address, frames, args.duration_s, args.max_messages),
-            "latency": lambda address: run_latency(address, frames, args.rate, args.duration_s),
+            "latency": lambda address: run_open_latency(
+                address, frames, args.rate, args.duration_s
+            ),
         }
         for side in sides:  # warm up: the master's link and both sides' partitions
             run_sync(side.target.address, frames, 0.5, 100)
