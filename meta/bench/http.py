@@ -35,6 +35,7 @@ from meta.ports import free_port
 PUT_TOPIC = "bench-concurrent"
 GET_TOPIC = "bench-consume"
 GET_BYTES = 1024 * 1024
+HEAD_BYTES_MAX = 16 * 1024
 PUT_TARGET = 0.30
 GET_TARGET = 0.50
 
@@ -138,28 +139,55 @@ def tcp_complete(buffer: bytearray) -> bool:
     return len(buffer) >= end + 2 + int(tokens[2])
 
 
+def read_http_response(sock, buffer: bytearray) -> tuple[int, memoryview]:
+    """Read one HTTP/1.1 response with a ``Content-Length`` into ``buffer``: its status and
+    its body, with no copy (as ``meta.bench.load.read_reply`` reads a TCP reply).
+
+    Only for one request in flight: nothing may follow the response on the wire.
+    """
+    view, have = memoryview(buffer), 0
+    while (end := buffer.find(b"\r\n\r\n", 0, have)) < 0:
+        if have >= HEAD_BYTES_MAX:
+            raise BenchError("HTTP response head too long")
+        have += _receive_some(sock, view[have:HEAD_BYTES_MAX])
+    head = bytes(buffer[:end]).lower()
+    marker = head.find(b"\r\ncontent-length:")
+    if marker < 0:
+        raise BenchError(f"HTTP response without Content-Length: {head[:200]!r}")
+    length = int(head[marker + 17 :].split(b"\r\n", 1)[0])
+    total = end + 4 + length
+    if total > len(buffer) or have > total:
+        raise BenchError(f"HTTP response of {total} bytes does not fit, or bytes follow it")
+    while have < total:
+        have += _receive_some(sock, view[have:total])
+    return int(head[9:12]), view[end + 4 : total]
+
+
+def _receive_some(sock, target: memoryview) -> int:
+    count = sock.recv_into(target)
+    if not count:
+        raise BenchError("the broker closed the connection")
+    return count
+
+
 def http_consume(address: tuple[str, int], topic: str, max_bytes: int) -> dict:
-    """Read from offset 0 with 1 MiB HTTP gets on one keep-alive connection until caught up."""
+    """Read from offset 0 with 1 MiB HTTP gets on one keep-alive connection until caught up;
+    each response is read straight into one reused buffer, as ``run_consume`` reads."""
     offset = records = gets = 0
+    buffer = bytearray(GET_BYTES + HEAD_BYTES_MAX)
     start = time.monotonic()
     with connect(address) as sock:
-        reader = sock.makefile("rb", buffering=GET_BYTES)
         while offset < max_bytes:
             gets += 1
             sock.sendall(
                 b"GET /get/0?topic=%s&partition=0&offset=%d&maxsize=%d HTTP/1.1\r\nHost: b\r\n\r\n"
                 % (topic.encode(), offset, GET_BYTES)
             )
-            status = reader.readline()
-            length = 0
-            while (line := reader.readline()) != b"\r\n":
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            body = reader.read(length)
-            if status.startswith(b"HTTP/1.1 404"):
+            status, body = read_http_response(sock, buffer)
+            if status == 404:
                 break
-            if not status.startswith(b"HTTP/1.1 200"):
-                raise BenchError(f"HTTP get at {offset}: {status!r} {body[:200]!r}")
+            if status != 200:
+                raise BenchError(f"HTTP get at {offset}: {status} {bytes(body[:200])!r}")
             count, used = count_records(body)
             if count == 0:
                 raise BenchError(f"HTTP get at {offset} returned no complete record")
