@@ -7,7 +7,11 @@ machine load:
 * put: ``--connections`` keep-alive HTTP connections, one put in flight on each, against
   as many synchronous TCP connections (both driven by one selector loop in this process);
 * get: a ``--backlog-mb`` backlog read from offset 0 with 1 MiB gets over one HTTP
-  keep-alive connection, against the raw TCP consume of ``meta.bench.load.run_consume``.
+  keep-alive connection, against the raw TCP consume of ``meta.bench.load.run_consume``;
+  both clients read each response straight into one reused buffer.
+
+Besides the rates, the broker's CPU time (user + system, from ``/proc``) per put and per MB
+got is reported for each transport: it moves less with the machine's load than the rates.
 
 Targets: HTTP puts at least 30% of the TCP rate, HTTP gets at least 50% of the TCP rate
 (medians of the rounds). Output: a table, or JSON with ``--json``. Single-threaded.
@@ -226,10 +230,17 @@ def run(arguments: argparse.Namespace, work: Path) -> dict:
         backlog_frames = PutFrames(GET_TOPIC, 1024)
         run_pipelined(broker.address, backlog_frames, 600.0, backlog // (1024 + 20) + 1)
         gets: dict[str, list[float]] = {"tcp": [], "http": []}
+        get_cpu_ms: dict[str, list[float]] = {"tcp": [], "http": []}  # broker CPU per MB
         for _ in range(arguments.rounds):
-            tcp = run_consume(broker.address, GET_TOPIC, 600.0, backlog)
-            gets["tcp"].append(tcp["mb_per_s"])
-            gets["http"].append(http_consume(http_address, GET_TOPIC, backlog)["mb_per_s"])
+            for name, consume in (
+                ("tcp", lambda: run_consume(broker.address, GET_TOPIC, 600.0, backlog)),
+                ("http", lambda: http_consume(http_address, GET_TOPIC, backlog)),
+            ):
+                cpu_before = broker.cpu_seconds()
+                result = consume()
+                cpu = broker.cpu_seconds() - cpu_before
+                gets[name].append(result["mb_per_s"])
+                get_cpu_ms[name].append(cpu * 1e3 / max(result["bytes"] / 1e6, 1e-9))
     put_ratio = statistics.median(puts["http"]) / statistics.median(puts["tcp"])
     get_ratio = statistics.median(gets["http"]) / statistics.median(gets["tcp"])
     return {
@@ -240,6 +251,7 @@ def run(arguments: argparse.Namespace, work: Path) -> dict:
         "put_broker_cpu_us": cpu_us,
         "http_put_totals": totals,
         "get_mb_per_s": gets,
+        "get_broker_cpu_ms_per_mb": get_cpu_ms,
         "put_ratio": put_ratio,
         "get_ratio": get_ratio,
         "put_target_met": put_ratio >= PUT_TARGET,
@@ -261,6 +273,8 @@ def bench_row(report: dict) -> dict:
         "put_ratio": report["put_ratio"],
         "mb_per_s": statistics.median(gets["http"]),
         "tcp_mb_per_s": statistics.median(gets["tcp"]),
+        "broker_cpu_ms_per_mb": statistics.median(report["get_broker_cpu_ms_per_mb"]["http"]),
+        "tcp_broker_cpu_ms_per_mb": statistics.median(report["get_broker_cpu_ms_per_mb"]["tcp"]),
         "get_ratio": report["get_ratio"],
         "connections": report["connections"],
     }
@@ -271,7 +285,7 @@ def format_report(report: dict) -> str:
         return " ".join(f"{value:,.0f}" for value in values)
 
     puts, gets = report["put_msg_per_s"], report["get_mb_per_s"]
-    cpu = report["put_broker_cpu_us"]
+    cpu, get_cpu = report["put_broker_cpu_us"], report["get_broker_cpu_ms_per_mb"]
     return "\n".join(
         [
             f"put, {report['connections']} connections, {report['message_bytes']} B (msg/s; "
@@ -280,9 +294,10 @@ def format_report(report: dict) -> str:
             f"  http  {rates(puts['http'])}   {statistics.median(cpu['http']):.1f} us",
             f"  http/tcp {report['put_ratio']:.2f} (target {PUT_TARGET:.2f}: "
             f"{'met' if report['put_target_met'] else 'MISSED'})",
-            f"get of a {report['backlog_mb']} MB backlog, 1 MiB gets (MB/s):",
-            f"  tcp   {rates(gets['tcp'])}",
-            f"  http  {rates(gets['http'])}",
+            f"get of a {report['backlog_mb']} MB backlog, 1 MiB gets (MB/s; broker CPU per MB, "
+            "median):",
+            f"  tcp   {rates(gets['tcp'])}   {statistics.median(get_cpu['tcp']):.2f} ms",
+            f"  http  {rates(gets['http'])}   {statistics.median(get_cpu['http']):.2f} ms",
             f"  http/tcp {report['get_ratio']:.2f} (target {GET_TARGET:.2f}: "
             f"{'met' if report['get_target_met'] else 'MISSED'})",
         ]

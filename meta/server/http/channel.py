@@ -13,7 +13,8 @@ channel changes four things about a connection, none of them visible on the wire
   bytes (or the end of the response) and go with them, straight to the socket when the
   transport has nothing buffered (``meta.server.protocol.send_now``, as TCP replies go),
   instead of two buffered writes and one more reactor turn.
-* The local address is asked of the socket once per connection, not once per request.
+* The addresses are asked of the transport once per connection, not once per request
+  (the local one is a ``getsockname`` each time).
 * ``send_file`` sends a region of a segment file with ``os.sendfile`` while the socket takes
   it (``meta.server.protocol.sendfile_now``), after what is buffered; a get's body is not
   copied through Python then.
@@ -40,12 +41,19 @@ class ProtocolChannel(http.HTTPChannel):
     _refused = False
     _head: bytes | None = None  # a response's status line and headers, not sent yet
     _host: Any = None
+    _peer: Any = None
 
     def getHost(self) -> Any:
         """The local address, asked of the socket once (twisted.web asks per request)."""
         if self._host is None:
             self._host = super().getHost()
         return self._host
+
+    def getPeer(self) -> Any:
+        """The peer's address, made once (twisted.web asks per request)."""
+        if self._peer is None:
+            self._peer = super().getPeer()
+        return self._peer
 
     def connectionMade(self) -> None:
         super().connectionMade()
