@@ -7,7 +7,11 @@ machine load:
 * put: ``--connections`` keep-alive HTTP connections, one put in flight on each, against
   as many synchronous TCP connections (both driven by one selector loop in this process);
 * get: a ``--backlog-mb`` backlog read from offset 0 with 1 MiB gets over one HTTP
-  keep-alive connection, against the raw TCP consume of ``meta.bench.load.run_consume``.
+  keep-alive connection, against the raw TCP consume of ``meta.bench.load.run_consume``;
+  both clients read each response straight into one reused buffer.
+
+Besides the rates, the broker's CPU time (user + system, from ``/proc``) per put and per MB
+got is reported for each transport: it moves less with the machine's load than the rates.
 
 Targets: HTTP puts at least 30% of the TCP rate, HTTP gets at least 50% of the TCP rate
 (medians of the rounds). Output: a table, or JSON with ``--json``. Single-threaded.
@@ -35,6 +39,7 @@ from meta.ports import free_port
 PUT_TOPIC = "bench-concurrent"
 GET_TOPIC = "bench-consume"
 GET_BYTES = 1024 * 1024
+HEAD_BYTES_MAX = 16 * 1024
 PUT_TARGET = 0.30
 GET_TARGET = 0.50
 
@@ -138,28 +143,55 @@ def tcp_complete(buffer: bytearray) -> bool:
     return len(buffer) >= end + 2 + int(tokens[2])
 
 
+def read_http_response(sock, buffer: bytearray) -> tuple[int, memoryview]:
+    """Read one HTTP/1.1 response with a ``Content-Length`` into ``buffer``: its status and
+    its body, with no copy (as ``meta.bench.load.read_reply`` reads a TCP reply).
+
+    Only for one request in flight: nothing may follow the response on the wire.
+    """
+    view, have = memoryview(buffer), 0
+    while (end := buffer.find(b"\r\n\r\n", 0, have)) < 0:
+        if have >= HEAD_BYTES_MAX:
+            raise BenchError("HTTP response head too long")
+        have += _receive_some(sock, view[have:HEAD_BYTES_MAX])
+    head = bytes(buffer[:end]).lower()
+    marker = head.find(b"\r\ncontent-length:")
+    if marker < 0:
+        raise BenchError(f"HTTP response without Content-Length: {head[:200]!r}")
+    length = int(head[marker + 17 :].split(b"\r\n", 1)[0])
+    total = end + 4 + length
+    if total > len(buffer) or have > total:
+        raise BenchError(f"HTTP response of {total} bytes does not fit, or bytes follow it")
+    while have < total:
+        have += _receive_some(sock, view[have:total])
+    return int(head[9:12]), view[end + 4 : total]
+
+
+def _receive_some(sock, target: memoryview) -> int:
+    count = sock.recv_into(target)
+    if not count:
+        raise BenchError("the broker closed the connection")
+    return count
+
+
 def http_consume(address: tuple[str, int], topic: str, max_bytes: int) -> dict:
-    """Read from offset 0 with 1 MiB HTTP gets on one keep-alive connection until caught up."""
+    """Read from offset 0 with 1 MiB HTTP gets on one keep-alive connection until caught up;
+    each response is read straight into one reused buffer, as ``run_consume`` reads."""
     offset = records = gets = 0
+    buffer = bytearray(GET_BYTES + HEAD_BYTES_MAX)
     start = time.monotonic()
     with connect(address) as sock:
-        reader = sock.makefile("rb", buffering=GET_BYTES)
         while offset < max_bytes:
             gets += 1
             sock.sendall(
                 b"GET /get/0?topic=%s&partition=0&offset=%d&maxsize=%d HTTP/1.1\r\nHost: b\r\n\r\n"
                 % (topic.encode(), offset, GET_BYTES)
             )
-            status = reader.readline()
-            length = 0
-            while (line := reader.readline()) != b"\r\n":
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            body = reader.read(length)
-            if status.startswith(b"HTTP/1.1 404"):
+            status, body = read_http_response(sock, buffer)
+            if status == 404:
                 break
-            if not status.startswith(b"HTTP/1.1 200"):
-                raise BenchError(f"HTTP get at {offset}: {status!r} {body[:200]!r}")
+            if status != 200:
+                raise BenchError(f"HTTP get at {offset}: {status} {bytes(body[:200])!r}")
             count, used = count_records(body)
             if count == 0:
                 raise BenchError(f"HTTP get at {offset} returned no complete record")
@@ -198,10 +230,17 @@ def run(arguments: argparse.Namespace, work: Path) -> dict:
         backlog_frames = PutFrames(GET_TOPIC, 1024)
         run_pipelined(broker.address, backlog_frames, 600.0, backlog // (1024 + 20) + 1)
         gets: dict[str, list[float]] = {"tcp": [], "http": []}
+        get_cpu_ms: dict[str, list[float]] = {"tcp": [], "http": []}  # broker CPU per MB
         for _ in range(arguments.rounds):
-            tcp = run_consume(broker.address, GET_TOPIC, 600.0, backlog)
-            gets["tcp"].append(tcp["mb_per_s"])
-            gets["http"].append(http_consume(http_address, GET_TOPIC, backlog)["mb_per_s"])
+            for name, consume in (
+                ("tcp", lambda: run_consume(broker.address, GET_TOPIC, 600.0, backlog)),
+                ("http", lambda: http_consume(http_address, GET_TOPIC, backlog)),
+            ):
+                cpu_before = broker.cpu_seconds()
+                result = consume()
+                cpu = broker.cpu_seconds() - cpu_before
+                gets[name].append(result["mb_per_s"])
+                get_cpu_ms[name].append(cpu * 1e3 / max(result["bytes"] / 1e6, 1e-9))
     put_ratio = statistics.median(puts["http"]) / statistics.median(puts["tcp"])
     get_ratio = statistics.median(gets["http"]) / statistics.median(gets["tcp"])
     return {
@@ -212,6 +251,7 @@ def run(arguments: argparse.Namespace, work: Path) -> dict:
         "put_broker_cpu_us": cpu_us,
         "http_put_totals": totals,
         "get_mb_per_s": gets,
+        "get_broker_cpu_ms_per_mb": get_cpu_ms,
         "put_ratio": put_ratio,
         "get_ratio": get_ratio,
         "put_target_met": put_ratio >= PUT_TARGET,
@@ -233,6 +273,8 @@ def bench_row(report: dict) -> dict:
         "put_ratio": report["put_ratio"],
         "mb_per_s": statistics.median(gets["http"]),
         "tcp_mb_per_s": statistics.median(gets["tcp"]),
+        "broker_cpu_ms_per_mb": statistics.median(report["get_broker_cpu_ms_per_mb"]["http"]),
+        "tcp_broker_cpu_ms_per_mb": statistics.median(report["get_broker_cpu_ms_per_mb"]["tcp"]),
         "get_ratio": report["get_ratio"],
         "connections": report["connections"],
     }
@@ -243,7 +285,7 @@ def format_report(report: dict) -> str:
         return " ".join(f"{value:,.0f}" for value in values)
 
     puts, gets = report["put_msg_per_s"], report["get_mb_per_s"]
-    cpu = report["put_broker_cpu_us"]
+    cpu, get_cpu = report["put_broker_cpu_us"], report["get_broker_cpu_ms_per_mb"]
     return "\n".join(
         [
             f"put, {report['connections']} connections, {report['message_bytes']} B (msg/s; "
@@ -252,9 +294,10 @@ def format_report(report: dict) -> str:
             f"  http  {rates(puts['http'])}   {statistics.median(cpu['http']):.1f} us",
             f"  http/tcp {report['put_ratio']:.2f} (target {PUT_TARGET:.2f}: "
             f"{'met' if report['put_target_met'] else 'MISSED'})",
-            f"get of a {report['backlog_mb']} MB backlog, 1 MiB gets (MB/s):",
-            f"  tcp   {rates(gets['tcp'])}",
-            f"  http  {rates(gets['http'])}",
+            f"get of a {report['backlog_mb']} MB backlog, 1 MiB gets (MB/s; broker CPU per MB, "
+            "median):",
+            f"  tcp   {rates(gets['tcp'])}   {statistics.median(get_cpu['tcp']):.2f} ms",
+            f"  http  {rates(gets['http'])}   {statistics.median(get_cpu['http']):.2f} ms",
             f"  http/tcp {report['get_ratio']:.2f} (target {GET_TARGET:.2f}: "
             f"{'met' if report['get_target_met'] else 'MISSED'})",
         ]

@@ -299,7 +299,7 @@ class BrokerProtocol(protocol.Protocol):
 
     def _stream_chunk(self) -> None:
         segment, position, remaining = self._stream
-        sent = _sendfile_now(self.transport, segment, position, remaining)
+        sent = sendfile_now(self.transport, segment, position, remaining)
         if sent == 0:
             size = min(remaining, CHUNK_BYTES)
             try:
@@ -485,8 +485,13 @@ def send_now(transport, data: bytes) -> int:
     return sent if isinstance(sent, int) else 0
 
 
-def _sendfile_now(transport, segment, position: int, length: int) -> int:
-    """``os.sendfile`` from the segment to the socket when nothing is buffered; bytes sent."""
+def sendfile_now(transport, segment, position: int, length: int) -> int:
+    """``os.sendfile`` from the segment to the socket when nothing is buffered; bytes sent.
+
+    0 when the transport has bytes buffered, the socket takes none, or ``sendfile`` fails
+    (the caller then writes a chunk it read). Also used by the HTTP protocol's gets
+    (``meta.server.http.channel``).
+    """
     if not _buffer_empty(transport):
         return 0
     try:

@@ -52,9 +52,11 @@ def start(directory, plugin_form: bool = False, port: int = 0, **ini) -> BrokerP
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    names = ("test", "example", "form", "java", "both", "client", "moved")
+    names = ("test", "example", "form", "java", "both", "client", "moved", "large")
     topics = {name: {} for name in names}
-    broker = start(tmp_path_factory.mktemp("http"), system={"maxMessageSize": 4096}, topics=topics)
+    system = {"maxMessageSize": 4096, "maxTransferSize": 8 << 20}  # 8 MiB: a get over the
+    # socket's send buffer (the slow reader's test)
+    broker = start(tmp_path_factory.mktemp("http"), system=system, topics=topics)
     broker.http_port = http_port(broker)
     yield broker
     broker.stop()
@@ -279,3 +281,31 @@ def test_metaserver_sh_start_http_serves_the_http_protocol(tmp_path):
     finally:
         stopped = run("stop")
     assert stopped.returncode == 0, stopped.stderr
+
+
+def test_a_get_to_a_slow_reader_is_the_tcp_gets_bytes_and_the_connection_serves_on(broker):
+    """Goal: a get's body sent with sendfile until the socket is full, then in chunks while
+    the transport pauses and resumes, is byte-identical to the TCP get's. Method: 6 MB of
+    puts (more than a socket's send buffer takes); an HTTP get of all of it on a socket with
+    a 4 KiB receive buffer, read in 64 KiB pieces; then a second request on the connection."""
+    payloads = [bytes([n % 251]) * 4000 for n in range(1500)]
+    with broker.connect() as connection:
+        for opaque, payload in enumerate(payloads, 1):
+            connection.send(Put("large", 0, payload, 0, opaque))
+        assert all(connection.receive().code == 200 for _ in payloads)
+        expected = connection.request(Get("large", "g", 0, 0, 8 << 20, 1)).data
+    assert len(expected) == len(payloads) * 4020
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(10)
+        sock.connect(("127.0.0.1", broker.http_port))
+        path = b"/get/0?topic=large&partition=0&offset=0&maxsize=%d" % (8 << 20)
+        sock.sendall(b"GET %s HTTP/1.1\r\nHost: b\r\n\r\nGET /x HTTP/1.1\r\nHost: b\r\n\r\n" % path)
+        pieces = []
+        while not pieces or not pieces[-1].endswith(b"/get, /put and /offset\n"):
+            pieces.append(sock.recv(65536))
+            assert pieces[-1], b"".join(pieces)[-200:]
+    head, _, rest = b"".join(pieces).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"Content-Length: %d" % len(expected) in head
+    assert rest[: len(expected)] == expected
+    assert rest[len(expected) :].startswith(b"HTTP/1.1 404")

@@ -7,7 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meta.errors import LocalProtocolError
-from meta.protocol.codec import BODY_PARTS_BYTES_MIN, NEED_DATA, Decoder, decode_all, encode
+from meta.protocol.codec import (
+    BODY_PARTS_BYTES_MIN,
+    NEED_DATA,
+    Decoder,
+    decode_all,
+    decode_result,
+    encode,
+)
 from meta.protocol.commands import (
     OPAQUE_DEFAULT,
     BodyTooLarge,
@@ -599,3 +606,22 @@ def test_transaction_headers_decode_as_the_general_parser_decodes_them(header):
     else:
         assert decoder.next_command() == expected
         assert decoder.next_command() is NEED_DATA
+
+
+@pytest.mark.parametrize(
+    "result",
+    [Result(200, b"4194316293 0 1024", 18), Result(404, b"", -7), Result(500, b"a\r\nb", 0)],
+)
+def test_decode_result_reads_back_an_encoded_result(result):
+    assert decode_result(encode(result)) == result
+
+
+def test_decode_result_takes_what_the_decoder_takes_beyond_the_fast_pattern():
+    frame = b"result 200 2 +5\r\nok"  # a sign the fast pattern does not take
+    assert decode_result(frame) == decode_all(frame)[0]
+
+
+@pytest.mark.parametrize("frame", [b"result 200 5 1\r\nok", b"version 1\r\n", b""])
+def test_decode_result_refuses_anything_but_one_whole_result(frame):
+    with pytest.raises(LocalProtocolError):
+        decode_result(frame)

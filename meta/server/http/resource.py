@@ -1,4 +1,4 @@
-"""twisted.web serving the HTTP protocol (docs/http.md) on the broker's reactor.
+"""The HTTP protocol's requests and site (docs/http.md), on twisted.web and the broker's reactor.
 
 Every request is turned into the TCP protocol's command (``params``) and handled by the TCP
 handler (``meta.server.handlers``): a put goes through ``meta.server.puts`` and its
@@ -6,21 +6,25 @@ partition's staging, and its reply is sent only when the store acknowledges it (
 fsync in group commit, docs/durability.md). Counters, status codes and texts are the TCP ones
 (H5), and ``stats http`` counts the HTTP requests among them. A handler's ``result`` frame
 is decoded with the shared codec and becomes the status and a ``text/plain; charset=utf-8``
-body (H6). A 301 adds ``X-Meta-Offset`` and no
-``Location``. A get's data is ``application/octet-stream``, streamed from the segment in
-chunks by a producer that honours ``pauseProducing`` (twisted.web writes through its own
-channel, so ``os.sendfile`` is not available here).
+body (H6). A 301 adds ``X-Meta-Offset`` and no ``Location``. A get's data is
+``application/octet-stream``, sent from the segment by ``sender.SegmentSender``.
+
+``ProtocolRequest`` is a ``twisted.web.http.Request`` whose ``process`` dispatches on the
+path itself: the protocol has three fixed paths and no resource tree, so twisted.web's
+``server`` layer (resource traversal, sessions, error pages) is not used. Responses carry
+``Server`` and ``Date`` as twisted.web's ``server.Request`` writes them.
 
 Bodies (H4): a put whose ``Content-Length`` is over ``maxMessageSize`` is answered 413 with
-``puts.too_large``'s text as soon as its headers are read, before any of the body (and with
-no ``100 Continue``), and the connection is closed (``ProtocolChannel``). Otherwise
-``ProtocolRequest`` keeps at most ``maxMessageSize`` bytes: a chunked body that grows over it
-is discarded as it arrives and the put is answered 413 once it ends. The body is never parsed
-as a form (``parsePOSTFormSubmission=False``), and a body whose size is not ``length`` is 400.
+``puts.too_large``'s text as soon as its headers are read (``ProtocolSite.refuse_early``,
+``channel.ProtocolChannel``). Otherwise ``ProtocolRequest`` keeps at most ``maxMessageSize``
+bytes: a chunked body that grows over it is discarded as it arrives and the put is answered
+413 once it ends. The body is never parsed as a form, and a body whose size is not
+``length`` is 400.
 
 Connections follow the TCP port's settings: at most ``maxConnections`` open on the HTTP port
-(``ConnectionLimit``), and closed after ``idleConnectionTimeoutInSeconds`` without a byte
-(twisted.web's timeout). Header size is twisted.web's bound (16 KiB, 500 headers).
+(``ProtocolSite.buildProtocol``), and closed after ``idleConnectionTimeoutInSeconds``
+without a byte (twisted.web's timeout, on the broker's reactor). Header size is
+twisted.web's bound (16 KiB, 500 headers). There is no access log.
 
 Reactor thread only.
 """
@@ -31,13 +35,14 @@ import io
 import logging
 from typing import Any
 
-from twisted.protocols import policies
-from twisted.web import http, resource, server
+from twisted import copyright
+from twisted.web import http
 
-from meta.errors import MetaError, StoreError
-from meta.protocol.codec import decode_all
+from meta.errors import MetaError
+from meta.protocol.codec import decode_result
 from meta.protocol.commands import BodyTooLarge, Put, Result
 from meta.server.handlers import handle_get, handle_offset, handle_put
+from meta.server.http.channel import ProtocolChannel
 from meta.server.http.params import (
     METHODS,
     BadParameter,
@@ -47,16 +52,18 @@ from meta.server.http.params import (
     put_parameters,
     route,
 )
+from meta.server.http.sender import SegmentSender
 from meta.server.puts import too_large
 from meta.server.replies import PENDING, FileReply
 from meta.web import listen_site
 
 log = logging.getLogger("meta.server.http")
 
-CHUNK_BYTES = 256 * 1024
 TEXT = b"text/plain; charset=utf-8"
 OCTETS = b"application/octet-stream"
 OFFSET_HEADER = b"X-Meta-Offset"
+SERVER = f"TwistedWeb/{copyright.version}".encode()
+"""The ``Server`` header, as twisted.web's ``server.Request`` sends it."""
 PORT_KEY = "serverPort"
 REFUSED_LOG_INTERVAL_S = 60.0
 
@@ -87,18 +94,25 @@ class _Discarded:
         pass
 
 
-class ProtocolRequest(server.Request):
-    """A request whose body is kept in memory up to ``maxMessageSize`` and dropped beyond.
+class ProtocolRequest(http.Request):
+    """One request of the HTTP protocol, and the ``connection`` its TCP handler answers.
+
+    Its body is kept in memory up to ``maxMessageSize`` and dropped beyond.
 
     Attributes:
         body_over_limit: the body's size (or its size so far) when it exceeded the limit,
             else None.
+        lost: the connection closed before the response was finished.
     """
 
     body_over_limit: int | None = None
+    lost = False
+
+    def __init__(self, channel: Any, *arguments: Any) -> None:
+        super().__init__(channel, *arguments, parsePOSTFormSubmission=False)
 
     def _body_bytes_max(self) -> int:
-        return self.channel.site.broker.config.message_bytes_max
+        return self.channel.factory.broker.config.message_bytes_max
 
     def gotLength(self, length: int | None) -> None:
         if length is not None and length > self._body_bytes_max():
@@ -119,98 +133,170 @@ class ProtocolRequest(server.Request):
             return
         content.write(data)
 
+    def connectionLost(self, reason: Any) -> None:
+        self.lost = True
+        super().connectionLost(reason)
 
-class ProtocolChannel(http.HTTPChannel):
-    """An HTTP/1.x connection that refuses an oversized put before reading its body.
-
-    When a request's ``Content-Length`` is over ``maxMessageSize`` and the request is a
-    well-formed ``/put`` (``ProtocolResource.refuse_early``), the 413 is written as soon as
-    the headers are in, with ``Connection: close``, and the connection closes after it:
-    nothing of the body is read or kept, and a client that sent ``Expect: 100-continue`` never
-    sends it. Bytes of the body already received are dropped.
-    """
-
-    _refused = False
-
-    def allHeadersReceived(self) -> None:
-        refusal = None
-        if self.length is not None:
-            resource = self.site.resource
-            refusal = resource.refuse_early(self._command, self._path, self.length)
-        if refusal is None:
-            super().allHeadersReceived()
-            return
-        self._refused = True
-        self.requests[-1].gotLength(self.length)  # a sink for body bytes already received
-        self.transport.write(refusal)
-        self.loseConnection()
-
-    def allContentReceived(self) -> None:
-        if not self._refused:
-            super().allContentReceived()
-
-    def dataReceived(self, data: bytes) -> None:
-        if not self._refused:
-            super().dataReceived(data)
-
-
-class ProtocolSite(server.Site):
-    """The site of the HTTP protocol: one ``ProtocolResource``, bodies never parsed as forms."""
-
-    protocol = ProtocolChannel
-    requestFactory = ProtocolRequest
-
-    def __init__(self, broker: Any) -> None:
-        timeout = broker.config.idle_connection_timeout_s or None
-        super().__init__(ProtocolResource(broker), timeout=timeout, parsePOSTFormSubmission=False)
-        self.broker = broker
-        self.noisy = False
-
-    def log(self, request: Any) -> None:
-        """No access log (a busy producer would flood the broker's log)."""
-
-
-class ProtocolResource(resource.Resource):
-    """Every path: dispatch on the first segment (H2) to put, get or offset."""
-
-    isLeaf = True
-
-    def __init__(self, broker: Any) -> None:
-        super().__init__()
-        self._broker = broker
-
-    def render(self, request: Any) -> Any:
-        counters = self._broker.counters
-        counters.http_requests += 1
-        name = route(request.path)
-        if name is None:
-            return _text(request, 404, b"Not found: the paths are /get, /put and /offset\n")
-        if request.method not in METHODS[name]:
-            request.setHeader(b"Allow", b", ".join(METHODS[name]))
-            allowed = " or ".join(method.decode() for method in METHODS[name])
-            return _text(request, 405, f"/{name} takes {allowed}\n".encode())
+    def process(self) -> None:
+        """Answer the request (twisted.web calls this once its body is in)."""
+        site = self.channel.factory
+        self.setHeader(b"Server", SERVER)
+        self.setHeader(b"Date", site.date_header())
         try:
-            params = parse_query(request.uri)
+            self._dispatch(site.broker)
+        except Exception:
+            # A bug, not a bad request: log it and answer 500 rather than leave it hanging.
+            log.exception("HTTP %r %r failed", self.method, self.uri)
+            if self.lost or self.finished:
+                return
+            if self.startedWriting:
+                self.channel.loseConnection()
+            else:
+                self._answer(500, b"internal error\n")
+
+    def _dispatch(self, broker: Any) -> None:
+        """Route the request (H2), parse its query (H3) and hand it to its TCP handler."""
+        counters = broker.counters
+        counters.http_requests += 1
+        name = route(self.path)
+        if name is None:
+            self._answer(404, b"Not found: the paths are /get, /put and /offset\n")
+            return
+        if self.method not in METHODS[name]:
+            self.setHeader(b"Allow", b", ".join(METHODS[name]))
+            allowed = " or ".join(method.decode() for method in METHODS[name])
+            self._answer(405, f"/{name} takes {allowed}\n".encode())
+            return
+        try:
+            params = parse_query(self.uri)
             if name == "put":
-                return self._put(request, params)
+                self._put(broker, params)
+                return
             command = get_command(params) if name == "get" else offset_command(params)
         except BadParameter as error:
-            return _text(request, 400, f"{error}\n".encode())
-        exchange = Exchange(request)
+            self._answer(400, f"{error}\n".encode())
+            return
         if name == "get":
             counters.http_get += 1
             handler = handle_get
         else:
             counters.http_offset += 1
             handler = handle_offset
-        exchange.respond(handler(self._broker, command, exchange))
-        return server.NOT_DONE_YET
+        self.respond(handler(broker, command, self))
+
+    def _put(self, broker: Any, params: dict[str, str]) -> None:
+        put = put_parameters(params)
+        broker.counters.http_put += 1  # counted as handle_put and too_large count cmd_put
+        if self.body_over_limit is not None or put.length > broker.config.message_bytes_max:
+            size = max(self.body_over_limit or 0, put.length)
+            event = BodyTooLarge("put", size, 0, put.topic, put.partition)
+            self._answer(413, decode_result(too_large(broker, event)).body)
+            return
+        body = self.content.getvalue()
+        if len(body) != put.length:
+            text = f"parameter length is {put.length} but the body has {len(body)} bytes\n"
+            self._answer(400, text.encode())
+            return
+        command = Put(put.topic, put.partition, body, put.flag, 0, put.checksum)
+        self.respond(handle_put(broker, command, self))
+        broker.end_of_batch()  # stage the record now: the reply comes with the store's ack
+
+    def respond(self, reply: Any) -> None:
+        """Send a handler's reply: a ``result`` frame, a ``FileReply``, or later (PENDING)."""
+        if reply is PENDING or self.lost:
+            return
+        if isinstance(reply, FileReply):
+            self.setResponseCode(200)
+            self.setHeader(b"Content-Type", OCTETS)
+            self.setHeader(b"Content-Length", b"%d" % reply.length)
+            SegmentSender(self, reply.segment, reply.position, reply.length).start()
+            return
+        result: Result = decode_result(reply)
+        if result.code == 301:
+            self.setHeader(OFFSET_HEADER, result.body)
+        self._answer(result.code, result.body)
+
+    def _answer(self, code: int, body: bytes) -> None:
+        """The whole response: ``code`` and ``body`` as ``text/plain``."""
+        self.setResponseCode(code)
+        self.setHeader(b"Content-Type", TEXT)
+        self.setHeader(b"Content-Length", b"%d" % len(body))
+        self.write(body)  # for HEAD, twisted.web sends the headers only
+        self.finish()
+
+
+class ProtocolSite(http.HTTPFactory):
+    """The HTTP protocol's listening factory: ``ProtocolChannel`` connections making
+    ``ProtocolRequest`` requests, at most ``maxConnections`` open.
+
+    A connection beyond the limit is closed at once; the refusals are counted in
+    ``refused`` and logged at most once per ``REFUSED_LOG_INTERVAL_S``.
+
+    Args:
+        broker: the broker whose handlers answer the requests.
+        reactor: the broker's reactor (idle timeouts, ``Date``, the refusal log's pace).
+    """
+
+    protocol = ProtocolChannel
+    requestFactory = ProtocolRequest
+    noisy = False
+
+    def __init__(self, broker: Any, reactor: Any) -> None:
+        timeout = broker.config.idle_connection_timeout_s or None
+        super().__init__(timeout=timeout, reactor=reactor)
+        self.broker = broker
+        self.refused = 0
+        self._refused_logged_at_s: float | None = None
+        self._channels: set[ProtocolChannel] = set()
+        self._date_s: int | None = None
+        self._date = b""
+
+    def startFactory(self) -> None:
+        """Nothing to open: there is no access log (a busy producer would flood it)."""
+
+    def stopFactory(self) -> None:
+        """Nothing to close (no access log)."""
+
+    def log(self, request: Any) -> None:
+        """No access log."""
+
+    def buildProtocol(self, addr: Any) -> ProtocolChannel | None:
+        limit = self.broker.config.connections_max
+        if len(self._channels) >= limit:
+            self.refused += 1
+            now = self.reactor.seconds()
+            logged = self._refused_logged_at_s
+            if logged is None or now - logged >= REFUSED_LOG_INTERVAL_S:
+                self._refused_logged_at_s = now
+                log.warning(
+                    "HTTP connection refused: maxConnections=%d are open (%d refused so far)",
+                    limit,
+                    self.refused,
+                )
+            return None
+        channel = super().buildProtocol(addr)
+        channel.requestFactory = self.requestFactory
+        return channel
+
+    def channel_opened(self, channel: ProtocolChannel) -> None:
+        self._channels.add(channel)
+
+    def channel_closed(self, channel: ProtocolChannel) -> None:
+        self._channels.discard(channel)
+
+    def date_header(self) -> bytes:
+        """The ``Date`` header's value now (made once per second of the reactor's clock)."""
+        now_s = int(self.reactor.seconds())
+        if now_s != self._date_s:
+            self._date_s = now_s
+            self._date = http.datetimeToString(now_s)
+        return self._date
 
     def refuse_early(self, method: bytes, uri: bytes, length: int) -> bytes | None:
         """The whole HTTP response refusing a put of ``length`` body bytes, when it is over
         ``maxMessageSize`` and ``method``/``uri`` are a well-formed put; None otherwise (the
         request is then read and answered as usual). Counts the request and the refusal."""
-        broker = self._broker
+        broker = self.broker
         if length <= broker.config.message_bytes_max or route(uri.partition(b"?")[0]) != "put":
             return None
         if method not in METHODS["put"]:
@@ -222,163 +308,12 @@ class ProtocolResource(resource.Resource):
         broker.counters.http_requests += 1
         broker.counters.http_put += 1
         event = BodyTooLarge("put", max(length, put.length), 0, put.topic, put.partition)
-        body = _result(too_large(broker, event)).body
+        body = decode_result(too_large(broker, event)).body
         head = (
             b"HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: %s\r\n"
             b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (TEXT, len(body))
         )
         return head + body
-
-    def _put(self, request: Any, params: dict[str, str]) -> Any:
-        put = put_parameters(params)
-        broker = self._broker
-        broker.counters.http_put += 1  # counted as handle_put and too_large count cmd_put
-        if request.body_over_limit is not None or put.length > broker.config.message_bytes_max:
-            size = max(request.body_over_limit or 0, put.length)
-            event = BodyTooLarge("put", size, 0, put.topic, put.partition)
-            return _text(request, 413, _result(too_large(broker, event)).body)
-        body = request.content.getvalue()
-        if len(body) != put.length:
-            text = f"parameter length is {put.length} but the body has {len(body)} bytes\n"
-            return _text(request, 400, text.encode())
-        exchange = Exchange(request)
-        command = Put(put.topic, put.partition, body, put.flag, 0, put.checksum)
-        exchange.respond(handle_put(broker, command, exchange))
-        broker.end_of_batch()  # stage the record now: the reply comes with the store's ack
-        return server.NOT_DONE_YET
-
-
-class Exchange:
-    """One request waiting for its reply: the ``connection`` the TCP handlers answer."""
-
-    def __init__(self, request: Any) -> None:
-        self._request = request
-        self._lost = False
-        request.notifyFinish().addErrback(self._gone)
-
-    def _gone(self, _: object) -> None:
-        self._lost = True
-
-    def respond(self, reply: Any) -> None:
-        """Send a handler's reply: a ``result`` frame, a ``FileReply``, or later (PENDING)."""
-        if reply is PENDING or self._lost:
-            return
-        request = self._request
-        if isinstance(reply, FileReply):
-            request.setResponseCode(200)
-            request.setHeader(b"Content-Type", OCTETS)
-            request.setHeader(b"Content-Length", b"%d" % reply.length)
-            SegmentSender(request, reply.segment, reply.position, reply.length).start()
-            return
-        result = _result(reply)
-        if result.code == 301:
-            request.setHeader(OFFSET_HEADER, result.body)
-        request.setHeader(b"Content-Length", b"%d" % len(result.body))
-        request.write(_text(request, result.code, result.body))
-        request.finish()
-
-
-class SegmentSender:
-    """Streams ``length`` bytes of a segment into a response, pausing with the transport."""
-
-    def __init__(self, request: Any, segment: Any, position: int, length: int) -> None:
-        self._request = request
-        self._segment = segment
-        self._position = position
-        self._remaining = length
-        self._paused = False
-        self._sending = False
-
-    def start(self) -> None:
-        if self._request.method == b"HEAD":
-            self._request.finish()
-            return
-        self._request.registerProducer(self, True)
-        self._send()
-
-    def _send(self) -> None:
-        if self._sending:
-            return  # resumed from inside our own write
-        self._sending = True
-        try:
-            while self._remaining > 0 and not self._paused:
-                size = min(self._remaining, CHUNK_BYTES)
-                chunk = self._segment.read(self._position, size)
-                if len(chunk) != size:
-                    raise StoreError(f"segment {self._segment} shrank while streaming")
-                self._position += size
-                self._remaining -= size
-                self._request.write(chunk)
-        except StoreError as error:
-            # Retention closed the segment under this reply: the body is cut short, so the
-            # connection is closed (the client sees fewer bytes than Content-Length).
-            log.warning("closing an HTTP get: %s", error)
-            self._remaining = -1
-            self._request.unregisterProducer()
-            self._request.channel.transport.loseConnection()
-            return
-        finally:
-            self._sending = False
-        if self._remaining == 0:
-            self._remaining = -1
-            self._request.unregisterProducer()
-            self._request.finish()
-
-    def pauseProducing(self) -> None:
-        self._paused = True
-
-    def resumeProducing(self) -> None:
-        self._paused = False
-        if self._remaining > 0:
-            self._send()
-
-    def stopProducing(self) -> None:
-        self._remaining = -1
-
-
-class ConnectionLimit(policies.WrappingFactory):
-    """The HTTP port's bound on open connections: ``maxConnections``, as the TCP port's.
-
-    A connection beyond it is closed at once; the refusals are counted in ``refused`` and
-    logged at most once per ``REFUSED_LOG_INTERVAL_S``.
-    """
-
-    noisy = False
-
-    def __init__(self, site: ProtocolSite, reactor: Any) -> None:
-        super().__init__(site)
-        self._site = site
-        self._reactor = reactor
-        self.refused = 0
-        self._logged_at_s: float | None = None
-
-    def buildProtocol(self, addr: Any) -> Any:
-        limit = self._site.broker.config.connections_max
-        if len(self.protocols) >= limit:
-            self.refused += 1
-            now = self._reactor.seconds()
-            if self._logged_at_s is None or now - self._logged_at_s >= REFUSED_LOG_INTERVAL_S:
-                self._logged_at_s = now
-                log.warning(
-                    "HTTP connection refused: maxConnections=%d are open (%d refused so far)",
-                    limit,
-                    self.refused,
-                )
-            return None
-        return super().buildProtocol(addr)
-
-
-def _result(frame: bytes) -> Result:
-    """The ``result`` frame a TCP handler answered, decoded with the shared codec."""
-    (result,) = decode_all(frame)
-    assert isinstance(result, Result), result  # handlers answer these commands with results
-    return result
-
-
-def _text(request: Any, code: int, body: bytes) -> bytes:
-    request.setResponseCode(code)
-    request.setHeader(b"Content-Type", TEXT)
-    return body
 
 
 def start_http(broker: Any, reactor: Any, port: int) -> Any:
@@ -392,7 +327,7 @@ def start_http(broker: Any, reactor: Any, port: int) -> Any:
     """
     interface = broker.config.host_name or ""
     advice = f"set {PORT_KEY} in the jettyBroker properties file to a free port"
-    factory = ConnectionLimit(ProtocolSite(broker), reactor)
+    factory = ProtocolSite(broker, reactor)
     listening = listen_site(
         reactor, factory, port, interface, "the HTTP protocol", advice, HttpListenError
     )

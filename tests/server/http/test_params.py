@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import parse_qsl
+
 import pytest
 
 from meta.protocol.commands import Get, Offset
@@ -36,6 +38,17 @@ def test_route_takes_the_exact_first_segment(path, expected):
 
 def test_the_first_value_of_a_repeated_parameter_counts():
     assert parse_query(b"/get/0?topic=a&topic=b&x=") == {"topic": "a", "x": ""}
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["a=1&b=2", "a&b=&=c", "a==b&a=2", "&&a=1&", "a=1;b=2", "t=\u00e9t\u00e9&p=0", "", "x"],
+)
+def test_a_query_without_escapes_parses_as_parse_qsl_parses_it(query):
+    expected: dict[str, str] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        expected.setdefault(key, value)
+    assert parse_query(b"/get/0?" + query.encode()) == expected
 
 
 def test_a_query_that_is_not_utf8_is_refused():

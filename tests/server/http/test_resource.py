@@ -17,7 +17,7 @@ from meta.protocol.codec import encode
 from meta.protocol.commands import Put
 from meta.protocol.message import checksum, iter_messages
 from meta.server.broker import Broker
-from meta.server.http.resource import ConnectionLimit, ProtocolRequest, ProtocolSite
+from meta.server.http.resource import ProtocolRequest, ProtocolSite
 from meta.server.protocol import BrokerProtocol
 from meta.store.manager import StoreManager
 from tests.store.conftest import ManualExecutor, RecordingFiles, broker_config, topic_config
@@ -60,7 +60,7 @@ def setup(tmp_path, clock):
 
 def exchange(broker, raw: bytes, events: list | None = None) -> RecordingTransport:
     """Feed ``raw`` to a new HTTP connection; return its transport (the response so far)."""
-    channel = ProtocolSite(broker).buildProtocol(PEER)
+    channel = ProtocolSite(broker, Clock()).buildProtocol(PEER)
     transport = RecordingTransport(events if events is not None else [])
     channel.makeConnection(transport)
     channel.dataReceived(raw)
@@ -164,7 +164,7 @@ def test_a_body_shorter_than_length_is_400_and_nothing_is_stored(setup):
 def test_a_length_over_max_message_size_is_413_and_the_body_is_not_kept(setup):
     broker, _files, executor = setup
     path = b"/put/0?topic=test&partition=0&flag=0&length=2000"
-    site = ProtocolSite(broker)
+    site = ProtocolSite(broker, Clock())
     requests = []
 
     def request_factory(*arguments, **keywords):
@@ -295,7 +295,7 @@ def test_http_requests_are_counted_like_tcp_commands(setup):
 
 def test_connections_beyond_max_connections_are_refused(setup):
     broker, _files, _executor = setup
-    limited = ConnectionLimit(ProtocolSite(broker), Clock())
+    limited = ProtocolSite(broker, Clock())
     broker.config = broker.config.with_overrides(connections_max=2)
     first, second = (limited.buildProtocol(PEER) for _ in range(2))
     for protocol in (first, second):
@@ -322,12 +322,12 @@ def test_a_get_streams_in_chunks_and_waits_while_the_transport_is_paused(setup, 
     """Goal: STYLE 13 over HTTP. Method: chunks of 100 bytes; the transport pauses the
     producer after each write; the body grows one chunk per resume and ends complete."""
     broker, _files, executor = setup
-    monkeypatch.setattr("meta.server.http.resource.CHUNK_BYTES", 100)
+    monkeypatch.setattr("meta.server.http.sender.CHUNK_BYTES", 100)
     tcp = BrokerProtocol(broker)
     tcp.makeConnection(StringTransport())
     tcp.dataReceived(b"".join(encode(Put("test", 0, b"z" * 280, 0, n)) for n in range(3)))
     executor.run_all()
-    channel = ProtocolSite(broker).buildProtocol(PEER)
+    channel = ProtocolSite(broker, Clock()).buildProtocol(PEER)
     transport = PausingTransport()
     channel.makeConnection(transport)
     channel.dataReceived(get(b"/get/0?topic=test&partition=0&offset=0&maxsize=100000"))
@@ -341,3 +341,53 @@ def test_a_get_streams_in_chunks_and_waits_while_the_transport_is_paused(setup, 
     code, headers, body = parse(transport.value())
     assert (code, headers[b"content-length"], len(body)) == (200, b"900", 900)
     assert [len(message.payload) for message in iter_messages(body)] == [280, 280, 280]
+
+
+def test_a_response_leaves_in_one_write_with_server_and_date(setup):
+    """Goal: the status line, headers and body of a put's 200 go to the transport together
+    (one send on a socket), and still carry twisted.web's Server and Date headers."""
+    broker, files, executor = setup
+    raw = post(b"/put/0?topic=test&partition=0&flag=0&length=5", b"hello")
+    transport = exchange(broker, raw, files.events)
+    executor.run_all()
+    replies = [data for kind, data in files.events if kind == "reply"]
+    assert replies == [b"HTTP/1.1 200"]
+    code, headers, body = parse(transport.value())
+    assert (code, headers[b"content-length"]) == (200, b"%d" % len(body))
+    assert headers[b"server"].startswith(b"TwistedWeb/")
+    assert headers[b"date"] == b"Thu, 01 Jan 1970 00:00:00 GMT"  # the site's clock
+
+
+def test_a_head_get_answers_the_headers_only(setup):
+    broker, _files, executor = setup
+    put_hello(broker, executor)
+    path = b"/get/0?topic=test&partition=0&offset=0&maxsize=1048576"
+    transport = exchange(broker, get(path, b"HEAD"))
+    code, headers, body = parse(transport.value())
+    assert (code, headers[b"content-length"], body) == (200, b"25", b"")
+
+
+def test_a_failing_handler_is_answered_500_and_the_connection_serves_on(setup, monkeypatch):
+    broker, _files, _executor = setup
+
+    def failing(*_arguments):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("meta.server.http.resource.handle_offset", failing)
+    transport = exchange(broker, get(b"/offset/0?topic=test&partition=0&offset=0") + get(b"/x"))
+    first, _, second = transport.value().partition(b"HTTP/1.1 404")
+    code, headers, _body = parse(first)
+    assert (code, headers[b"content-type"]) == (500, b"text/plain; charset=utf-8")
+    assert second
+
+
+def test_an_idle_connection_is_closed_on_the_sites_clock(setup):
+    broker, _files, _executor = setup
+    clock = Clock()
+    channel = ProtocolSite(broker, clock).buildProtocol(PEER)
+    transport = StringTransport()
+    channel.makeConnection(transport)
+    clock.advance(broker.config.idle_connection_timeout_s - 1)
+    assert not transport.disconnecting
+    clock.advance(1)
+    assert transport.disconnecting
