@@ -8,7 +8,7 @@ with a count) and each batch one ack, which formats its replies and hands them o
 The rules are those of ``meta.server.puts`` and the replies those of
 ``meta.protocol.put_reply``, bound to module names; checksums are checked per stretch of
 puts by ``puts.accepted_crcs``, so the rule costs no call per put.
-A read holding one put (a synchronous producer's) takes ``_handle_single``: the same rules
+A read holding one put (a synchronous producer's) takes ``handle_single_put``: the same rules
 for a stretch of one, without a batch (on a samsa master, ``replicated_put``'s forward and
 stage, answered by ``puts.replicated_done``).
 
@@ -146,7 +146,7 @@ def handle_put_run(
     """
     assert not broker.refuses_puts  # a slave answers every put 403: the caller never comes here
     if len(puts) == 1:  # nothing to batch (a synchronous producer): no batch either
-        return _handle_single(broker, puts, connection, targets)
+        return handle_single_put(broker, puts, connection, targets)
     run = _Run(broker, connection, targets)
     total = len(puts)
     index = 0
@@ -252,11 +252,14 @@ def _handle_one(broker: BrokerServices, fields: PutFields, connection) -> int:
     return 0
 
 
-def _handle_single(
+def handle_single_put(
     broker: BrokerServices, puts: list[PutFields], connection, targets: Targets
 ) -> int:
-    """The one plain put of ``puts`` (a synchronous producer's): the fast path's rules for a
-    stretch of one, without the batch; anything else goes to ``handle_put``."""
+    """The one plain put of ``puts`` (a synchronous producer's, or an HTTP put): the fast
+    path's rules for a stretch of one, without the batch; anything else goes to
+    ``handle_put``. Returns 1 when its reply comes later through ``connection.respond``, 0
+    when it was sent through ``connection.send_reply``. The caller answers a slave's puts
+    itself (``refused_by_slave``)."""
     fields = puts[0]
     topic_bytes, partition_bytes, flag, _checksum, opaque, body = fields
     target = cached_target(broker, targets, (topic_bytes, partition_bytes))

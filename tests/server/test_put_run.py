@@ -300,7 +300,7 @@ def test_a_failed_fsync_fails_every_put_of_the_run_as_the_slow_path_does(tmp_pat
 
 @pytest.mark.parametrize("threshold", [0, 1])
 def test_a_failed_fsync_fails_a_single_put_as_the_slow_path_does(tmp_path, threshold):
-    """A read of one put takes ``_handle_single``; its failed ack gives the same 500."""
+    """A read of one put takes ``handle_single_put``; its failed ack gives the same 500."""
     fast, slow = pair(tmp_path, threshold)
     first = put("test", 0, b"a", 1)
     assert fast.feed(first) == slow.feed(first)

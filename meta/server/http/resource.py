@@ -1,9 +1,11 @@
 """The HTTP protocol's requests and site (docs/http.md), on twisted.web and the broker's reactor.
 
 Every request is turned into the TCP protocol's command (``params``) and handled by the TCP
-handler (``meta.server.handlers``): a put goes through ``meta.server.puts`` and its
-partition's staging, and its reply is sent only when the store acknowledges it (after the
-fsync in group commit, docs/durability.md). Counters, status codes and texts are the TCP ones
+handler (``meta.server.handlers``). A put takes the TCP path's single put
+(``put_run.handle_single_put``, the rules of ``meta.server.puts``, and ``handle_put`` for a
+put that is not plain or reaches a slave) and its partition's staging; its reply is sent
+only when the store acknowledges it (after the fsync in group commit, docs/durability.md).
+Counters, status codes and texts are the TCP ones
 (H5), and ``stats http`` counts the HTTP requests among them. A handler's ``result`` frame
 is decoded with the shared codec and becomes the status and a ``text/plain; charset=utf-8``
 body (H6). A 301 adds ``X-Meta-Offset`` and no ``Location``. A get's data is
@@ -53,7 +55,8 @@ from meta.server.http.params import (
     route,
 )
 from meta.server.http.sender import SegmentSender
-from meta.server.puts import too_large
+from meta.server.put_run import handle_single_put
+from meta.server.puts import Targets, too_large
 from meta.server.replies import PENDING, FileReply
 from meta.web import listen_site
 
@@ -197,9 +200,20 @@ class ProtocolRequest(http.Request):
             text = f"parameter length is {put.length} but the body has {len(body)} bytes\n"
             self._answer(400, text.encode())
             return
-        command = Put(put.topic, put.partition, body, put.flag, 0, put.checksum)
-        self.respond(handle_put(broker, command, self))
+        if broker.refuses_puts:  # a slave: handle_put answers it (refused_by_slave)
+            command = Put(put.topic, put.partition, body, put.flag, 0, put.checksum)
+            self.respond(handle_put(broker, command, self))
+            return
+        # The TCP path's single put: the same rules, and handle_put for anything not plain.
+        fields = (put.topic.encode("ascii"), b"%d" % put.partition, put.flag, put.checksum)
+        targets = self.channel.factory.put_targets(broker)
+        handle_single_put(broker, [(*fields, b"0", body)], self, targets)
         broker.end_of_batch()  # stage the record now: the reply comes with the store's ack
+
+    def send_reply(self, reply: Any) -> None:
+        """A reply that is ready now (``put_run.handle_single_put`` hands over
+        ``handle_put``'s immediate ones)."""
+        self.respond(reply)
 
     def respond(self, reply: Any) -> None:
         """Send a handler's reply: a ``result`` frame, a ``FileReply``, or later (PENDING)."""
@@ -250,6 +264,8 @@ class ProtocolSite(http.HTTPFactory):
         self._channels: set[ProtocolChannel] = set()
         self._date_s: int | None = None
         self._date = b""
+        self._targets: Targets = {}
+        self._targets_config: Any = None
 
     def startFactory(self) -> None:
         """Nothing to open: there is no access log (a busy producer would flood it)."""
@@ -283,6 +299,14 @@ class ProtocolSite(http.HTTPFactory):
 
     def channel_closed(self, channel: ProtocolChannel) -> None:
         self._channels.discard(channel)
+
+    def put_targets(self, broker: Any) -> Targets:
+        """The puts' partition lookups (``puts.Targets``) of every connection of the site,
+        forgotten whenever the broker's configuration is replaced (a reload)."""
+        if broker.config is not self._targets_config:
+            self._targets_config = broker.config
+            self._targets.clear()
+        return self._targets
 
     def date_header(self) -> bytes:
         """The ``Date`` header's value now (made once per second of the reactor's clock)."""
