@@ -136,6 +136,16 @@ class ProtocolRequest(http.Request):
             return
         content.write(data)
 
+    def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
+        """twisted.web's ``requestReceived`` without its query parsing: the query is parsed
+        once, by ``params.parse_query``, so ``args`` stays empty (and bodies are never forms)."""
+        self.content.seek(0, 0)
+        self.args = {}
+        self.method, self.uri = command, path
+        self.clientproto = version
+        self.path = path.partition(b"?")[0]
+        self.process()
+
     def connectionLost(self, reason: Any) -> None:
         self.lost = True
         super().connectionLost(reason)
