@@ -11,6 +11,7 @@ import pytest
 from twisted.internet.address import IPv4Address
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
+from twisted.web import http
 
 from meta.config import ZkConfig
 from meta.protocol.codec import encode
@@ -391,3 +392,35 @@ def test_an_idle_connection_is_closed_on_the_sites_clock(setup):
     assert not transport.disconnecting
     clock.advance(1)
     assert transport.disconnecting
+
+
+@pytest.mark.parametrize(
+    "method, uri, body",
+    [
+        (b"GET", b"/get/0?topic=test&partition=0&offset=0&maxsize=100", b""),
+        (b"POST", b"/put/0?topic=test&partition=0&length=3", b"a=b"),
+        (b"GET", b"/offset/0", b""),
+    ],
+)
+def test_a_request_is_received_as_twisted_web_receives_it_but_for_its_args(
+    setup, method, uri, body
+):
+    """Goal: ``ProtocolRequest.requestReceived`` (twisted.web's, without parsing the query
+    into ``args``) leaves every other attribute as this Twisted's own leaves it, so a Twisted
+    upgrade that changes the method fails here. Method: both are run on two requests fed the
+    same request line and body, with ``process`` stubbed; their attributes are compared."""
+    received = []
+    for receive in (ProtocolRequest.requestReceived, http.Request.requestReceived):
+        channel = ProtocolSite(setup[0], Clock()).buildProtocol(PEER)
+        channel.makeConnection(StringTransport())
+        request = ProtocolRequest(channel)
+        request.process = lambda: None  # noqa: B023 - called within this iteration only
+        request.gotLength(len(body))
+        request.handleContentChunk(body)
+        receive(request, method, uri, b"HTTP/1.1")
+        own = ("args", "channel", "transport", "process")  # per request, or the stub
+        state = {name: value for name, value in vars(request).items() if name not in own}
+        state["content"] = (request.content.tell(), request.content.getvalue())
+        received.append(state)
+    ours, twisted_web = received
+    assert ours == twisted_web
