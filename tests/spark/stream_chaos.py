@@ -9,7 +9,8 @@ every kill of the driver meets every copy. In this order:
    copy's checkpoint's ``commits/`` (for a transactional writer: once the batch's commit has
    begun, its decision is in ZooKeeper or its rows became visible); a second driver starts
    from the checkpoints;
-2. one broker (picked at random) is stopped and started again while a batch runs;
+2. one broker (picked at random) is stopped and started again while a batch of the last
+   copy runs (and one of every other copy, unless it copied the whole source already);
 3. the second driver is killed as the first was, timed on the last copy's batches; a third
    runs until every checkpoint says the whole source was copied, and is then killed too.
 
@@ -45,7 +46,7 @@ JOB = Path(__file__).with_name("eos_chaos_job.py")
 TRANSACTIONAL_ID = "chaos-copy"  # the job's transactionalId
 POLL_S = 0.02
 PHASE_TIMEOUT_S = 600.0  # Generous: a loaded 2-core machine starts Spark slowly.
-WORKER_KILL_GAP_S = (2.0, 12.0)  # Spread over the run: a kill every few seconds of a batch.
+WORKER_KILL_GAP_S = (1.0, 6.0)  # Spread over the run: a kill every few seconds of a batch.
 WORKER_KILLS_PER_DRIVER = 2  # so that every driver, and the re-runs it makes, meets them
 OFFSET_TIMEOUT_S = 2.0
 
@@ -226,14 +227,19 @@ class ChaosRun:
         self.report.note(self.report.driver_kills[-1])
 
     def _restart_a_broker_during_a_batch(self) -> None:
-        """Stop and start one broker once the new driver runs a batch after committing one."""
-        first = {copy.sink: copy.committed() + 1 for copy in self.copies}
-        self._wait(
-            lambda: any(
-                copy.planned() > copy.committed() >= first[copy.sink] for copy in self.copies
-            ),
-            "a batch running",
-        )
+        """Stop and start one broker once the new driver runs a batch of the last copy after
+        committing one, while every copy runs a batch or has copied the whole source."""
+        last = self.copies[-1]
+        first = last.committed() + 1
+
+        def batches_running() -> bool:
+            if not last.planned() > last.committed() >= first:
+                return False
+            return all(
+                copy.running() or copy.copied(self.cluster.source_bytes) for copy in self.copies
+            )
+
+        self._wait(batches_running, "a batch running")
         broker = self.random.choice(self.cluster.brokers)
         self.report.note(f"stopping broker {self.cluster.brokers.index(broker) + 1}")
         broker.stop()
