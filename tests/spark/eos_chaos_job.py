@@ -1,19 +1,21 @@
-"""The driver of the exactly-once chaos test: a streaming copy of one topic to another.
+"""The driver of the exactly-once chaos test: streaming copies of one topic to other topics.
 
 ``tests/spark/test_exactly_once_chaos.py`` starts it as a process of its own (so that it can
 ``kill -9`` it and start it again)::
 
-    eos_chaos_job.py ZK_CONNECT ZK_ROOT SOURCE SINK CHECKPOINT TRANSACTIONAL MAX_BYTES
+    eos_chaos_job.py ZK_CONNECT ZK_ROOT SOURCE MAX_BYTES (SINK CHECKPOINT TRANSACTIONAL)...
 
-It copies the ``value`` of every message of ``SOURCE`` to ``SINK`` with a ``metaq`` stream
-(a micro-batch every ``TRIGGER``, at most ``MAX_BYTES`` of the source each, the checkpoint in
-``CHECKPOINT``), with ``transactional=TRANSACTIONAL`` (``true`` or ``false``), and runs
-until it is killed: the test reads its progress from the checkpoint. Started again after a
-crash, it goes on from the checkpoint. A query that fails (a broker went away, a task failed
-``TASK_ATTEMPTS_MAX`` times) is started again from the checkpoint, up to
-``QUERY_STARTS_MAX`` times in all, as an application that restarts its query would.
+For each ``SINK CHECKPOINT TRANSACTIONAL`` triple it runs one streaming query, side by side
+in one application: the query copies the ``value`` of every message of ``SOURCE`` to ``SINK``
+with a ``metaq`` stream (a micro-batch every ``TRIGGER``, at most ``MAX_BYTES`` of the source
+each, the checkpoint in ``CHECKPOINT``), with ``transactional=TRANSACTIONAL`` (``true`` or
+``false``). It runs until it is killed: the test reads the progress of each query from its
+checkpoint. Started again after a crash, each query goes on from its checkpoint. A query
+that fails (a broker went away, a task failed ``TASK_ATTEMPTS_MAX`` times) is started again
+from its checkpoint, up to ``QUERY_STARTS_MAX`` times per query, as an application that
+restarts its queries would; the other queries keep running meanwhile.
 
-Prints ``query started`` at each start of the query and ``query failed: ...`` at each
+Prints ``query started: SINK`` at each start of a query and ``query failed: ...`` at each
 failure.
 """
 
@@ -24,6 +26,7 @@ import time
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 import meta.spark
 
@@ -56,10 +59,11 @@ def session() -> SparkSession:
     )
 
 
-def run_query(spark: SparkSession, argv: list[str]) -> None:
-    """Run the copy from the checkpoint until it fails (it raises) or the process ends."""
-    zk_connect, zk_root, source, sink, checkpoint, transactional, max_bytes = argv
-    zk = {"zk.connect": zk_connect, "zk.root": zk_root}
+def start_query(
+    spark: SparkSession, zk: dict[str, str], source: str, max_bytes: str, copy: tuple[str, ...]
+) -> StreamingQuery:
+    """Start the copy ``(sink, checkpoint, transactional)`` from its checkpoint."""
+    sink, checkpoint, transactional = copy
     stream = (
         spark.readStream.format("metaq")
         .options(**zk)
@@ -79,11 +83,41 @@ def run_query(spark: SparkSession, argv: list[str]) -> None:
         .trigger(processingTime=TRIGGER)
         .start()
     )
-    print("query started", flush=True)
-    try:
-        query.awaitTermination()
-    finally:
-        query.stop()
+    print(f"query started: {sink}", flush=True)
+    return query
+
+
+def failure_line(query: StreamingQuery) -> str:
+    """The first line of why ``query`` ended."""
+    error = query.exception()
+    return str(error).strip().splitlines()[0][:300] if error else "ended without an error"
+
+
+def run_queries(spark: SparkSession, argv: list[str]) -> None:
+    """Run every copy, restarting a failed one, until one fails too often (it raises)."""
+    zk_connect, zk_root, source, max_bytes, *triples = argv
+    assert triples and len(triples) % 3 == 0, triples
+    zk = {"zk.connect": zk_connect, "zk.root": zk_root}
+    copies = [tuple(triples[index : index + 3]) for index in range(0, len(triples), 3)]
+    queries = {copy: start_query(spark, zk, source, max_bytes, copy) for copy in copies}
+    starts = dict.fromkeys(copies, 1)
+    while True:
+        try:
+            spark.streams.awaitAnyTermination()
+        except StreamingQueryException:
+            pass  # Each ended query says why below.
+        # Forget the terminations first, then look: a query that ends after this look is a
+        # new termination, and the next wait returns at once.
+        spark.streams.resetTerminated()
+        for copy, query in queries.items():
+            if query.isActive:
+                continue
+            print(f"query failed: {copy[0]}: {failure_line(query)}", flush=True)
+            if starts[copy] == QUERY_STARTS_MAX:
+                raise RuntimeError(f"the copy to {copy[0]} failed {QUERY_STARTS_MAX} times")
+            time.sleep(RESTART_PAUSE_S)  # A pause between restarts, as a supervisor's.
+            queries[copy] = start_query(spark, zk, source, max_bytes, copy)
+            starts[copy] += 1
 
 
 def main(argv: list[str]) -> int:
@@ -91,16 +125,10 @@ def main(argv: list[str]) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     meta.spark.register(spark)
     try:
-        for start in range(1, QUERY_STARTS_MAX + 1):
-            try:
-                run_query(spark, argv)
-            except StreamingQueryException as error:
-                if start == QUERY_STARTS_MAX:
-                    raise
-                first_line = str(error).strip().splitlines()[0][:300]
-                print(f"query failed: {first_line}", flush=True)
-                time.sleep(RESTART_PAUSE_S)  # A pause between restarts, as a supervisor's.
+        run_queries(spark, argv)
     finally:
+        for query in spark.streams.active:
+            query.stop()
         spark.stop()
     return 1
 

@@ -1,23 +1,25 @@
-"""The chaos of ``tests/spark/test_exactly_once_chaos.py``: a streaming copy, broken on purpose.
+"""The chaos of ``tests/spark/test_exactly_once_chaos.py``: streaming copies, broken on purpose.
 
-``ChaosRun`` drives one copy of the source topic to a sink topic by the driver
-``tests/spark/eos_chaos_job.py`` through, in this order (the same for either writer):
+``ChaosRun`` drives copies of the source topic to sink topics, one streaming query per sink
+side by side in one driver (``tests/spark/eos_chaos_job.py``), so that every start and
+every kill of the driver meets every copy. In this order:
 
 1. the first driver is killed (``kill -9``, with its JVM and Python workers) once a batch's
-   rows reached the sink and before Spark committed the batch in the checkpoint's
-   ``commits/`` (for the transactional writer: once the batch's commit has begun, its
-   decision is in ZooKeeper or its rows became visible); a second driver starts from the
-   checkpoint;
-2. one broker (picked at random) is stopped and started again while a batch runs;
-3. the second driver is killed as the first was; a third runs until the checkpoint says the
-   whole source was copied, and is then killed too.
+   rows of the first copy reached its sink and before Spark committed the batch in the
+   copy's checkpoint's ``commits/`` (for a transactional writer: once the batch's commit has
+   begun, its decision is in ZooKeeper or its rows became visible); a second driver starts
+   from the checkpoints;
+2. one broker (picked at random) is stopped and started again while a batch of the last
+   copy runs (and one of every other copy, unless it copied the whole source already);
+3. the second driver is killed as the first was, timed on the last copy's batches; a third
+   runs until every checkpoint says the whole source was copied, and is then killed too.
 
 All along, Python workers of the running driver are killed at random moments while a batch
 runs (gaps drawn from ``WORKER_KILL_GAP_S``, ``WORKER_KILLS_PER_DRIVER`` per driver); Spark
 retries their tasks. Every random choice
 comes from one seeded ``random.Random``. The observations that time the kills: the batch ids
-in the checkpoint's ``offsets/`` (planned) and ``commits/`` (committed), the end offsets of
-the sink's partitions (``offset`` command) and the write's decision records in ZooKeeper.
+in each checkpoint's ``offsets/`` (planned) and ``commits/`` (committed), the end offsets of
+the sinks' partitions (``offset`` command) and the write's decision records in ZooKeeper.
 Every wait polls with a deadline; ``run`` stops every process it started, also on failure.
 """
 
@@ -44,7 +46,7 @@ JOB = Path(__file__).with_name("eos_chaos_job.py")
 TRANSACTIONAL_ID = "chaos-copy"  # the job's transactionalId
 POLL_S = 0.02
 PHASE_TIMEOUT_S = 600.0  # Generous: a loaded 2-core machine starts Spark slowly.
-WORKER_KILL_GAP_S = (2.0, 12.0)  # Spread over the run: a kill every few seconds of a batch.
+WORKER_KILL_GAP_S = (1.0, 6.0)  # Spread over the run: a kill every few seconds of a batch.
 WORKER_KILLS_PER_DRIVER = 2  # so that every driver, and the re-runs it makes, meets them
 OFFSET_TIMEOUT_S = 2.0
 
@@ -63,10 +65,14 @@ class ChaosCluster:
 
 @dataclass
 class ChaosReport:
-    """What the chaos did, for the test's assertions and its failure messages."""
+    """What the chaos did, for the test's assertions and its failure messages.
+
+    ``kills_before_commit`` counts, by sink, the driver kills timed on that copy that
+    landed before Spark committed the batch.
+    """
 
     driver_kills: list[str] = field(default_factory=list)
-    kills_before_commit: int = 0
+    kills_before_commit: dict[str, int] = field(default_factory=dict)
     worker_kills: int = 0
     broker_restarts: int = 0
     driver_logs: list[str] = field(default_factory=list)
@@ -94,48 +100,82 @@ def source_end_bytes(offsets_file: Path) -> int:
     return sum(offset for topic in document.values() for offset in topic.values())
 
 
+@dataclass(frozen=True)
+class Copy:
+    """One streaming copy of the run: its sink, its writer's option and its checkpoint."""
+
+    sink: str
+    transactional: bool
+    checkpoint: Path
+
+    def planned(self) -> int:
+        """The last batch id in the checkpoint's ``offsets/`` (-1 before the first)."""
+        ids = batch_ids(self.checkpoint / "offsets")
+        return ids[-1] if ids else -1
+
+    def committed(self) -> int:
+        """The last batch id in the checkpoint's ``commits/`` (-1 before the first)."""
+        ids = batch_ids(self.checkpoint / "commits")
+        return ids[-1] if ids else -1
+
+    def running(self) -> bool:
+        """True while a planned batch is not committed."""
+        return self.planned() > self.committed()
+
+    def copied(self, source_bytes: int) -> bool:
+        """True once a committed batch ends where the source ends."""
+        committed = self.committed()
+        if committed < 0:
+            return False
+        return source_end_bytes(self.checkpoint / "offsets" / str(committed)) == source_bytes
+
+
 class ChaosRun:
-    """One copy under chaos (see the module docstring).
+    """Copies under chaos, one driver for all (see the module docstring).
 
     Args:
         cluster: the cluster and its source.
-        sink: the sink topic.
-        transactional: the writer's ``transactional`` option.
+        sinks: each sink topic with its writer's ``transactional`` option, in order.
         seed: the seed of every random choice.
-        directory: the checkpoint and the driver's log go here.
+        directory: the checkpoints and the driver's log go here.
     """
 
     def __init__(
-        self, cluster: ChaosCluster, sink: str, transactional: bool, seed: int, directory: Path
+        self, cluster: ChaosCluster, sinks: dict[str, bool], seed: int, directory: Path
     ) -> None:
+        assert sinks, "a run needs a sink"
         self.cluster = cluster
-        self.sink = sink
-        self.transactional = transactional
+        self.copies = [
+            Copy(sink, transactional, directory / f"checkpoint-{sink}")
+            for sink, transactional in sinks.items()
+        ]
         self.random = random.Random(seed)
-        self.checkpoint = directory / "checkpoint"
         self.log_path = directory / "driver.log"
-        self.report = ChaosReport()
+        self.report = ChaosReport(kills_before_commit=dict.fromkeys(sinks, 0))
         self.driver: DriverProcess | None = None
         self._next_worker_kill = 0.0
         self._driver_worker_kills = 0
-        self._baseline: tuple[int, dict[int, int]] | None = None
+        self._baseline: tuple[str, int, dict[int, int]] | None = None
 
     def run(self) -> ChaosReport:
         """Copy the whole source under chaos; every process started here is stopped."""
         config = MetaClientConfig(zk_connect=self.cluster.zk_connect, zk_root=self.cluster.root)
         zk = KazooClient(hosts=self.cluster.zk_connect, timeout=10)
         factory = MetaMessageSessionFactory(config)
+        first, last = self.copies[0], self.copies[-1]
         try:
             zk.start(timeout=10)
             self._zk, self._factory = zk, factory
-            self._partitions = factory.get_partitions_for_topic(self.sink)
+            self._partitions = {
+                copy.sink: factory.get_partitions_for_topic(copy.sink) for copy in self.copies
+            }
             self._start_driver()
-            self._kill_driver_between_write_and_commit(first_batch=self.random.randint(0, 1))
+            self._kill_driver_between_write_and_commit(first, self.random.randint(0, 1))
             self._start_driver()
             self._restart_a_broker_during_a_batch()
-            self._kill_driver_between_write_and_commit(first_batch=self._committed() + 1)
+            self._kill_driver_between_write_and_commit(last, last.committed() + 1)
             self._start_driver()
-            self._wait(self._copied, "the whole source copied and committed")
+            self._wait(self._copied, "the whole source copied and committed by every copy")
             self.report.note("whole source copied")
         finally:
             self._stop_driver()
@@ -144,18 +184,22 @@ class ChaosRun:
             zk.close()
         return self.report
 
+    def _committed(self) -> str:
+        """Each copy's last committed batch, for the timeline."""
+        return ", ".join(f"{copy.sink} {copy.committed()}" for copy in self.copies)
+
     def _start_driver(self) -> None:
         arguments = [
             self.cluster.zk_connect,
             self.cluster.root,
             self.cluster.source,
-            self.sink,
-            str(self.checkpoint),
-            "true" if self.transactional else "false",
             str(self.cluster.max_bytes_per_batch),
         ]
+        for copy in self.copies:
+            transactional = "true" if copy.transactional else "false"
+            arguments += [copy.sink, str(copy.checkpoint), transactional]
         self.driver = DriverProcess(JOB, arguments, self.log_path)
-        self.report.note(f"driver started (committed batch {self._committed()})")
+        self.report.note(f"driver started (committed batches: {self._committed()})")
         self._driver_worker_kills = 0
         self._next_worker_kill = time.monotonic() + self.random.uniform(*WORKER_KILL_GAP_S)
 
@@ -164,25 +208,38 @@ class ChaosRun:
             driver, self.driver = self.driver, None
             driver.kill()
             self.report.driver_logs.append(driver.log())
-            self.report.note(f"driver killed (committed batch {self._committed()})")
+            self.report.note(f"driver killed (committed batches: {self._committed()})")
 
-    def _kill_driver_between_write_and_commit(self, first_batch: int) -> None:
-        """Kill the driver once batch N >= ``first_batch`` is in the sink but not committed."""
+    def _kill_driver_between_write_and_commit(self, copy: Copy, first_batch: int) -> None:
+        """Kill the driver once batch N >= ``first_batch`` of ``copy`` is in its sink but
+        not committed."""
         batch = self._wait(
-            lambda: self._written_not_committed(first_batch),
-            f"a batch >= {first_batch} written to the sink and not committed",
+            lambda: self._written_not_committed(copy, first_batch),
+            f"a batch >= {first_batch} written to {copy.sink} and not committed",
         )
         self._stop_driver()
-        landed = self._committed() < batch
-        self.report.kills_before_commit += landed
+        landed = copy.committed() < batch
+        self.report.kills_before_commit[copy.sink] += landed
         where = "before" if landed else "after"
-        self.report.driver_kills.append(f"batch {batch}: killed {where} Spark committed it")
+        self.report.driver_kills.append(
+            f"{copy.sink} batch {batch}: killed {where} Spark committed it"
+        )
         self.report.note(self.report.driver_kills[-1])
 
     def _restart_a_broker_during_a_batch(self) -> None:
-        """Stop and start one broker once the new driver runs a batch after committing one."""
-        first = self._committed() + 1
-        self._wait(lambda: self._planned() > self._committed() >= first, "a batch running")
+        """Stop and start one broker once the new driver runs a batch of the last copy after
+        committing one, while every copy runs a batch or has copied the whole source."""
+        last = self.copies[-1]
+        first = last.committed() + 1
+
+        def batches_running() -> bool:
+            if not last.planned() > last.committed() >= first:
+                return False
+            return all(
+                copy.running() or copy.copied(self.cluster.source_bytes) for copy in self.copies
+            )
+
+        self._wait(batches_running, "a batch running")
         broker = self.random.choice(self.cluster.brokers)
         self.report.note(f"stopping broker {self.cluster.brokers.index(broker) + 1}")
         broker.stop()
@@ -209,57 +266,46 @@ class ChaosRun:
         now = time.monotonic()
         if self._driver_worker_kills >= WORKER_KILLS_PER_DRIVER or now < self._next_worker_kill:
             return
-        if self._planned() <= self._committed():
+        running = [copy for copy in self.copies if copy.running()]
+        if not running:
             return  # Between batches: wait for the next one.
         workers = self.driver.python_workers() if self.driver else []
         if workers and kill_process(self.random.choice(workers)):
             self.report.worker_kills += 1
             self._driver_worker_kills += 1
-            self.report.note(f"killed a Python worker (batch {self._planned()} running)")
+            batches = ", ".join(f"{copy.sink} {copy.planned()}" for copy in running)
+            self.report.note(f"killed a Python worker (batches running: {batches})")
             self._next_worker_kill = now + self.random.uniform(*WORKER_KILL_GAP_S)
 
-    def _planned(self) -> int:
-        ids = batch_ids(self.checkpoint / "offsets")
-        return ids[-1] if ids else -1
-
-    def _committed(self) -> int:
-        ids = batch_ids(self.checkpoint / "commits")
-        return ids[-1] if ids else -1
-
     def _copied(self) -> bool:
-        committed = self._committed()
-        if committed < 0:
-            return False
-        offsets = self.checkpoint / "offsets" / str(committed)
-        return source_end_bytes(offsets) == self.cluster.source_bytes
+        return all(copy.copied(self.cluster.source_bytes) for copy in self.copies)
 
-    def _written_not_committed(self, first_batch: int) -> int | None:
-        """Batch N (>= ``first_batch``) when it runs and its rows reached the sink."""
-        planned = self._planned()
-        if planned < first_batch or planned <= self._committed():
+    def _written_not_committed(self, copy: Copy, first_batch: int) -> int | None:
+        """Batch N (>= ``first_batch``) of ``copy`` when it runs and its rows reached the
+        sink."""
+        planned = copy.planned()
+        if planned < first_batch or planned <= copy.committed():
             return None
-        if self._baseline is None or self._baseline[0] != planned:
-            self._baseline = (planned, self._sink_ends())
+        if self._baseline is None or self._baseline[:2] != (copy.sink, planned):
+            self._baseline = (copy.sink, planned, self._sink_ends(copy.sink))
             return None
-        ends = self._sink_ends()
-        moved = any(ends.get(key, 0) > end for key, end in self._baseline[1].items())
-        return planned if moved or self._commit_under_way() else None
+        ends = self._sink_ends(copy.sink)
+        moved = any(ends.get(key, 0) > end for key, end in self._baseline[2].items())
+        return planned if moved or self._commit_under_way(copy) else None
 
-    def _sink_ends(self) -> dict[int, int]:
-        """The end offset of every sink partition that answers now, by partition index."""
+    def _sink_ends(self, sink: str) -> dict[int, int]:
+        """The end offset of every partition of ``sink`` that answers now, by index."""
         ends = {}
-        for index, partition in enumerate(self._partitions):
+        for index, partition in enumerate(self._partitions[sink]):
             try:
-                ends[index] = offset_of(
-                    self._factory, self.sink, partition, LONG_MAX, OFFSET_TIMEOUT_S
-                )
+                ends[index] = offset_of(self._factory, sink, partition, LONG_MAX, OFFSET_TIMEOUT_S)
             except MetaError:
                 continue  # Its broker is away: no news from it.
         return ends
 
-    def _commit_under_way(self) -> bool:
-        """True while a decision record of the transactional write is in ZooKeeper."""
-        if not self.transactional:
+    def _commit_under_way(self, copy: Copy) -> bool:
+        """True while a decision record of ``copy``'s transactional write is in ZooKeeper."""
+        if not copy.transactional:
             return False
         try:
             return bool(
