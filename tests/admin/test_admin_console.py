@@ -321,11 +321,13 @@ def test_ctrl_c_exits_130_after_committing_what_was_printed(admin_cluster, admin
         printed = [lines.get(timeout=WAIT_S) for _ in range(len(json_lines(out)))]
         assert printed[-1] == b"s3\n"
         os.kill(process.pid, signal.SIGINT)
-        assert process.wait(WAIT_S) == 130
+        status = process.wait(WAIT_S)
     finally:
         process.kill()
         process.wait()
-    assert b"interrupted" in process.stderr.read()
+    errors = process.stderr.read()
+    assert status == 130, errors.decode(errors="replace")[-3000:]
+    assert b"interrupted" in errors
     assert committed(zk, admin_cluster.root, group, topic)["1-0"] > end
     admin("produce", topic, "--partition", "1-0", stdin=b"after\n")
     status, out, _ = admin("consume", topic, "--group", group)
