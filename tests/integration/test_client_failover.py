@@ -289,6 +289,12 @@ def test_the_hash_selector_keeps_each_key_on_one_partition_in_send_order(factori
     assert all(numbers == list(range(30)) for numbers in order.values()), order
 
 
+def in_session(admin, path: str, client) -> bool:
+    """Whether the ephemeral node ``path`` exists and belongs to ``client``'s session."""
+    stat = admin.exists(path)
+    return stat is not None and stat.ephemeralOwner == client.client_id[0]
+
+
 def test_a_consumer_registers_again_after_its_session_expires(factories, admin, cluster):
     """Goal: after a ZooKeeper session expiry the consumer re-registers and keeps consuming.
 
@@ -309,12 +315,7 @@ def test_a_consumer_registers_again_after_its_session_expires(factories, admin, 
     expire_session(client)
     assert client.client_id[0] != old_session
     ids_path = f"{cluster}/consumers/g-exp/ids/g-exp_solo"
-
-    def registered_again() -> bool:
-        stat = admin.exists(ids_path)
-        return stat is not None and stat.ephemeralOwner == client.client_id[0]
-
-    wait_for(registered_again, what="the ids node of the new session")
+    wait_for(lambda: in_session(admin, ids_path, client), what="the ids node of the new session")
     wait_for(lambda: owners(admin, cluster, "g-exp", "expiry") == everything, what="owners back")
     wait_for(lambda: consumer.owned_partitions() == {("expiry", p) for p in PARTITIONS})
     later = produce(producer_factory, "expiry", 16, prefix="after")
@@ -345,12 +346,7 @@ def test_a_member_whose_watches_missed_the_expiry_still_sees_a_new_member(
     client = first._zk_client  # noqa: SLF001
     expire_session(client)
     ids_path = f"{cluster}/consumers/g-rw/ids/g-rw_a"
-
-    def registered_again() -> bool:
-        stat = admin.exists(ids_path)
-        return stat is not None and stat.ephemeralOwner == client.client_id[0]
-
-    wait_for(registered_again, what="A's ids node of the new session")
+    wait_for(lambda: in_session(admin, ids_path, client), what="A's ids node of the new session")
     wait_for(lambda: owners(admin, cluster, "g-rw", "rewatch") == everything, what="owners back")
     consumer_of(factories(), "rewatch", "g-rw", Collector(), consumer_id="b")
     members = ["g-rw_a", "g-rw_b"]
