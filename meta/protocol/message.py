@@ -127,17 +127,22 @@ def scan_valid_prefix(buffer: bytes | bytearray | memoryview) -> tuple[int, int]
 
     This is the recovery rule of Java's ``FileMessageSet.recover``: stop at a short header, a
     negative length, a record running past the end, or a checksum mismatch. Records after a bad
-    one are not considered.
+    one are not considered. One more stop than Java's: an all-zero header. Zeros pass the
+    other checks (a payload of length 0 has checksum 0), but no broker assigns message id 0:
+    they are a zero-filled tail, what a file shows when its size outran its data (a crash, or
+    an ext4 journal aborted under writes), and Java would serve them as empty messages.
     """
     view = memoryview(buffer)
     position = 0
     count = 0
     total = len(view)
     while total - position >= HEADER_SIZE:
-        length, stored_checksum, _msg_id, _flag = HEADER.unpack_from(view, position)
+        length, stored_checksum, msg_id, flag = HEADER.unpack_from(view, position)
         end = position + HEADER_SIZE + length
         if length < 0 or end > total:
             break
+        if length == 0 and msg_id == 0 and stored_checksum == 0 and flag == 0:
+            break  # zeros, not a record
         if crc32(view[position + HEADER_SIZE : end]) & CHECKSUM_MASK != stored_checksum:
             break
         position = end

@@ -78,3 +78,12 @@ def test_scan_valid_prefix_ignores_a_torn_tail_and_negative_lengths():
     good = pack_message(1, 0, b"abc")
     assert scan_valid_prefix(good + good[:7]) == (len(good), 1)
     assert scan_valid_prefix(good + b"\xff" * 20) == (len(good), 1)
+
+
+def test_scan_valid_prefix_stops_at_a_zero_filled_tail_but_keeps_an_empty_message():
+    """Goal: zeros after the records (a file whose size outran its data) are not read as
+    empty messages, while a real empty message (it has a message id) still is a record.
+    Method: valid records, then 27 zero headers; then the same with an empty message between."""
+    good = pack_message(1, 0, b"abc") + pack_message(2, 0, b"")
+    assert scan_valid_prefix(good + bytes(20 * 27)) == (len(good), 2)
+    assert scan_valid_prefix(good + bytes(20 * 27) + pack_message(3, 0, b"x")) == (len(good), 2)
