@@ -156,7 +156,10 @@ class ProtocolRequest(http.Request):
         self.setHeader(b"Server", SERVER)
         self.setHeader(b"Date", site.date_header())
         try:
-            self._dispatch(site.broker)
+            if site.broker.serving:
+                self._dispatch(site.broker)
+            else:
+                self._refuse_while_stopping()
         except Exception:
             # A bug, not a bad request: log it and answer 500 rather than leave it hanging.
             log.exception("HTTP %r %r failed", self.method, self.uri)
@@ -166,6 +169,14 @@ class ProtocolRequest(http.Request):
                 self.channel.loseConnection()
             else:
                 self._answer(500, b"internal error\n")
+
+    def _refuse_while_stopping(self) -> None:
+        """The broker is stopping (or not serving yet): 503 and ``Connection: close``, so a
+        keep-alive client sends this request again elsewhere, or here once the broker serves,
+        rather than read a 500 as "not stored" for good."""
+        self.channel.persistent = False
+        self.setHeader(b"Connection", b"close")
+        self._answer(503, b"the broker is not serving: it is stopping or starting\n")
 
     def _dispatch(self, broker: Any) -> None:
         """Route the request (H2), parse its query (H3) and hand it to its TCP handler."""

@@ -424,3 +424,18 @@ def test_a_request_is_received_as_twisted_web_receives_it_but_for_its_args(
         received.append(state)
     ours, twisted_web = received
     assert ours == twisted_web
+
+
+def test_a_request_while_the_broker_stops_gets_503_and_the_connection_closes(setup):
+    """Goal: a keep-alive client whose put arrives while the broker stops is told to send it
+    again (503, ``Connection: close``), not that it was not stored (500), and the connection
+    closes after the answer. Method: the broker's ``serving`` flag as its stop clears it."""
+    broker, _files, executor = setup
+    broker.serving = False
+    transport = exchange(broker, post(b"/put/0?topic=test&partition=0&flag=0&length=5", b"hello"))
+    executor.run_all()
+    code, headers, body = parse(transport.value())
+    assert (code, headers[b"connection"]) == (503, b"close")
+    assert body == b"the broker is not serving: it is stopping or starting\n"
+    assert transport.disconnecting
+    assert broker.store.get("test", 0) is None
