@@ -33,7 +33,7 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet.defer import Deferred
 
@@ -42,7 +42,7 @@ from meta.errors import DescriptorShortageError, PartitionFailedError, StoreErro
 from meta.protocol.message import HEADER_SIZE
 from meta.store.files import Files
 from meta.store.flush_task import PartitionFlushTask
-from meta.store.group_commit import Flusher, FlushPolicy, should_flush
+from meta.store.group_commit import FlushClient, Flusher, FlushPolicy, should_flush
 from meta.store.read_slice import AFTER, BEFORE, DATA, SliceResult
 from meta.store.reservation import Reservation, fire, take_written
 from meta.store.segment import Segment, durable_end, open_segments, segment_name
@@ -296,7 +296,7 @@ class PartitionLog:
             while sync_ends and sync_ends[0] <= self._written_end:
                 sync_ends.popleft()
             self._flush_requested_s = self._clock.seconds()
-            self._flusher.request(self)
+            self._flusher.request(cast(FlushClient, self))  # its tasks: PartitionFlushTask
         self._release()
 
     def _refusal_error(self) -> StoreError:
@@ -432,7 +432,7 @@ class PartitionLog:
         """Ask the flusher to make everything written so far durable (the interval timer)."""
         self._unflushed_count = 0
         self._flush_requested_s = self._clock.seconds()
-        self._flusher.request(self)
+        self._flusher.request(cast(FlushClient, self))
 
     def flush_snapshot(self) -> PartitionFlushTask | None:
         """Reactor thread: what a flush started now must cover; None when nothing is dirty."""
