@@ -422,7 +422,7 @@ _buffer_empty = fd_buffer_empty if FD_BUFFER_LAYOUT_KNOWN else buffer_never_empt
 """Whether the transport has nothing buffered, so a reply may go straight to the socket."""
 
 
-def send_now(transport, data: bytes) -> int:
+def send_now(transport, data: bytes | bytearray | memoryview) -> int:
     """Send ``data`` straight to the socket when nothing is buffered; return bytes sent.
 
     Twisted buffers every write until the next reactor turn; for a request/reply client that
