@@ -50,12 +50,6 @@ GRANDFATHERED: dict[str, tuple[int, str]] = {
         "order of acknowledgements and what a failed write or fsync undoes (the cut itself is "
         "meta/store/tail_cut); its read side (slice, read, nearest_offset) moves out next",
     ),
-    "meta/server/protocol.py": (
-        540,
-        "one concept, a client connection's request and reply pump with its backpressure; "
-        "the direct socket writes (send_now, sendfile_now and the probe of Twisted's write "
-        "buffers) are what moves out when it grows",
-    ),
     "meta/server/registry.py": (
         540,
         "one concept, the reactor half of the ZooKeeper registration: one state machine over "

@@ -29,7 +29,7 @@ announced length, which the ``Data`` carries: ``body_space`` gives the caller it
 rest to ``recv_into`` directly (then ``body_received``), so no byte is copied after the
 kernel's copy (fed chunks are copied into it once). The decoder keeps the last
 ``IN_PLACE_BLOCKS_KEPT`` such blocks and reuses one of the same length once nothing else
-references it (``sys.getrefcount``): a body handed out is never overwritten while anyone
+references it (``in_place.BlockPool``): a body handed out is never overwritten while anyone
 can still read it, and a steady replay allocates (and page-faults) no fresh memory.
 
 Invariants: the decoder never holds more than one partial header plus one partial body plus
@@ -38,8 +38,8 @@ the unread tail of what the caller fed in. Not thread-safe: one decoder per conn
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
+from typing import Any, cast
 
 from meta.errors import LocalProtocolError
 from meta.protocol.commands import (
@@ -53,6 +53,7 @@ from meta.protocol.commands import (
 )
 from meta.protocol.encoding import encode, encode_result, encode_value_header
 from meta.protocol.headers import INT_MAX, INT_MIN, LONG_MIN, parse_header, split_header
+from meta.protocol.in_place import BlockPool
 from meta.protocol.patterns import (
     FAST_PUT,
     FAST_RESULT,
@@ -94,11 +95,16 @@ copied into a ``bytearray`` part (bounds the per-part overhead of byte-at-a-time
 IN_PLACE_BLOCKS_KEPT = 8
 """In-place value bodies kept for reuse (a slave holds about four at once)."""
 CRLF = b"\r\n"
-PutFields = tuple[bytes, bytes, int, int | None, bytes, bytearray]
-"""One put of a run: topic, partition and opaque as their (canonical) header bytes, flag,
-checksum (None when absent) and the body."""
 
-SyncFields = tuple[bytes, bytes, int, int | None, bytes, bytearray, int]
+Chunk = bytes | bytearray | memoryview
+"""What ``Decoder.receive_data`` takes: a chunk of the peer's bytes."""
+
+PutFields = tuple[bytes, bytes, int, int | None, bytes, bytes | bytearray]
+"""One put of a run: topic, partition and opaque as their (canonical) header bytes, flag,
+checksum (None when absent) and the body (the decoder's are ``bytearray``, an HTTP put's
+``bytes``)."""
+
+SyncFields = tuple[bytes, bytes, int, int | None, bytes, bytes | bytearray, int]
 """One sync of a run: ``PutFields``' layout (topic, partition, flag, checksum, opaque, body),
 then the master's message id."""
 
@@ -126,9 +132,7 @@ class Decoder:
         self.body_bytes_max = body_bytes_max
         self.value_in_place = value_in_place
         self._in_place = False  # the pending body is a value body received in place
-        self._blocks: list[bytearray] = []  # in-place bodies handed out, newest last
-        probe = [bytearray(1)]
-        self._unshared = sys.getrefcount(probe[0])  # what _block sees of an unshared one
+        self._blocks = BlockPool(IN_PLACE_BLOCKS_KEPT)  # in-place bodies handed out
         self._buffer = bytearray()
         self._position = 0
         self._skip_bytes = 0
@@ -159,8 +163,9 @@ class Decoder:
             return 0
         return len(self._buffer) - self._position
 
-    def receive_data(self, data: bytes) -> None:
-        """Buffer bytes from the peer; a body being skipped is dropped here, not buffered."""
+    def receive_data(self, data: Chunk) -> None:
+        """Buffer a chunk of the peer's bytes (``bytes``, ``bytearray`` or ``memoryview``); a
+        body being skipped is dropped here, not buffered."""
         missing = self._body_missing
         if missing:  # a large body is being collected: keep the chunk itself
             if len(data) <= missing:
@@ -245,13 +250,13 @@ class Decoder:
         tokens = split_header(line)
         command, length, too_large = parse_header(tokens)
         self._position = end + 2
-        if length is None:
-            return command
+        if length is None:  # a command without a body: parse_header built it
+            return cast(Command, command)
         if length > self.body_bytes_max:
             self._skip_bytes = length
             return self._next_skip(too_large)
         self._in_place = self.value_in_place and tokens[0] == "value"
-        return self._take_body(command, length)
+        return self._take_body(cast(Callable[[bytes], Command], command), length)
 
     def _fast_transaction(self, end: int) -> Transaction | None:
         """The common ``transaction`` forms (5 tokens, or 6 with a timeout) in printable
@@ -497,7 +502,8 @@ class Decoder:
                 return NEED_DATA
             self._pending = None
             self._body_parts = None
-            return build(parts[0] if self._in_place else b"".join(parts))
+            # An in-place value body is the bytearray it was received into.
+            return build(parts[0] if self._in_place else b"".join(parts))  # type: ignore[arg-type]
         buffer = self._buffer
         start = self._position
         if len(buffer) - start < length:
@@ -508,7 +514,7 @@ class Decoder:
                 del buffer[:start]
                 self._body_missing = length - len(buffer)
                 if self._in_place:  # one block of the body's length, filled as it comes
-                    buffer = self._block(length)
+                    buffer = self._blocks.take(length)
                     buffer[: length - self._body_missing] = self._buffer
                 self._body_parts = [buffer]
                 self._buffer = bytearray()
@@ -519,29 +525,18 @@ class Decoder:
         if length >= BODY_PARTS_BYTES_MIN:
             with memoryview(buffer) as view:  # one copy, not a bytearray slice and bytes()
                 body = view[start : start + length]
-                return build(bytearray(body) if self._in_place else bytes(body))
+                if self._in_place:  # a value body, received in place: a bytearray
+                    return build(bytearray(body))  # type: ignore[arg-type]
+                return build(bytes(body))
         return build(bytes(buffer[start : start + length]))
 
-    def _block(self, length: int) -> bytearray:
-        """A ``bytearray`` of ``length`` bytes for an in-place body: a kept one that nothing
-        but this list references any more (its old bytes get overwritten), else a new one."""
-        blocks = self._blocks
-        for index in range(len(blocks)):
-            if len(blocks[index]) == length and sys.getrefcount(blocks[index]) <= self._unshared:
-                blocks.append(blocks.pop(index))
-                return blocks[-1]
-        blocks.append(bytearray(length))
-        if len(blocks) > IN_PLACE_BLOCKS_KEPT:
-            del blocks[0]
-        return blocks[-1]
-
-    def _add_part(self, data: bytes) -> None:
+    def _add_part(self, data: Chunk) -> None:
         """Append a chunk of the collected body (referenced when an immutable, large bytes)."""
         parts = self._body_parts
         assert parts is not None and self._pending is not None
         if self._in_place:
             filled = self._pending[1] - self._body_missing
-            parts[0][filled : filled + len(data)] = data
+            cast(bytearray, parts[0])[filled : filled + len(data)] = data
         elif type(data) is bytes and len(data) >= PART_BYTES_MIN:
             parts.append(data)
         elif type(parts[-1]) is bytearray:
@@ -550,12 +545,12 @@ class Decoder:
             parts.append(bytearray(data))
 
 
-def decode_all(data: bytes, **limits: int) -> list[Command | BodyTooLarge]:
+def decode_all(data: bytes, **limits: Any) -> list[Command | BodyTooLarge]:
     """Decode every complete command in ``data`` (a convenience for tests and tools)."""
     decoder = Decoder(**limits)
     decoder.receive_data(data)
     commands: list[Command | BodyTooLarge] = []
-    while (command := decoder.next_command()) is not NEED_DATA:
+    while not isinstance(command := decoder.next_command(), _NeedData):
         commands.append(command)
     return commands
 

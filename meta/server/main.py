@@ -230,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     from meta.server.reactor import install
 
     log.info("reactor: %s", install())
+    _log_build()
     from twisted.internet import reactor
 
     from meta.server.broker import Broker
@@ -278,6 +279,16 @@ def main(argv: list[str] | None = None) -> int:
     reactor.callWhenRunning(lambda: broker.start().addCallback(started).addErrback(started_failed))
     reactor.run(installSignalHandlers=False)
     return outcome["status"]
+
+
+def _log_build() -> None:
+    """Log whether the hot path runs compiled (``meta.compiled``), and warn of stale modules."""
+    from meta.compiled import describe, stale_modules
+
+    log.info("build: %s", describe())
+    stale = stale_modules()
+    if stale:
+        log.warning("compiled modules older than their sources: %s", ", ".join(stale))
 
 
 def _dashboard_started(

@@ -15,7 +15,7 @@ Output and backpressure (STYLE 3, 13):
   written together by ``flush_output``. When the transport has nothing buffered they go
   straight to the socket, saving Twisted's extra reactor turn per request. Whether it has
   is read from ``FileDescriptor``'s private buffers, only when an import-time probe
-  (``fd_buffer_layout_known``) finds them where this Twisted keeps them; otherwise every
+  (``fd_buffers.fd_buffer_layout_known``) finds them where this Twisted keeps them; otherwise every
   reply goes through ``transport.write``.
 * The protocol is the transport's streaming producer. A ``FileReply`` is sent with
   ``os.sendfile`` while the socket takes it, else read in chunks of ``CHUNK_BYTES`` while
@@ -43,14 +43,17 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
+from typing import Any, cast
 
-from twisted.internet import abstract, interfaces, protocol
+from twisted.internet.interfaces import IHalfCloseableProtocol
+from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from meta.errors import LocalProtocolError, StoreError
 from meta.protocol.codec import HEADER_BYTES_MAX, NEED_DATA, Decoder
 from meta.protocol.commands import Quit
+from meta.server.fd_buffers import FD_BUFFER_LAYOUT_KNOWN, buffer_never_empty, fd_buffer_empty
 from meta.server.handlers import HANDLERS, dispatch_key
 from meta.server.log_limits import PROTOCOL_WARNINGS
 from meta.server.put_run import handle_put_run
@@ -73,8 +76,8 @@ PUT_RUN_MAX = 4096
 TURN_REQUESTS_MAX = 256
 
 
-@implementer(interfaces.IHalfCloseableProtocol)
-class BrokerProtocol(protocol.Protocol):
+@implementer(IHalfCloseableProtocol)
+class BrokerProtocol(Protocol):
     """One client connection of a ``Broker``.
 
     Attributes:
@@ -83,6 +86,9 @@ class BrokerProtocol(protocol.Protocol):
     """
 
     put_runs = True
+    # A TCP transport (``tcp.Server``) once connected: its producer and private-buffer
+    # methods are used, which ``ITransport`` does not name.
+    transport: Any
 
     def __init__(self, broker: BrokerServices) -> None:
         self._broker = broker
@@ -114,7 +120,7 @@ class BrokerProtocol(protocol.Protocol):
         self.transport.registerProducer(self, True)
         self._broker.connection_made(self)
 
-    def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._closed = True
         self._queue.clear()
         self._out.clear()
@@ -172,7 +178,7 @@ class BrokerProtocol(protocol.Protocol):
             if reply is PENDING:
                 self._inflight += 1
             elif reply is not None:
-                self._send(reply)
+                self._send(cast("bytes | FileReply", reply))
             handled += 1
             if handled >= TURN_REQUESTS_MAX and decoder.buffered_bytes:
                 self._yield_turn()
@@ -298,6 +304,7 @@ class BrokerProtocol(protocol.Protocol):
             self._write(reply)
 
     def _stream_chunk(self) -> None:
+        assert self._stream is not None  # _pump calls this while a stream runs
         segment, position, remaining = self._stream
         sent = sendfile_now(self.transport, segment, position, remaining)
         if sent == 0:
@@ -410,67 +417,12 @@ class BrokerProtocol(protocol.Protocol):
         return self._decoder.pending_header_bytes
 
 
-def _fd_buffer_empty(transport) -> bool:
-    """Whether a Twisted TCP transport has nothing buffered (False for other transports).
-
-    Reads ``FileDescriptor``'s private write buffers (``_tempDataBuffer``, ``dataBuffer``,
-    ``offset``); used only when ``fd_buffer_layout_known`` found them as expected.
-    """
-    try:
-        return not transport._tempDataBuffer and transport.offset >= len(transport.dataBuffer)
-    except AttributeError:
-        return False
-
-
-def _buffer_never_empty(transport) -> bool:
-    """The fallback: every reply goes through ``transport.write`` (one more reactor turn)."""
-    return False
-
-
-class _ProbeReactor:
-    """Just enough of a reactor for a ``FileDescriptor`` that is never connected to one."""
-
-    def addWriter(self, writer: object) -> None:
-        pass
-
-    def removeWriter(self, writer: object) -> None:
-        pass
-
-
-def fd_buffer_layout_known(descriptor_class: type = abstract.FileDescriptor) -> bool:
-    """Whether ``descriptor_class`` buffers writes the way ``_fd_buffer_empty`` reads them.
-
-    A feature check rather than a version check: a probe descriptor (no socket, no reactor)
-    must look empty when new, not empty after ``write``, and empty again once ``doWrite``
-    has sent everything. Any other outcome, or a missing attribute, means this Twisted keeps
-    its buffers elsewhere, and the protocol falls back to plain ``transport.write``.
-    """
-
-    class Probe(descriptor_class):  # type: ignore[misc, valid-type]
-        connected = 1
-
-        def writeSomeData(self, data: bytes) -> int:
-            return len(data)
-
-    try:
-        probe = Probe(reactor=_ProbeReactor())
-        if not _fd_buffer_empty(probe):
-            return False
-        probe.write(b"probe")
-        if _fd_buffer_empty(probe):
-            return False
-        probe.doWrite()
-        return _fd_buffer_empty(probe)
-    except Exception:  # noqa: BLE001 - any failure means the layout is not the known one
-        return False
-
-
-FD_BUFFER_LAYOUT_KNOWN = fd_buffer_layout_known()
-_buffer_empty = _fd_buffer_empty if FD_BUFFER_LAYOUT_KNOWN else _buffer_never_empty
+# Bound at import from ``fd_buffers``' probe; a module global, so tests may replace it.
+_buffer_empty = fd_buffer_empty if FD_BUFFER_LAYOUT_KNOWN else buffer_never_empty
 """Whether the transport has nothing buffered, so a reply may go straight to the socket."""
 
 
-def send_now(transport, data: bytes) -> int:
+def send_now(transport, data: bytes | bytearray | memoryview) -> int:
     """Send ``data`` straight to the socket when nothing is buffered; return bytes sent.
 
     Twisted buffers every write until the next reactor turn; for a request/reply client that
@@ -507,7 +459,7 @@ def _address(peer) -> str:
     return f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
 
 
-class BrokerFactory(protocol.Factory):
+class BrokerFactory(Factory):
     """Builds a ``BrokerProtocol`` per accepted connection."""
 
     def __init__(self, broker: BrokerServices) -> None:

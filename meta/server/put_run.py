@@ -100,9 +100,10 @@ class _Batch:
         bodies = parts[1::2]  # a record is its header and its body
 
         def acknowledged(offset: int | None, error: BaseException | None) -> None:
-            replies = []
+            replies: list[bytes] = []
             append = replies.append
             if error is None:
+                assert offset is not None  # the store appended the batch
                 body_format, reply_format = _PUT_REPLY_BODY, _PUT_REPLY
                 header_bytes = _RECORD_HEADER_BYTES
                 for msg_id, opaque, body in zip(ids, opaques, bodies, strict=True):

@@ -42,19 +42,17 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from meta.errors import DescriptorShortageError, MetaError, PartitionFailedError, XAError
-from meta.protocol.codec import PutFields, encode_result
+from meta.protocol.codec import encode_result
 from meta.protocol.commands import BodyTooLarge, Put
 from meta.protocol.crc import crc32 as _crc32
 from meta.protocol.message import CHECKSUM_MASK, HEADER, HEADER_SIZE
 from meta.protocol.put_reply import PUT_REPLY, PUT_REPLY_BODY, encode_put_reply
 from meta.server.replies import PENDING
 from meta.server.services import BrokerServices
-
-if TYPE_CHECKING:
-    from meta.store.partition import PartitionLog
+from meta.store.partition import PartitionLog
 
 log = logging.getLogger("meta.server")
 
@@ -105,9 +103,12 @@ def cached_target(
     return target if target[0].accepts_appends else None
 
 
-def accepted_crcs(puts: Sequence[PutFields], start: int, stop: int) -> list[int]:
+def accepted_crcs(puts: Sequence[tuple[Any, ...]], start: int, stop: int) -> list[int]:
     """The record checksums of ``puts[start:stop]``, up to the first put refused for its
     checksum: the list is shorter than ``stop - start`` exactly when one was refused.
+
+    Each item has ``codec.PutFields``' layout (a sync's ``SyncFields`` adds the id after it):
+    the checksum at index 3 and the body, ``bytes`` or ``bytearray``, at index 5.
 
     This is the checksum rule of every put path: a put's checksum field is absent, ``-1``
     (not checked), or the CRC-32 of its body with the top bit cleared.
@@ -124,16 +125,16 @@ def accepted_crcs(puts: Sequence[PutFields], start: int, stop: int) -> list[int]
     return crcs
 
 
-def accepted_crc(data: bytes, checksum: int | None) -> int | None:
+def accepted_crc(data: bytes | bytearray, checksum: int | None) -> int | None:
     """The record checksum of one put's body, or None when its checksum refuses it.
 
     The rule is ``accepted_crcs``'s, for a run of one put.
     """
-    crcs = accepted_crcs(((b"", b"", 0, checksum, b"", data),), 0, 1)  # type: ignore[arg-type]
+    crcs = accepted_crcs(((b"", b"", 0, checksum, b"", data),), 0, 1)
     return crcs[0] if crcs else None
 
 
-def pack_record(data: bytes, crc: int, msg_id: int, flag: int) -> bytes:
+def pack_record(data: bytes | bytearray, crc: int, msg_id: int, flag: int) -> bytes:
     """The stored record of a taken put (``message.pack_message`` with its checksum known)."""
     return pack_header(len(data), crc, msg_id, flag) + data
 
@@ -261,6 +262,7 @@ def take_sync(
 
 def too_large(broker: BrokerServices, event: BodyTooLarge) -> bytes:
     """The 500 of a put whose body is over ``maxMessageSize``; counts the put."""
+    assert event.topic is not None and event.partition is not None  # a put's event has both
     broker.counters.cmd_put += 1
     broker.counters.put_failed += 1
     broker.record_put_too_large(event.topic, event.partition, event.length)
@@ -353,6 +355,7 @@ def replicated_done(
         elif slave_failure is not None:
             connection.respond(slave_failed(broker, role, topic, partition, opaque, slave_failure))
         else:
+            assert offset is not None  # the master stored it
             connection.respond(encode_put_reply(msg_id, partition, offset, opaque))
 
     return done
@@ -388,7 +391,7 @@ def replicate_run(
     bodies = parts[1::2]
 
     def done(offset: int | None, error: BaseException | None, codes: list) -> None:
-        replies = []
+        replies: list[bytes] = []
         append = replies.append
         reply_format, body_format = PUT_REPLY, PUT_REPLY_BODY
         for msg_id, opaque, body, code in zip(ids, opaques, bodies, codes, strict=True):

@@ -70,7 +70,7 @@ def handle_sync_run(
             pending += _handle_one(broker, syncs[index], connection)
             index += 1
             continue
-        crcs = accepted_crcs(syncs, index, stop)  # type: ignore[arg-type]
+        crcs = accepted_crcs(syncs, index, stop)
         taken = index + len(crcs)
         if taken > index:
             pending += _stage_stretch(broker, target, syncs, index, crcs, connection)
@@ -88,7 +88,7 @@ def _handle_single(broker: BrokerServices, fields: SyncFields, connection, targe
     target = cached_target(broker, targets, (topic_bytes, partition_bytes))
     if target is None:
         return _handle_one(broker, fields, connection)
-    crcs = accepted_crcs((fields,), 0, 1)  # type: ignore[arg-type]
+    crcs = accepted_crcs((fields,), 0, 1)
     if not crcs:  # a wrong checksum: handle_sync answers it
         return _handle_one(broker, fields, connection)
     partition_log, topic, partition = target

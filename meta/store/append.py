@@ -25,8 +25,11 @@ from meta.store.files import Files
 
 logger = logging.getLogger("meta.store")
 
+Records = bytes | memoryview
+"""Whole records to write: the slave stages views of what it fetched, the broker ``bytes``."""
 
-def append_at(files: Files, fd: int, data: bytes, position: int, path: str) -> None:
+
+def append_at(files: Files, fd: int, data: Records, position: int, path: str) -> None:
     """Write all of ``data`` at ``position`` of the file ``fd``.
 
     Args:
@@ -49,7 +52,7 @@ def append_at(files: Files, fd: int, data: bytes, position: int, path: str) -> N
         raise
 
 
-def finish_write(files: Files, fd: int, data: bytes, position: int, written: int) -> None:
+def finish_write(files: Files, fd: int, data: Records, position: int, written: int) -> None:
     """Finish a short write: ``written`` of ``data``'s bytes are already at ``position``.
 
     Raises:

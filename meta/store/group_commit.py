@@ -255,7 +255,7 @@ class ThreadExecutor:
         self._reactor = reactor
         self._name = name
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self._worker: threading.Thread | None = None
         self._stopped = False
 
     def __call__(self, work: Callable[[], Any]) -> Deferred:
@@ -276,13 +276,13 @@ class ThreadExecutor:
         if self._stopped:
             done(None, StoreError("the flusher thread has stopped"))
             return
-        if self._thread is None:
+        if self._worker is None:
             self._start()
         self._queue.put((work, done))
 
     def _start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-        self._thread.start()
+        self._worker = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._worker.start()
         add_trigger = getattr(self._reactor, "addSystemEventTrigger", None)
         if add_trigger is not None:
             add_trigger("during", "shutdown", self.stop)
@@ -305,7 +305,7 @@ class ThreadExecutor:
     def stop(self) -> None:
         """Finish queued work and stop the worker thread (blocks until it exits)."""
         self._stopped = True
-        thread, self._thread = self._thread, None
+        thread, self._worker = self._worker, None
         if thread is not None:
             self._queue.put(None)
             thread.join()

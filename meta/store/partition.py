@@ -33,16 +33,17 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet.defer import Deferred
 
 from meta.config import FlushMode
 from meta.errors import DescriptorShortageError, PartitionFailedError, StoreError
 from meta.protocol.message import HEADER_SIZE
+from meta.store.append import Records
 from meta.store.files import Files
 from meta.store.flush_task import PartitionFlushTask
-from meta.store.group_commit import Flusher, FlushPolicy, should_flush
+from meta.store.group_commit import FlushClient, Flusher, FlushPolicy, should_flush
 from meta.store.read_slice import AFTER, BEFORE, DATA, SliceResult
 from meta.store.reservation import Reservation, fire, take_written
 from meta.store.segment import Segment, durable_end, open_segments, segment_name
@@ -117,7 +118,7 @@ class PartitionLog:
         # when failed.
         self._pending: deque[tuple[int, int, bool, Ack, int]] = deque()
         # Records (and reservations) staged since the last commit, written by ``commit``.
-        self._staged: list[bytes | Reservation] = []
+        self._staged: list[Records | Reservation] = []
         self._staged_counts: list[int] = []  # appends each staged entry counts for
         self._reservations = 0  # reservations in ``_staged``
         self._staged_end = end
@@ -169,7 +170,7 @@ class PartitionLog:
 
     # -- appending -------------------------------------------------------------------------
 
-    def append(self, record: bytes) -> Deferred:
+    def append(self, record: Records) -> Deferred:
         """Append one record (or one transaction batch) and return a Deferred for its offset.
 
         ``stage`` then ``commit``; the Deferred fires with the record's offset when ``stage``
@@ -180,7 +181,7 @@ class PartitionLog:
         self.commit()
         return acknowledged
 
-    def stage(self, record: bytes, ack: Ack, count: int = 1) -> None:
+    def stage(self, record: Records, ack: Ack, count: int = 1) -> None:
         """Queue one record for the next ``commit`` (one write per batch) and give it its offset.
 
         ``ack(offset, None)`` comes, in append order, once ``commit`` wrote it (and its covering
@@ -239,7 +240,7 @@ class PartitionLog:
         if reservation.data is None:
             self._fail(error)
 
-    def _enqueue(self, entry: bytes | Reservation, size: int, ack: Ack, count: int = 1) -> None:
+    def _enqueue(self, entry: Records | Reservation, size: int, ack: Ack, count: int = 1) -> None:
         offset = self._staged_end
         end = offset + size
         self._staged_end = end
@@ -296,7 +297,7 @@ class PartitionLog:
             while sync_ends and sync_ends[0] <= self._written_end:
                 sync_ends.popleft()
             self._flush_requested_s = self._clock.seconds()
-            self._flusher.request(self)
+            self._flusher.request(cast(FlushClient, self))  # its tasks: PartitionFlushTask
         self._release()
 
     def _refusal_error(self) -> StoreError:
@@ -432,7 +433,7 @@ class PartitionLog:
         """Ask the flusher to make everything written so far durable (the interval timer)."""
         self._unflushed_count = 0
         self._flush_requested_s = self._clock.seconds()
-        self._flusher.request(self)
+        self._flusher.request(cast(FlushClient, self))
 
     def flush_snapshot(self) -> PartitionFlushTask | None:
         """Reactor thread: what a flush started now must cover; None when nothing is dirty."""

@@ -8,6 +8,8 @@ what a commit writes (and the appends it counts for); ``fire`` is the ack behind
 
 from __future__ import annotations
 
+from typing import cast
+
 
 class Reservation:
     """Bytes of a partition log held for a batch that ``PartitionLog.fill`` gives later."""
@@ -28,13 +30,13 @@ def fire(deferred, offset: int | None, error: BaseException | None) -> None:
         deferred.errback(error)
 
 
-def take_filled(staged: list[bytes | Reservation]) -> tuple[bytes, int]:
+def take_filled(staged: list[bytes | memoryview | Reservation]) -> tuple[bytes, int]:
     """Remove and join the staged entries before the first unfilled reservation.
 
     Returns:
         The joined bytes and how many (filled) reservations were among the removed entries.
     """
-    parts: list[bytes] = []
+    parts: list[bytes | memoryview] = []
     filled = 0
     for entry in staged:
         if entry.__class__ is Reservation:
@@ -43,22 +45,23 @@ def take_filled(staged: list[bytes | Reservation]) -> tuple[bytes, int]:
             filled += 1
             parts.append(entry.data)
         else:
-            parts.append(entry)
+            parts.append(cast("bytes | memoryview", entry))
     del staged[: len(parts)]
     return b"".join(parts), filled
 
 
 def take_written(
-    staged: list[bytes | Reservation], counts: list[int], reservations: int
-) -> tuple[bytes, int, int]:
+    staged: list[bytes | memoryview | Reservation], counts: list[int], reservations: int
+) -> tuple[bytes | memoryview, int, int]:
     """Remove what a commit writes now from ``staged`` and the parallel ``counts``: every
     entry, or, while ``reservations`` > 0, those before the first unfilled reservation.
 
     Returns:
         The joined bytes, the filled reservations among them, and the appends they count for.
     """
-    if not reservations:
-        data = staged[0] if len(staged) == 1 else b"".join(staged)
+    if not reservations:  # so no entry is a Reservation
+        entries = cast("list[bytes | memoryview]", staged)
+        data = entries[0] if len(entries) == 1 else b"".join(entries)
         written = counts[0] if len(counts) == 1 else sum(counts)
         staged.clear()
         counts.clear()

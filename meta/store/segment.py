@@ -29,7 +29,7 @@ import os
 
 from meta.errors import StoreError
 from meta.protocol.message import HEADER, HEADER_SIZE, scan_valid_prefix
-from meta.store.append import finish_write, truncate_after_failed_write
+from meta.store.append import Records, finish_write, truncate_after_failed_write
 from meta.store.files import Files
 
 logger = logging.getLogger("meta.store")
@@ -128,7 +128,7 @@ class Segment:
         """Offset just past the last written byte."""
         return self.start + self.written_size
 
-    def append(self, data: bytes) -> int:
+    def append(self, data: Records) -> int:
         """Write ``data`` at the end of the file and return the position it starts at.
 
         Raises:

@@ -12,6 +12,7 @@ import threading
 import pytest
 
 from meta.client.net.connection import BrokerConnection, ConnectionClosedError
+from meta.compiled import describe
 from meta.protocol.commands import LONG_MAX, Data, Get, Offset, Put, Result, Stats, Version
 from meta.protocol.message import checksum, iter_messages, pack_message
 from tests.integration.broker_process import BrokerProcess
@@ -270,3 +271,8 @@ def test_java_client_bytes_from_the_trace_are_answered_like_the_java_broker(conn
 def test_the_broker_runs_on_the_lean_reactor(broker, connection):
     assert connection.request(Version(1)).code == 200
     assert "reactor: LeanEPollReactor" in broker.log()
+
+
+def test_the_broker_logs_which_build_it_runs(broker, connection):
+    assert connection.request(Version(1)).code == 200
+    assert f"build: {describe()}" in broker.log()

@@ -15,7 +15,8 @@ import pytest
 from twisted.internet import abstract
 
 import meta.server.protocol as server_protocol
-from meta.server.protocol import BrokerProtocol, fd_buffer_layout_known
+from meta.server.fd_buffers import buffer_never_empty, fd_buffer_layout_known
+from meta.server.protocol import BrokerProtocol
 
 
 class _Reactor:
@@ -112,7 +113,7 @@ def test_what_the_socket_does_not_take_is_buffered_in_order():
 
 @pytest.fixture
 def fallback(monkeypatch):
-    monkeypatch.setattr(server_protocol, "_buffer_empty", server_protocol._buffer_never_empty)
+    monkeypatch.setattr(server_protocol, "_buffer_empty", buffer_never_empty)
 
 
 def test_with_the_fallback_every_reply_goes_through_transport_write(fallback):

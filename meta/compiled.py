@@ -1,0 +1,87 @@
+"""Which build of the broker's hot path runs: modules compiled with mypyc, or pure Python.
+
+``COMPILED_MODULES`` names the modules the optional compiled build compiles (``setup.py``
+compiles them when ``METAQ_COMPILE=1``; docs/performance.md, "The compiled build"): the
+per-read path of a put, from the protocol's ``dataReceived`` through the decoder, the put
+rules and the store's append to the reply. Every one of them is also the pure-Python
+module it is compiled from, and the broker behaves the same with either; only the CPU per
+request differs. The broker logs at start-up which build it runs (``describe``).
+
+A module is compiled when it was imported from an extension module (``*.so``) rather than
+from its source. An in-place build leaves the extensions next to the sources, and Python
+imports an extension before a source of the same name, so a source edited after the build
+is not what runs until the build is redone: ``stale_modules`` names those.
+
+Importing this module imports nothing of the broker; ``compiled_modules``, ``describe`` and
+``stale_modules`` import the modules they look at. Any thread.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import os
+import sys
+
+COMPILED_MODULES = (
+    "meta.message_id",
+    "meta.protocol.codec",
+    "meta.server.protocol",
+    "meta.server.put_run",
+    "meta.server.puts",
+    "meta.store.append",
+    "meta.store.group_commit",
+    "meta.store.partition",
+)
+"""The modules of the compiled build, in the order ``setup.py`` passes them to mypyc."""
+
+GROUP_NAME = "metaq_compiled"
+"""mypyc's name for the build: their code is in one library, the module ``GROUP_NAME +
+"__mypyc"``, and each module's own extension is a small shim that loads it from there."""
+
+
+def _is_extension(path: str | None) -> bool:
+    return path is not None and path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
+def compiled_modules() -> list[str]:
+    """The modules of ``COMPILED_MODULES`` that run compiled (imported from an extension)."""
+    return [
+        name
+        for name in COMPILED_MODULES
+        if _is_extension(getattr(importlib.import_module(name), "__file__", None))
+    ]
+
+
+def stale_modules() -> list[str]:
+    """Compiled modules whose source is newer than the build (edited after it).
+
+    The build's time is that of its newest file, the module's shim or the group's library
+    (a rebuild may leave an unchanged shim as it was).
+    """
+    stale = []
+    library = getattr(sys.modules.get(GROUP_NAME + "__mypyc"), "__file__", None)
+    for name in compiled_modules():
+        extension = importlib.import_module(name).__file__
+        assert extension is not None  # compiled_modules found it
+        source = os.path.join(os.path.dirname(extension), name.rsplit(".", 1)[1] + ".py")
+        try:
+            built = max(os.stat(path).st_mtime for path in (extension, library) if path)
+            if os.stat(source).st_mtime > built:
+                stale.append(name)
+        except OSError:
+            pass  # an installed build without its sources: nothing to compare
+    return stale
+
+
+def describe() -> str:
+    """The build, as the broker logs it: ``compiled (mypyc, 8 of 8 modules)`` or ``pure
+    Python``; a partial build names the modules that run from source."""
+    compiled = compiled_modules()
+    if not compiled:
+        return "pure Python"
+    text = f"compiled (mypyc, {len(compiled)} of {len(COMPILED_MODULES)} modules)"
+    missing = [name for name in COMPILED_MODULES if name not in compiled]
+    if missing:
+        text += "; from source: " + ", ".join(missing)
+    return text

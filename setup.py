@@ -1,0 +1,38 @@
+"""The optional compiled build: the broker's hot path compiled with mypyc.
+
+Package metadata and dependencies live in setup.cfg; this file only adds extension modules,
+and only when the environment asks for them::
+
+    METAQ_COMPILE=1 pip install --no-build-isolation -e . --config-settings editable_mode=compat
+
+compiles the modules of ``meta.compiled.COMPILED_MODULES`` with mypyc (which needs ``mypy``
+and a C compiler in the installing environment, hence ``--no-build-isolation``). Without
+``METAQ_COMPILE=1`` the package is pure Python, as always. docs/performance.md, "The compiled
+build", gives its cost and what it saves.
+"""
+
+import os
+import sys
+
+from setuptools import setup
+
+COMPILE_VARIABLE = "METAQ_COMPILE"
+# The C compiler's optimization level (mypyc's opt_level, 0-3): 0 builds quicker, for tests.
+OPT_LEVEL_VARIABLE = "METAQ_COMPILE_OPT_LEVEL"
+
+
+def extensions() -> list:
+    """mypyc's extension modules when ``METAQ_COMPILE=1``, else none."""
+    if os.environ.get(COMPILE_VARIABLE, "0") != "1":
+        return []
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from mypyc.build import mypycify
+
+    from meta.compiled import COMPILED_MODULES, GROUP_NAME
+
+    paths = [name.replace(".", "/") + ".py" for name in COMPILED_MODULES]
+    opt_level = os.environ.get(OPT_LEVEL_VARIABLE, "3")
+    return mypycify(paths, opt_level=opt_level, group_name=GROUP_NAME)
+
+
+setup(ext_modules=extensions())
