@@ -3,10 +3,11 @@
 Package metadata and dependencies live in setup.cfg; this file only adds extension modules,
 and only when the environment asks for them::
 
-    METAQ_COMPILE=1 pip install --no-build-isolation -e . --config-settings editable_mode=compat
+    METAQ_COMPILE=1 python setup.py build_ext --inplace
 
-compiles the modules of ``meta.compiled.COMPILED_MODULES`` with mypyc (which needs ``mypy``
-and a C compiler in the installing environment, hence ``--no-build-isolation``). Without
+compiles the modules of ``meta.compiled.COMPILED_MODULES`` in place, next to their sources,
+with mypyc (it needs ``mypy``, a C compiler and Python's headers; a regular install
+compiles with ``METAQ_COMPILE=1 pip install --no-build-isolation .``). Without
 ``METAQ_COMPILE=1`` the package is pure Python, as always. docs/performance.md, "The compiled
 build", gives its cost and what it saves.
 """
