@@ -6,8 +6,8 @@ and only when the environment asks for them::
     METAQ_COMPILE=1 python setup.py build_ext --inplace
 
 compiles the modules of ``meta.compiled.COMPILED_MODULES`` in place, next to their sources,
-with mypyc (it needs ``mypy``, a C compiler and Python's headers; a regular install
-compiles with ``METAQ_COMPILE=1 pip install --no-build-isolation .``). Without
+with mypyc (it needs ``mypy``, a C compiler, Python's headers and the package's
+dependencies installed, since mypyc type-checks what the modules import). Without
 ``METAQ_COMPILE=1`` the package is pure Python, as always. docs/performance.md, "The compiled
 build", gives its cost and what it saves.
 """
