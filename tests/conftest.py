@@ -41,6 +41,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
+OTHER_BUILD_TEST = "tests/test_compiled.py::test_the_other_build_passes_the_tests_that_pin"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def other_build(request: pytest.FixtureRequest) -> Iterator[object]:
+    """The other build of the hot path (``tests.compiled_build.ScratchBuild``), started with
+    the session when its test is to run, so that its compiling overlaps the other tests."""
+    if not any(item.nodeid.startswith(OTHER_BUILD_TEST) for item in request.session.items):
+        yield None
+        return
+    from tests.compiled_build import ScratchBuild
+
+    build = ScratchBuild()
+    try:
+        yield build
+    finally:
+        build.close()
+
+
 @pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A real standalone ZooKeeper on a free 127.0.0.1 port, shared by the whole session.

@@ -4,18 +4,16 @@ The suite runs whichever build the checkout holds: pure Python after a plain ins
 compiled modules after an in-place compiled build. The slow test runs the other one over the
 tests that pin the hot path's bytes (the codec's golden bytes and byte-by-byte decoding, the
 put and sync runs' replies and segments against one command at a time, the put replies'
-bytes) in a scratch copy of the checkout: without the extensions when this run is compiled,
-else with them, built there (at mypyc's ``opt_level`` 0, which only makes the C compiler
-quicker).
+bytes) in a scratch copy of the checkout (``tests.compiled_build``, made as the session
+starts): without the extensions when this run is compiled, else with them, built there in
+the background.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
@@ -29,7 +27,6 @@ PINNING_TESTS = (
     "tests/server/test_put_run.py",
     "tests/server/test_sync_run.py",
 )
-BUILD_TIMEOUT_S = 900.0
 TESTS_TIMEOUT_S = 900.0
 
 
@@ -46,15 +43,6 @@ def test_the_build_is_described_as_what_runs():
         assert describe().startswith(f"compiled (mypyc, {len(compiled)} of ")
 
 
-def _scratch_checkout(target: Path) -> None:
-    """The package, its tests and its build files, without extensions or build output."""
-    ignored = shutil.ignore_patterns("*.so", "__pycache__")
-    for name in ("meta", "tests"):
-        shutil.copytree(ROOT / name, target / name, ignore=ignored)
-    for name in ("setup.py", "setup.cfg", "pyproject.toml"):
-        shutil.copy2(ROOT / name, target / name)
-
-
 def _run(command: list[str], cwd: Path, timeout: float, **extra: str) -> str:
     environment = {**os.environ, "PYTHONPATH": str(cwd), **extra}
     result = subprocess.run(
@@ -64,31 +52,18 @@ def _run(command: list[str], cwd: Path, timeout: float, **extra: str) -> str:
     return result.stdout
 
 
-def _can_compile() -> bool:
-    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
-    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    try:
-        import mypyc  # noqa: F401 - only whether it is installed
-    except ImportError:
-        return False
-    return headers.is_file() and shutil.which(compiler) is not None
-
-
 @pytest.mark.slow
-def test_the_other_build_passes_the_tests_that_pin_the_hot_path_bytes(tmp_path):
-    """Goal: both builds give the same bytes. Method: in a scratch copy, build (or leave
-    out) the extensions, check which build the copy runs, then run the pinning tests."""
-    checkout = tmp_path / "checkout"
-    _scratch_checkout(checkout)
-    want_compiled = not compiled_modules()
-    if want_compiled:
-        if not _can_compile():
-            pytest.skip("the compiled build needs mypy, a C compiler and Python's headers")
-        build = [sys.executable, "setup.py", "build_ext", "--inplace"]
-        _run(build, checkout, BUILD_TIMEOUT_S, METAQ_COMPILE="1", METAQ_COMPILE_OPT_LEVEL="0")
+def test_the_other_build_passes_the_tests_that_pin_the_hot_path_bytes(other_build):
+    """Goal: both builds give the same bytes. Method: in the scratch copy the session made
+    (``tests.compiled_build``: built in the background when this run is pure Python), check
+    which build the copy runs, then run the pinning tests there."""
+    if other_build.skipped:
+        pytest.skip(other_build.skipped)
+    other_build.wait()
+    checkout = other_build.directory
     probe = "import meta.compiled as c; print(len(c.compiled_modules()), c.stale_modules())"
     found = _run([sys.executable, "-c", probe], checkout, 120.0).split()
-    expected = len(COMPILED_MODULES) if want_compiled else 0
+    expected = len(COMPILED_MODULES) if other_build.compiled else 0
     assert found == [str(expected), "[]"]
     pytest_command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     output = _run([*pytest_command, *PINNING_TESTS], checkout, TESTS_TIMEOUT_S)
