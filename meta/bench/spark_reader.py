@@ -13,7 +13,8 @@ machine skews less than wall time):
 * ``decode_only``: ``decode_message_set`` alone over the recorded replies;
 * ``receive``: the gets of ``read_range`` from the live broker, received but not decoded.
 
-``--profile PATH`` also writes a cProfile of one ``decode`` pass to ``PATH``.
+``--only ROW`` measures one of them alone. ``--profile PATH`` also writes a cProfile of one
+``decode`` pass to ``PATH``.
 ``--replay FILE`` skips the broker: it decodes the replies recorded in ``FILE`` (written by
 ``--record FILE``), which is how ``valgrind --tool=callgrind`` runs it repeatably.
 
@@ -42,6 +43,7 @@ from meta.spark.reading import BATCH_ROWS_MAX, read_range
 
 TOPIC = "bench-spark-reader"
 FETCH_BYTES = 1 << 20
+ROWS = ("decode", "decode_only", "receive", "read_range")
 _REPLY_LENGTH = struct.Struct("<Q")
 
 
@@ -56,6 +58,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile", type=Path, help="write a cProfile of one decode pass")
     parser.add_argument("--record", type=Path, help="write the replies to this file")
     parser.add_argument("--replay", type=Path, help="decode the replies of this file only")
+    parser.add_argument("--only", choices=ROWS, help="measure this row alone")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     return parser.parse_args(argv)
 
@@ -145,6 +148,8 @@ def measure(replies: list[bytes], args: argparse.Namespace, address=None) -> dic
         )
     report = {}
     for name, run in runs.items():
+        if args.only not in (None, name):
+            continue
         run()  # first-use costs (imports, Arrow's type setup) outside the timing
         cpu_s, rows = best_cpu_us(run, args.rounds)
         report[name] = {"messages": rows, "cpu_us_per_msg": round(cpu_s * 1e6 / rows, 3)}
