@@ -35,8 +35,11 @@ builder: used by one Spark Python worker thread.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
+from itertools import repeat
+from operator import getitem
 
 import numpy as np
 import pyarrow as pa
@@ -135,7 +138,7 @@ def decode_message_set(
     view = memoryview(buffer).cast("B")
     stop_at = len(view) if stop_offset is None else stop_offset - base_offset
     positions, used, negative_at, stride = _record_starts(view, stop_at)
-    lengths, checksums, msg_ids, flags = _header_fields(view, positions)
+    lengths, checksums, msg_ids, flags = _header_fields(view, positions, stride)
     value_starts = positions + HEADER_SIZE
     computed = _checksums(view, value_starts, lengths, stride)
     bad = np.flatnonzero(computed != checksums)
@@ -165,22 +168,37 @@ def decode_message_set(
 
 
 def _header_fields(
-    view: memoryview, positions: np.ndarray
+    view: memoryview, positions: np.ndarray, stride: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(lengths, checksums, msg_ids, flags)`` of the records at ``positions``, native.
 
-    Each field is gathered with one fancy index into a view of the buffer that has an
-    integer at every byte position (stride 1), so any record start works.
+    Records at one ``stride``: each field is one strided view of the buffer. Otherwise each
+    field is gathered with one fancy index into a view of the buffer that has an integer at
+    every byte position (stride 1), so any record start works.
     """
-    if not len(positions):
+    count = len(positions)
+    if not count:
         return _EMPTY64, _EMPTY64, _EMPTY64, _EMPTY32
-    int32_at = np.ndarray((len(view) - 3,), dtype=">i4", buffer=view, strides=(1,))
-    int64_at = np.ndarray((len(view) - 7,), dtype=">i8", buffer=view, strides=(1,))
+    if stride:
+        first = int(positions[0])
+
+        def field(at: int, dtype: str) -> np.ndarray:
+            return np.ndarray((count,), dtype, view, first + at, (stride,))
+
+    else:
+        by_byte = {
+            ">i4": np.ndarray((len(view) - 3,), ">i4", view, 0, (1,)),
+            ">i8": np.ndarray((len(view) - 7,), ">i8", view, 0, (1,)),
+        }
+
+        def field(at: int, dtype: str) -> np.ndarray:
+            return by_byte[dtype][positions + at]
+
     return (
-        int32_at[positions].astype(np.int64),
-        int32_at[positions + _CHECKSUM_AT].astype(np.int64),
-        int64_at[positions + _MSG_ID_AT].astype(np.int64),
-        int32_at[positions + _FLAG_AT].astype(np.int32),
+        field(0, ">i4").astype(np.int64),
+        field(_CHECKSUM_AT, ">i4").astype(np.int64),
+        field(_MSG_ID_AT, ">i8").astype(np.int64),
+        field(_FLAG_AT, ">i4").astype(np.int32),
     )
 
 
@@ -189,18 +207,27 @@ def _checksums(
 ) -> np.ndarray:
     """The masked CRC-32 of every payload, as int64.
 
-    One ``crc32`` call per record is the floor in Python; around it, the slices are made
-    by C-level ``map`` calls and each is dropped as soon as its checksum is taken.
+    One ``crc32`` call per record is the floor in Python; around it, the memoryview slices
+    are made by C-level ``map`` calls (``operator.getitem``, which takes no argument tuple)
+    and each is dropped as soon as its checksum is taken. A strided set takes its ``slice``
+    objects from ``_strided_slices``: replies of one fetch size and one record size need the
+    same ones, and making them costs about as much as the slicing itself.
     """
     count = len(starts)
     if stride and count:
-        first, last = int(starts[0]), int(starts[0]) + count * stride
-        length = int(lengths[0])
-        slices = map(slice, range(first, last, stride), range(first + length, last, stride))
+        slices = _strided_slices(int(starts[0]), int(lengths[0]), stride, count)
     else:
         slices = map(slice, starts.tolist(), (starts + lengths).tolist())
-    computed = np.fromiter(map(_crc32, map(view.__getitem__, slices)), np.int64, count)
+    views = map(getitem, repeat(view, count), slices)
+    computed = np.fromiter(map(_crc32, views), np.int64, count)
     return computed & CHECKSUM_MASK
+
+
+@functools.lru_cache(maxsize=4)
+def _strided_slices(first: int, length: int, stride: int, count: int) -> tuple[slice, ...]:
+    """The ``count`` slices of ``length`` bytes from ``first``, one per ``stride`` bytes."""
+    end = first + count * stride
+    return tuple(map(slice, range(first, end, stride), range(first + length, end, stride)))
 
 
 def _record_starts(view: memoryview, stop_at: int) -> tuple[np.ndarray, int, int, int]:
