@@ -96,16 +96,18 @@ def prebuilt_batch(message_bytes: int):
     from meta.spark.decoding import ColumnBuilder, MessageSet
     from meta.spark.reading import BATCH_ROWS_MAX
 
-    value = memoryview(bytes(range(256)) * (message_bytes // 256 + 1))[:message_bytes]
     rows = BATCH_ROWS_MAX
     stride = HEADER_SIZE + message_bytes
+    record = bytes(HEADER_SIZE) + (bytes(range(256)) * (message_bytes // 256 + 1))[:message_bytes]
     decoded = MessageSet(
         np.arange(rows, dtype=np.int64) * stride,
         np.arange(rows, dtype=np.int64) << 20,
         np.zeros(rows, dtype=np.int32),
         None,
-        [value] * rows,
+        np.arange(rows, dtype=np.int64) * stride + HEADER_SIZE,
         np.full(rows, message_bytes, dtype=np.int64),
+        memoryview(record * rows),
+        stride,
         rows * stride,
     )
     builder = ColumnBuilder("bench-spark", 1, 0)
