@@ -31,6 +31,7 @@ on the reactor (``callFromThread``); ``ConfigReloader`` is reactor thread only.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import signal
 import sys
@@ -277,7 +278,16 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, request_reload)
     reactor.callWhenRunning(lambda: broker.start().addCallback(started).addErrback(started_failed))
     reactor.run(installSignalHandlers=False)
+    _collect_before_exit()
     return outcome["status"]
+
+
+def _collect_before_exit() -> None:
+    """Collect once while the log is open (it reports an unhandled error in a Deferred), then
+    freeze every object: with its files closed, the broker leaves nothing to Python's exit,
+    whose collections would walk them all again and again (a few hundred ms per stop)."""
+    gc.collect()
+    gc.freeze()
 
 
 def _dashboard_started(
