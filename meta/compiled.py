@@ -12,14 +12,16 @@ from its source. An in-place build leaves the extensions next to the sources, an
 imports an extension before a source of the same name, so a source edited after the build
 is not what runs until the build is redone: ``stale_modules`` names those.
 
-Importing this module imports nothing of the broker; ``compiled_modules``, ``describe`` and
-``stale_modules`` import the modules they look at. Any thread.
+``log_build`` is what the broker logs at start-up. Importing this module imports nothing of
+the broker; ``compiled_modules``, ``describe`` and ``stale_modules`` import the modules they
+look at. Any thread.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.machinery
+import logging
 import os
 import sys
 
@@ -85,3 +87,12 @@ def describe() -> str:
     if missing:
         text += "; from source: " + ", ".join(missing)
     return text
+
+
+def log_build(log: logging.Logger) -> None:
+    """Log which build runs (``describe``), and warn of compiled modules older than their
+    sources (``stale_modules``): what the broker says when it starts."""
+    log.info("build: %s", describe())
+    stale = stale_modules()
+    if stale:
+        log.warning("compiled modules older than their sources: %s", ", ".join(stale))

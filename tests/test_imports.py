@@ -25,6 +25,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = REPO_ROOT / "meta"
 
@@ -213,8 +215,14 @@ CLIENT_LAYERS = [
 children listed after it; the package's ``__init__`` (its public face) may import any."""
 
 
-def test_the_client_layers_import_only_downwards():
-    layers = layer_graph(import_graph(PACKAGE_DIR), "meta.client")
+@pytest.fixture(scope="module")
+def meta_graph() -> dict[str, set[str]]:
+    """The import graph of ``meta/``, built once for the tests that only read it."""
+    return import_graph(PACKAGE_DIR)
+
+
+def test_the_client_layers_import_only_downwards(meta_graph):
+    layers = layer_graph(meta_graph, "meta.client")
     rank = {f"meta.client.{name}": index for index, name in enumerate(CLIENT_LAYERS)}
     assert set(layers) - {"meta.client"} == set(rank), "CLIENT_LAYERS must list every child"
     upward = [
@@ -238,11 +246,11 @@ def test_layers_of_a_package_are_checked():
     assert find_cycles(layer_graph(graph, "meta")) == [["meta.server", "meta.slave", "meta.server"]]
 
 
-def test_meta_has_no_import_cycle():
-    cycles = find_cycles(import_graph(PACKAGE_DIR))
+def test_meta_has_no_import_cycle(meta_graph):
+    cycles = find_cycles(meta_graph)
     assert not cycles, "import cycles in meta/: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
-def test_packages_have_no_import_cycle_between_their_children():
-    cycles = all_cycles(import_graph(PACKAGE_DIR))
+def test_packages_have_no_import_cycle_between_their_children(meta_graph):
+    cycles = all_cycles(meta_graph)
     assert not cycles, "import cycles in meta/: " + "; ".join(cycles)

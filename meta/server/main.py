@@ -31,6 +31,7 @@ on the reactor (``callFromThread``); ``ConfigReloader`` is reactor thread only.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import signal
 import sys
@@ -39,6 +40,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from meta import __version__
+from meta.compiled import log_build
 from meta.errors import ConfigError
 from meta.server.log_output import LogOutput
 from meta.server.sync_roles import become_gregor, gregor_started, offsets_recovered
@@ -230,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     from meta.server.reactor import install
 
     log.info("reactor: %s", install())
-    _log_build()
+    log_build(log)
     from twisted.internet import reactor
 
     from meta.server.broker import Broker
@@ -278,17 +280,16 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, request_reload)
     reactor.callWhenRunning(lambda: broker.start().addCallback(started).addErrback(started_failed))
     reactor.run(installSignalHandlers=False)
+    _collect_before_exit()
     return outcome["status"]
 
 
-def _log_build() -> None:
-    """Log whether the hot path runs compiled (``meta.compiled``), and warn of stale modules."""
-    from meta.compiled import describe, stale_modules
-
-    log.info("build: %s", describe())
-    stale = stale_modules()
-    if stale:
-        log.warning("compiled modules older than their sources: %s", ", ".join(stale))
+def _collect_before_exit() -> None:
+    """Collect once while the log is open (it reports an unhandled error in a Deferred), then
+    freeze every object: with its files closed, the broker leaves nothing to Python's exit,
+    whose collections would walk them all again and again (a few hundred ms per stop)."""
+    gc.collect()
+    gc.freeze()
 
 
 def _dashboard_started(

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from meta.client import Message
 from meta.client.cluster import format_offset, parse_offset
@@ -226,7 +227,8 @@ def restarted_member(
     admin_cluster, topic: str, group: str, out_path: Path, *timings_ms: int
 ) -> Iterator[subprocess.Popen]:
     """A group member in a process of its own (``tests.integration.consumer_process``, with
-    its optional session timeout and commit period), killed on exit and waited for."""
+    its optional session timeout and commit period), killed on exit and waited for; its
+    ephemeral nodes are deleted then (``drop_nodes_of_member``)."""
     command = [sys.executable, "-m", "tests.integration.consumer_process",
                admin_cluster.connect_string, admin_cluster.root, topic, group, "restarted",
                str(out_path), *map(str, timings_ms)]  # fmt: skip
@@ -238,6 +240,30 @@ def restarted_member(
         child.kill()
         child.wait(timeout=WAIT_S)
         child.stdout.close()
+        drop_nodes_of_member(admin_cluster, f"{admin_cluster.root}/consumers/{group}")
+
+
+def drop_nodes_of_member(admin_cluster, group_path: str) -> None:
+    """Delete the ephemeral nodes of the killed ``restarted`` member under ``group_path``.
+
+    Its session would delete them only when it expires (up to 30 s later), in the middle of
+    a later test of the package's cluster that compares the whole tree before and after.
+    """
+    client = KazooClient(hosts=admin_cluster.connect_string, timeout=10)
+    client.start(timeout=10)
+    try:
+        member = client.exists(f"{group_path}/ids/{group_path.rsplit('/', 1)[1]}_restarted")
+        pending = [group_path]
+        while member is not None and pending:
+            path = pending.pop()
+            with contextlib.suppress(NoNodeError):
+                pending += [f"{path}/{child}" for child in client.get_children(path)]
+                stat = client.exists(path)
+                if stat is not None and stat.ephemeralOwner == member.ephemeralOwner:
+                    client.delete(path)
+    finally:
+        client.stop()
+        client.close()
 
 
 def received_ids(out_path: Path) -> set[int]:

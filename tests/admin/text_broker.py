@@ -61,5 +61,7 @@ class TextOnlyBroker:
         return self.bodies.get(item, unknown_topic_body(item))
 
     def close(self) -> None:
+        # ``close`` alone does not wake a thread blocked in ``accept``; ``shutdown`` does.
+        self.server.shutdown(socket.SHUT_RDWR)
         self.server.close()
         self.thread.join(timeout=5)

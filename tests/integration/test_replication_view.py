@@ -51,6 +51,8 @@ class FakeSamsa:
                     connection.sendall(encode_result(200, self.body, command.opaque))
 
     def close(self) -> None:
+        # ``close`` alone does not wake a thread blocked in ``accept``; ``shutdown`` does.
+        self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
         self.thread.join(10)
 

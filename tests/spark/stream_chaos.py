@@ -46,7 +46,7 @@ JOB = Path(__file__).with_name("eos_chaos_job.py")
 TRANSACTIONAL_ID = "chaos-copy"  # the job's transactionalId
 POLL_S = 0.02
 PHASE_TIMEOUT_S = 600.0  # Generous: a loaded 2-core machine starts Spark slowly.
-WORKER_KILL_GAP_S = (1.0, 6.0)  # Spread over the run: a kill every few seconds of a batch.
+WORKER_KILL_GAP_S = (0.5, 3.0)  # Spread over the run: a kill every few seconds of a batch.
 WORKER_KILLS_PER_DRIVER = 2  # so that every driver, and the re-runs it makes, meets them
 OFFSET_TIMEOUT_S = 2.0
 

@@ -1,4 +1,4 @@
-"""Exactly-once under chaos: streaming copies of 100,000 numbered messages, broken on purpose.
+"""Exactly-once under chaos: streaming copies of 50,000 numbered messages, broken on purpose.
 
 Goal: with ``transactional=true`` the sink holds every number exactly once although the
 copy's Python workers, its driver (twice) and a broker are killed or restarted while it
@@ -32,7 +32,7 @@ from tests.spark.stream_chaos import TRANSACTIONAL_ID, ChaosCluster, ChaosReport
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-MESSAGES = 100_000
+MESSAGES = 50_000
 SOURCE = "chaos-source"
 SINKS = {True: "chaos-exactly-once", False: "chaos-at-least-once"}
 TOPICS = {name: {"numPartitions": 2} for name in (SOURCE, *SINKS.values())}
