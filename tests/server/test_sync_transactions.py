@@ -8,36 +8,22 @@ and the put-run path of ``BrokerProtocol`` are fed.
 
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 
 import pytest
-from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
-from meta.config import ZkConfig
 from meta.protocol.codec import decode_all, encode
 from meta.protocol.commands import Put, Transaction
-from meta.server.broker import Broker
 from meta.server.protocol import BrokerProtocol
-from meta.store.manager import StoreManager
-from tests.store.conftest import ManualExecutor, RecordingFiles, broker_config, topic_config
+from tests.server.memory_broker import memory_broker
 
 REFUSED = b"Transactions are not supported with synchronous replication"
 
 
 @pytest.fixture(params=[True, False], ids=["put-runs", "one-by-one"])
 def samsa(tmp_path, request):
-    directory = str(tmp_path / "samsa")
-    os.makedirs(directory)
-    clock = Clock()
-    config = broker_config(
-        directory,
-        topics=(topic_config("test", directory),),
-        zookeeper=ZkConfig(connect="127.0.0.1:1", enabled=False),
-    )
-    store = StoreManager(config, clock, files=RecordingFiles(), executor=ManualExecutor())
-    broker = Broker(config, clock, store=store)
+    broker, _executor = memory_broker(str(tmp_path / "samsa"))
     broker.sync = SimpleNamespace(role="samsa", refuses_puts=False)
     broker.start(listen=False)
     protocol = BrokerProtocol(broker)

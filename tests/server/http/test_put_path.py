@@ -10,19 +10,17 @@ to replicate.
 
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 
 from twisted.internet.task import Clock
 
-from meta.config import ZkConfig
 from meta.protocol.message import iter_messages
 from meta.server.broker import Broker
 from meta.server.http.resource import ProtocolSite
-from meta.store.manager import StoreManager
 from tests.server.http.test_resource import PEER, RecordingTransport, parse, post
+from tests.server.memory_broker import memory_broker
 from tests.server.test_reload import Setup
-from tests.store.conftest import ManualExecutor, RecordingFiles, broker_config, topic_config
+from tests.store.conftest import ManualExecutor
 
 
 def put(site: ProtocolSite, partition: int, body: bytes = b"hello") -> RecordingTransport:
@@ -56,17 +54,7 @@ def test_a_reload_that_lowers_the_partition_count_refuses_the_next_http_put(tmp_
 
 
 def _broker(tmp_path) -> tuple[Broker, ManualExecutor]:
-    directory = str(tmp_path / "data")
-    os.makedirs(directory)
-    clock = Clock()
-    config = broker_config(
-        directory,
-        topics=(topic_config("test", directory),),
-        zookeeper=ZkConfig(connect="127.0.0.1:1", enabled=False),
-    )
-    executor = ManualExecutor()
-    store = StoreManager(config, clock, files=RecordingFiles(), executor=executor)
-    return Broker(config, clock, store=store), executor
+    return memory_broker(str(tmp_path / "data"))
 
 
 def test_a_slave_refuses_an_http_put_with_403_and_stores_nothing(tmp_path):
