@@ -379,11 +379,13 @@ def replay_targets_line(report: dict) -> str:
 
 
 def thread_lines(threads: dict[str, dict[str, float]]) -> list[str]:
-    """The replay's CPU per MiB by slave thread, one line each."""
+    """The replay's CPU per MiB by slave thread, one line each (threads that used no CPU
+    tick are in the JSON only)."""
     return [
         f"{'':15} thread {name:15} x{row['threads']:<2} {row['ms_per_mib']:6.3f} ms CPU/MiB "
         f"(user {row['user_ms_per_mib']:.3f}, system {row['system_ms_per_mib']:.3f})"
         for name, row in threads.items()
+        if row["ms_per_mib"]
     ]
 
 

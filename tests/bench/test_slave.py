@@ -41,7 +41,10 @@ def test_bench_runs_end_to_end_and_reports_lag_and_replay(tmp_path):
     threads = report["slave_threads"]  # named by the bench's bootstrap
     assert {"reactor", "meta-fetch-0", "meta-store-flus"} <= set(threads)
     assert any(name.startswith("metaq-reader") for name in threads)
-    assert "thread reactor" in text
+    busy = [name for name, row in threads.items() if row["ms_per_mib"]]
+    thread_lines = [line for line in text.splitlines() if line.split()[0] == "thread"]
+    assert len(thread_lines) == len(busy)
+    assert all(f"thread {name:15} " in line for name, line in zip(busy, thread_lines, strict=True))
     assert (tmp_path / "zookeeper" / "zookeeper.log").exists()
     assert not (tmp_path / "zookeeper" / "zookeeper.pid").exists()  # ZooKeeper stopped
     for broker in ("master", "slave"):
