@@ -23,17 +23,19 @@ from pathlib import Path
 
 NAMING_BOOTSTRAP = """\
 import ctypes, runpy, sys, threading
-_prctl = ctypes.CDLL(None, use_errno=True).prctl
+_prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
 def _name(name):
     _prctl(15, name.encode()[:15], 0, 0, 0)
 def _started(frame, event, argument):
     sys.setprofile(None)
     _name(threading.current_thread().name)
-threading.setprofile(_started)
-_name("reactor")
+if _prctl is not None:
+    threading.setprofile(_started)
+    _name("reactor")
 runpy.run_module("meta.server", run_name="__main__", alter_sys=True)
 """
-"""What ``python -c`` runs instead of ``-m meta.server`` (PR_SET_NAME is 15)."""
+"""What ``python -c`` runs instead of ``-m meta.server`` (PR_SET_NAME is 15; without
+``prctl``, off Linux, it names nothing)."""
 
 Sample = dict[int, tuple[str, int, int]]
 """Thread id -> (name, user ticks, system ticks)."""
