@@ -152,6 +152,10 @@ class BenchBroker:
         """More ``meta.server`` arguments (a slave adds ``--slave FILE``)."""
         return []
 
+    def server_command(self) -> list[str]:
+        """The interpreter arguments that run the broker (before ``-f server.ini``)."""
+        return ["-m", "meta.server"]
+
     @property
     def address(self) -> tuple[str, int]:
         return (HOST, self.port)
@@ -171,7 +175,7 @@ class BenchBroker:
         command = [sys.executable]
         if self.profile_path is not None:
             command += ["-m", "cProfile", "-o", str(self.profile_path)]
-        command += ["-m", "meta.server", "-f", str(config), *self.extra_arguments()]
+        command += [*self.server_command(), "-f", str(config), *self.extra_arguments()]
         env = dict(os.environ, PYTHONPATH=self.python_path, PYTHONUNBUFFERED="1")
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(

@@ -21,7 +21,12 @@
    CPU time over the same interval (user + system, all its threads, from
    ``/proc/<pid>/stat``) is reported per MiB of backlog (``cpu_ms_per_mib``), as is the
    bench thread's own CPU per MiB for the two consume loops: CPU time, unlike the rates, is
-   not skewed by other load on the machine;
+   not skewed by other load on the machine. The slave runs with its threads named
+   (``meta.bench.thread_cpu``), so the same interval's CPU is also split by thread (the
+   reactor, the fetch threads, the connection's reader and writer, the flusher), user and
+   system time apart (``slave_threads``; not with ``--profile-slave``). ``--slave-code DIR``
+   runs the slave from another checkout (the master and the loops stay this one's), so two
+   versions of the slave can be compared on one machine in turns;
 4. **lag**: a paced producer puts ``--rate`` messages/s for ``--seconds`` seconds (batches
    every ``TICK_S``, replies read as they come, each put's offset and ack time recorded)
    while a second thread polls the slave's end every ``POLL_S``. A message's lag is the
@@ -46,7 +51,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from meta.bench.broker import report_in_work_directory
+from meta.bench.broker import REPO, report_in_work_directory
 from meta.bench.load import (
     MAX_SIZE_DEFAULT,
     BenchBroker,
@@ -68,6 +73,7 @@ from meta.bench.slave_lag import (
     wait_for_end,
 )
 from meta.bench.spark import ZooKeeper, rates
+from meta.bench.thread_cpu import Sample, naming_command, per_thread, task_times
 from meta.protocol.codec import HEADER_BYTES_MAX
 from meta.slave.record_check import check_records, record_ends
 
@@ -94,6 +100,12 @@ class SlaveBenchBroker(BenchBroker):
     segment_bytes: int = 64 << 20
     topics: dict[str, int] | None = field(default_factory=lambda: {TOPIC: 1})
     slave_max_delay_ms: int = -1
+    name_threads: bool = False
+
+    def server_command(self) -> list[str]:
+        if self.name_threads and self.profile_path is None:
+            return naming_command()
+        return super().server_command()
 
     def extra_arguments(self) -> list[str]:
         if self.slave_max_delay_ms < 0:
@@ -172,6 +184,11 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--profile-slave", type=Path, help="run the slave under cProfile, stats written here"
     )
+    parser.add_argument(
+        "--slave-code",
+        type=Path,
+        help="run the slave from this checkout (default: this one), to compare versions",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     return parser.parse_args(argv)
 
@@ -196,10 +213,12 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                 work / "slave",
                 slave_max_delay_ms=args.slave_max_delay_ms,
                 profile_path=args.profile_slave,
+                name_threads=True,
+                python_path=str(args.slave_code or REPO),
                 **common,
             )
             with slave:
-                replay_s, slave_cpu_s = measure_catch_up(slave, backlog_end)
+                replay_s, slave_cpu_s, threads = measure_catch_up(slave, backlog_end)
                 lag_report = measure_lag(args, master, slave, frames)
             slave_log = slave.log_tail()
     fetch_round_trip_ms = raw["seconds"] / max(raw["gets"], 1) * 1000
@@ -217,6 +236,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     raw_rates["cpu_ms_per_mib"] = cpu_ms_per_mib(raw["cpu_s"], backlog_end)
     checked_rates["cpu_ms_per_mib"] = cpu_ms_per_mib(checked["cpu_s"], backlog_end)
     replay["cpu_ms_per_mib"] = cpu_ms_per_mib(slave_cpu_s, backlog_end)
+    slave_threads = per_thread(*threads, backlog_end)
     replay["meets_cpu_target"] = (
         replay["cpu_ms_per_mib"] is not None and replay["cpu_ms_per_mib"] <= TARGET_CPU_MS_PER_MIB
     )
@@ -236,6 +256,8 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         "raw_consume": raw_rates,
         "checked_consume": checked_rates,
         "slave_replay": replay,
+        "slave_threads": slave_threads,
+        "slave_code": str(args.slave_code or REPO),
         "lag": lag_report,
         "target_fraction": TARGET_FRACTION,
         "target_produce_multiple": TARGET_PRODUCE_MULTIPLE,
@@ -258,11 +280,14 @@ def measure_consumes(address: tuple[str, int], messages: int) -> tuple[dict, dic
     return raw, checked
 
 
-def measure_catch_up(slave: SlaveBenchBroker, backlog_end: int) -> tuple[float, float | None]:
-    """Step 3: seconds until the slave's end reaches ``backlog_end``, and the slave
-    process's CPU seconds meanwhile (None off Linux)."""
+def measure_catch_up(
+    slave: SlaveBenchBroker, backlog_end: int
+) -> tuple[float, float | None, tuple[Sample, Sample]]:
+    """Step 3: seconds until the slave's end reaches ``backlog_end``, the slave process's CPU
+    seconds meanwhile (None off Linux), and its threads' CPU at the start and at the end."""
     assert slave.process is not None
     began = time.monotonic()
+    threads_began = task_times(slave.process.pid)
     cpu_began = process_cpu_s(slave.process.pid)
     reader = EndReader(slave.address)
     try:
@@ -270,9 +295,10 @@ def measure_catch_up(slave: SlaveBenchBroker, backlog_end: int) -> tuple[float, 
     finally:
         reader.close()
     cpu_s = process_cpu_s(slave.process.pid)
+    threads_ended = task_times(slave.process.pid)
     if cpu_s is not None and cpu_began is not None:
         cpu_s -= cpu_began
-    return caught_up - began, cpu_s
+    return caught_up - began, cpu_s, (threads_began, threads_ended)
 
 
 def measure_lag(
@@ -329,6 +355,7 @@ def format_report(report: dict) -> str:
             lines.append(line)
             line = replay_targets_line(report)
         lines.append(line)
+    lines += thread_lines(report["slave_threads"])
     verdict = "meets" if lag["meets_target"] else "MISSES"
     lines.append(
         f"lag             {lag['messages']} messages at {lag['achieved_msg_per_s']} msg/s "
@@ -349,6 +376,17 @@ def replay_targets_line(report: dict) -> str:
         f"the target >= {report['target_produce_multiple']:g}x); {cpu_verdict} the target "
         f"<= {report['target_cpu_ms_per_mib']:g} ms CPU/MiB"
     )
+
+
+def thread_lines(threads: dict[str, dict[str, float]]) -> list[str]:
+    """The replay's CPU per MiB by slave thread, one line each (threads that used no CPU
+    tick are in the JSON only)."""
+    return [
+        f"{'':15} thread {name:15} x{row['threads']:<2} {row['ms_per_mib']:6.3f} ms CPU/MiB "
+        f"(user {row['user_ms_per_mib']:.3f}, system {row['system_ms_per_mib']:.3f})"
+        for name, row in threads.items()
+        if row["ms_per_mib"]
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

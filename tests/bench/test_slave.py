@@ -38,6 +38,13 @@ def test_bench_runs_end_to_end_and_reports_lag_and_replay(tmp_path):
     replay = report["slave_replay"]
     assert replay["times_produce"] == round(replay["msg_per_s"] / report["produce"]["msg_per_s"], 2)
     assert replay["meets_cpu_target"] == (replay["cpu_ms_per_mib"] <= 1.3)
+    threads = report["slave_threads"]  # named by the bench's bootstrap
+    assert {"reactor", "meta-fetch-0", "meta-store-flus"} <= set(threads)
+    assert any(name.startswith("metaq-reader") for name in threads)
+    busy = [name for name, row in threads.items() if row["ms_per_mib"]]
+    thread_lines = [line for line in text.splitlines() if line.split()[0] == "thread"]
+    assert len(thread_lines) == len(busy)
+    assert all(f"thread {name:15} " in line for name, line in zip(busy, thread_lines, strict=True))
     assert (tmp_path / "zookeeper" / "zookeeper.log").exists()
     assert not (tmp_path / "zookeeper" / "zookeeper.pid").exists()  # ZooKeeper stopped
     for broker in ("master", "slave"):
@@ -46,5 +53,13 @@ def test_bench_runs_end_to_end_and_reports_lag_and_replay(tmp_path):
 
 def test_help_names_the_options():
     done = run_python("-m", "meta.bench.slave", "--help")
-    for option in ("--megabytes", "--rate", "--seconds", "--slave-max-delay-ms", "--json"):
+    options = (
+        "--megabytes",
+        "--rate",
+        "--seconds",
+        "--slave-max-delay-ms",
+        "--json",
+        "--slave-code",
+    )
+    for option in options:
         assert option in done.stdout

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from meta.errors import InvalidRecordError
+from meta.protocol.crc import crc32
 from meta.protocol.message import HEADER_SIZE, pack_message
 from meta.slave.record_check import check_records, record_ends, uniform_run, walk_ends
 
@@ -74,3 +75,46 @@ def test_record_ends_equals_the_walk_on_any_mix_of_sizes_and_any_cut(sizes, cut,
     ends = record_ends(body, 0)
     assert ends == walked(data)
     check_records(body, ends, 0)
+
+
+def payload_with_high_crc() -> bytes:
+    """A payload whose CRC-32 has its top bit set (stored with it cleared)."""
+    for index in range(100):
+        payload = index.to_bytes(2, "big") * 8
+        if crc32(payload) & 0x80000000:
+            return payload
+    raise AssertionError("no such payload among the first 100")
+
+
+def test_a_crc_with_its_top_bit_set_matches_the_stored_masked_checksum():
+    record = pack_message(1, 0, payload_with_high_crc())
+    for data in (record * 5, record * 2 + records([3]) + record):  # uniform, then mixed
+        check_records(data, record_ends(data, 0), 0)
+
+
+@given(
+    sizes=st.lists(st.one_of(st.just(40), st.integers(0, 90)), min_size=1, max_size=30),
+    bad=st.integers(0, 29),
+    field=st.sampled_from(["payload", "checksum", "checksum top bit"]),
+    view=st.booleans(),
+)
+def test_check_records_names_the_first_bad_record_whatever_the_sizes(sizes, bad, field, view):
+    """Goal: a corrupt record stops the check with its offset, in a batch of one size (the
+    checksums gathered column by column) or of many (one field at a time). Method: break one
+    record's payload byte, or its stored checksum (its top bit included, which a CRC masked
+    as stored never has), then check the whole batch."""
+    bad %= len(sizes)
+    data = bytearray(records(sizes))
+    ends = record_ends(data, 0)
+    start = ends[bad - 1] if bad else 0
+    if field == "payload":
+        if sizes[bad] == 0:
+            return  # no payload byte to break
+        data[start + HEADER_SIZE] ^= 0x10
+    elif field == "checksum":
+        data[start + 7] ^= 0x01
+    else:
+        data[start + 4] ^= 0x80
+    body = memoryview(data) if view else bytes(data)
+    with pytest.raises(InvalidRecordError, match=f"checksum mismatch at offset {700 + start}$"):
+        check_records(body, ends, 700)
