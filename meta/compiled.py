@@ -62,8 +62,9 @@ def stale_modules() -> list[str]:
     (a rebuild may leave an unchanged shim as it was).
     """
     stale = []
+    compiled = compiled_modules()  # importing a compiled module loads the group's library
     library = getattr(sys.modules.get(GROUP_NAME + "__mypyc"), "__file__", None)
-    for name in compiled_modules():
+    for name in compiled:
         extension = importlib.import_module(name).__file__
         assert extension is not None  # compiled_modules found it
         source = os.path.join(os.path.dirname(extension), name.rsplit(".", 1)[1] + ".py")
