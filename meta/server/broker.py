@@ -78,6 +78,7 @@ from meta.server.stats import (
 )
 from meta.server.topic_counters import TopicCounters
 from meta.server.topic_limits import check_new_topic
+from meta.server.transport import use_broker_transport
 from meta.store.lock import DataPathLock
 from meta.store.manager import StoreManager
 from meta.tx.manager import TransactionManager
@@ -209,6 +210,7 @@ class Broker:
             self._port = self._reactor.listenTCP(
                 self.config.server_port, BrokerFactory(self), interface=interface
             )
+            use_broker_transport(self._port)
             port = self._port.getHost().port
             self.uri = broker_uri(self.host, port)
             if not interface and is_loopback(self.host):

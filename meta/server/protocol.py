@@ -60,6 +60,7 @@ from meta.server.put_run import handle_put_run
 from meta.server.replies import PENDING, FileReply
 from meta.server.services import BrokerServices
 from meta.server.sync_run import handle_sync_run
+from meta.server.transport import BrokerTransport
 from meta.server.tx_handlers import handle_tx_put_run
 
 log = logging.getLogger("meta.server")
@@ -285,7 +286,11 @@ class BrokerProtocol(Protocol):
 
     def _write(self, reply: bytes | FileReply) -> None:
         data = reply if isinstance(reply, bytes) else reply.header
-        sent = send_now(self.transport, data)
+        transport = self.transport
+        if transport.__class__ is BrokerTransport:
+            sent = transport.send_now(data)
+        else:
+            sent = send_now(transport, data)
         if sent < len(data):
             self.transport.write(data[sent:] if sent else data)
         if not isinstance(reply, bytes):
