@@ -2,10 +2,11 @@
 
 ``COMPILED_MODULES`` names the modules the optional compiled build compiles (``setup.py``
 compiles them when ``METAQ_COMPILE=1``; docs/performance.md, "The compiled build"): the
-per-read path of a put, from the protocol's ``dataReceived`` through the decoder, the put
-rules and the store's append to the reply. Every one of them is also the pure-Python
-module it is compiled from, and the broker behaves the same with either; only the CPU per
-request differs. The broker logs at start-up which build it runs (``describe``).
+per-read path of a put, from the transport's read and the protocol's ``dataReceived``
+through the decoder, the put rules and the store's append to the reply. Every one of them
+is also the pure-Python module it is compiled from, and the broker behaves the same with
+either; only the CPU per request differs. The broker logs at start-up which build it runs
+(``describe``).
 
 A module is compiled when it was imported from an extension module (``*.so``) rather than
 from its source. An in-place build leaves the extensions next to the sources, and Python
@@ -31,6 +32,7 @@ COMPILED_MODULES = (
     "meta.server.protocol",
     "meta.server.put_run",
     "meta.server.puts",
+    "meta.server.transport",
     "meta.store.append",
     "meta.store.group_commit",
     "meta.store.partition",

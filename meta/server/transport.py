@@ -21,14 +21,17 @@ read counts as much as the request's own handling. This transport removes two la
   connection, as it does after ``writeSomeData``.
 
 Every other behaviour (writes, producers, ``loseConnection``, half-close, aborts) is
-``tcp.Server``'s. Reactor thread only.
+``tcp.Server``'s. The module is one of the compiled build's (``meta.compiled``): it runs once
+per read and once per reply. Reactor thread only.
 """
 
 from __future__ import annotations
 
 from errno import EWOULDBLOCK
+from typing import Any
 
 from twisted.internet import main, tcp
+from twisted.internet.error import ConnectionDone, ConnectionLost
 
 from meta.server.fd_buffers import FD_BUFFER_LAYOUT_KNOWN
 
@@ -38,7 +41,7 @@ __all__ = ["BrokerTransport", "use_broker_transport"]
 class BrokerTransport(tcp.Server):
     """A broker client connection's transport (see the module doc)."""
 
-    def doRead(self) -> object:  # noqa: N802 - Twisted's spelling
+    def doRead(self) -> ConnectionLost | ConnectionDone | None:  # noqa: N802 - Twisted's
         """Receive up to ``bufferSize`` bytes and hand them to the protocol.
 
         Returns None, ``CONNECTION_DONE`` (the peer's FIN) or ``CONNECTION_LOST`` (the
@@ -52,7 +55,8 @@ class BrokerTransport(tcp.Server):
             return main.CONNECTION_LOST
         if not data:
             return main.CONNECTION_DONE
-        self.protocol.dataReceived(data)
+        protocol: Any = self.protocol  # an ``IProtocol``, whose stubs name no ``self``
+        protocol.dataReceived(data)
         return None
 
     def send_now(self, data: bytes) -> int:
