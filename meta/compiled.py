@@ -2,10 +2,11 @@
 
 ``COMPILED_MODULES`` names the modules the optional compiled build compiles (``setup.py``
 compiles them when ``METAQ_COMPILE=1``; docs/performance.md, "The compiled build"): the
-per-read path of a put, from the protocol's ``dataReceived`` through the decoder, the put
-rules and the store's append to the reply. Every one of them is also the pure-Python
-module it is compiled from, and the broker behaves the same with either; only the CPU per
-request differs. The broker logs at start-up which build it runs (``describe``).
+per-read path of a put, from the transport's read and the protocol's ``dataReceived``
+through the decoder, the put rules and the store's append to the reply. Every one of them
+is also the pure-Python module it is compiled from, and the broker behaves the same with
+either; only the CPU per request differs. The broker logs at start-up which build it runs
+(``describe``).
 
 A module is compiled when it was imported from an extension module (``*.so``) rather than
 from its source. An in-place build leaves the extensions next to the sources, and Python
@@ -31,6 +32,7 @@ COMPILED_MODULES = (
     "meta.server.protocol",
     "meta.server.put_run",
     "meta.server.puts",
+    "meta.server.transport",
     "meta.store.append",
     "meta.store.group_commit",
     "meta.store.partition",
@@ -62,8 +64,9 @@ def stale_modules() -> list[str]:
     (a rebuild may leave an unchanged shim as it was).
     """
     stale = []
+    compiled = compiled_modules()  # importing a compiled module loads the group's library
     library = getattr(sys.modules.get(GROUP_NAME + "__mypyc"), "__file__", None)
-    for name in compiled_modules():
+    for name in compiled:
         extension = importlib.import_module(name).__file__
         assert extension is not None  # compiled_modules found it
         source = os.path.join(os.path.dirname(extension), name.rsplit(".", 1)[1] + ".py")

@@ -11,13 +11,16 @@ the background.
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
+from meta import compiled
 from meta.compiled import COMPILED_MODULES, compiled_modules, describe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,3 +71,31 @@ def test_the_other_build_passes_the_tests_that_pin_the_hot_path_bytes(other_buil
     pytest_command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     output = _run([*pytest_command, *PINNING_TESTS], checkout, TESTS_TIMEOUT_S)
     assert " passed" in output and "failed" not in output, output[-2000:]
+
+
+def test_a_rebuild_whose_shims_did_not_change_is_not_stale(tmp_path, monkeypatch):
+    """Goal: a rebuild after an edit counts as new even where it left a module's shim as it
+    was, in a process that has not imported the compiled modules yet (the suite's check at
+    start-up). Method: a fake compiled module whose import loads the group's library, with
+    the shim older than the source and the library newer than both."""
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    shim, source, library = tmp_path / f"fake{suffix}", tmp_path / "fake.py", tmp_path / "lib"
+    for age_s, path in ((300, shim), (200, source), (100, library)):
+        path.write_bytes(b"")
+        os.utime(path, (1e9 - age_s, 1e9 - age_s))
+    module = types.ModuleType("meta.fake")
+    module.__file__ = str(shim)
+    library_module = types.ModuleType(compiled.GROUP_NAME + "__mypyc")
+    library_module.__file__ = str(library)
+
+    def import_module(name: str) -> types.ModuleType:
+        assert name == "meta.fake"
+        sys.modules[library_module.__name__] = library_module
+        return module
+
+    monkeypatch.delitem(sys.modules, library_module.__name__, raising=False)
+    monkeypatch.setattr(compiled, "COMPILED_MODULES", ("meta.fake",))
+    monkeypatch.setattr(compiled.importlib, "import_module", import_module)
+    assert compiled.stale_modules() == []
+    os.utime(source, (1e9, 1e9))  # now newer than the library too
+    assert compiled.stale_modules() == ["meta.fake"]

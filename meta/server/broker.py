@@ -43,6 +43,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from twisted.internet import defer, task
@@ -78,6 +79,7 @@ from meta.server.stats import (
 )
 from meta.server.topic_counters import TopicCounters
 from meta.server.topic_limits import check_new_topic
+from meta.server.transport import use_broker_transport
 from meta.store.lock import DataPathLock
 from meta.store.manager import StoreManager
 from meta.tx.manager import TransactionManager
@@ -176,7 +178,9 @@ class Broker:
         self.data_waiters = DataWaiters(reactor, self.flush_output)
         self._output_pending: list = []
         self._after_events = after_events_caller(reactor)
-        self._end_of_batch_work = self._commit_and_send  # bound once: it is asked for per read
+        # After each read of a connection: write what its puts staged, then send the replies
+        # that became ready, once per poll (``reactor.call_after_events``); called per read.
+        self.end_of_batch: Callable[[], None] = partial(self._after_events, self._commit_and_send)
         # After a finished fsync batch: write the transaction batches it released (one write
         # per partition), then send the replies its acks made, in one go.
         self.store.flusher.on_batch_done = self.end_of_batch
@@ -209,6 +213,7 @@ class Broker:
             self._port = self._reactor.listenTCP(
                 self.config.server_port, BrokerFactory(self), interface=interface
             )
+            use_broker_transport(self._port)
             port = self._port.getHost().port
             self.uri = broker_uri(self.host, port)
             if not interface and is_loopback(self.host):
@@ -368,11 +373,6 @@ class Broker:
 
     # --- connections and stats ------------------------------------------------------------------
 
-    def end_of_batch(self) -> None:
-        """A connection finished handling one read: write what its puts staged, then send
-        every reply that became ready; once per poll (``reactor.call_after_events``)."""
-        self._after_events(self._end_of_batch_work)
-
     def _commit_and_send(self) -> None:
         self.tx.journal.end_of_batch()
         self.store.commit_staged()
@@ -417,7 +417,8 @@ class Broker:
         return self._stat(topic)
 
     def record_put(self, topic: str, partition: int, size: int) -> None:
-        if self._stat(topic):
+        enabled = self._stat_topics.get(topic)  # ``_stat``'s lookup inlined: once per put
+        if enabled or (enabled is None and self._stat(topic)):
             key = f"{self.config.broker_id}-{partition}"
             self.realtime.record("put", topic, key)
             self.realtime.record("message_size", topic, "*", size)

@@ -60,6 +60,7 @@ from meta.server.put_run import handle_put_run
 from meta.server.replies import PENDING, FileReply
 from meta.server.services import BrokerServices
 from meta.server.sync_run import handle_sync_run
+from meta.server.transport import BrokerTransport
 from meta.server.tx_handlers import handle_tx_put_run
 
 log = logging.getLogger("meta.server")
@@ -67,9 +68,12 @@ log = logging.getLogger("meta.server")
 CHUNK_BYTES = 256 * 1024
 INFLIGHT_MAX = 16384
 QUEUED_BYTES_MAX = 8 * 1024 * 1024
-# The memory a queued ``FileReply`` takes (the object, its header and the queue's slot:
-# about 160 bytes on CPython 3.11); its body stays in the segment file.
-FILE_REPLY_COST_BYTES = 160
+# The memory a queued ``FileReply`` takes on CPython 3.11, in the allocator's 16-byte blocks:
+# the object (64), its header (up to 31 bytes of ``value LENGTH OPAQUE``: 64), its position
+# and length (32 each: ints of their own, except where one happens to be shared, such as the
+# transfer limit as a slice's length in the pure-Python store; the compiled store makes a new
+# int for every slice) and the queue's slot (8). Its body stays in the segment file.
+FILE_REPLY_COST_BYTES = 200
 # Puts decoded per put run; a run is also bounded by the bytes of one read.
 PUT_RUN_MAX = 4096
 # Requests other than plain puts handled per reactor turn and connection.
@@ -282,7 +286,11 @@ class BrokerProtocol(Protocol):
 
     def _write(self, reply: bytes | FileReply) -> None:
         data = reply if isinstance(reply, bytes) else reply.header
-        sent = send_now(self.transport, data)
+        transport = self.transport
+        if transport.__class__ is BrokerTransport:
+            sent = transport.send_now(data)
+        else:
+            sent = send_now(transport, data)
         if sent < len(data):
             self.transport.write(data[sent:] if sent else data)
         if not isinstance(reply, bytes):

@@ -8,7 +8,10 @@ that context buys nothing, and it costs microseconds per event: a synchronous pr
 one event per put (tools/bench, the ``sync`` scenario). ``doPoll`` here dispatches straight to
 ``_doReadOrWrite``, which keeps all of Twisted's handling of reads, writes, disconnects and
 exceptions raised by protocols; an exception escaping it is logged, as ``callWithLogger``
-does, and the loop goes on.
+does, and the loop goes on. The usual event, input alone on a valid descriptor, runs
+``_doReadOrWrite``'s steps for that case in the loop itself (``doRead``; a disconnect it
+returns, or an exception it raises, goes to ``_disconnectSelectable`` as there), saving a
+call per read: with many connections each read carries one request.
 
 It also offers ``call_after_events``: work to do once every ready descriptor of the current
 poll was handled. The broker writes what the reads of one poll staged, and sends the replies
@@ -23,7 +26,8 @@ pays it on its thread, holding the GIL, between an fsync and the replies it rele
 retries a write interrupted by a signal itself (PEP 475), which is all ``untilConcludes`` adds.
 
 Invariant: behaviour is ``EPollReactor``'s in all but the logging context, the waker's write
-and the calls asked for with ``call_after_events``. ``install`` falls back to Twisted's
+and the calls asked for with ``call_after_events`` (the inlined read does what
+``_doReadOrWrite`` does). ``install`` falls back to Twisted's
 default reactor where epoll is missing or Twisted's internals differ (checked once, at install
 time); ``after_events_caller`` then calls at once. Where
 Twisted has no ``_UnixWaker``, the reactor keeps Twisted's waker.
@@ -40,11 +44,14 @@ import sys
 from collections.abc import Callable
 
 from twisted.logger import Logger
+from twisted.python import log as legacy_log
 
 log = logging.getLogger("meta.server")
 _twisted_log = Logger(namespace="meta.server.reactor")
 
 try:
+    from select import EPOLLIN as _EPOLLIN
+
     from twisted.internet.epollreactor import EPollReactor
 except ImportError:  # no epoll on this platform
     EPollReactor = None  # type: ignore[assignment,misc]
@@ -69,7 +76,7 @@ if _UnixWaker is not None:
                     pass  # the pipe is full: the reactor is woken already
 
 
-_NEEDED = ("_poller", "_selectables", "_doReadOrWrite")
+_NEEDED = ("_poller", "_selectables", "_doReadOrWrite", "_disconnectSelectable")
 
 
 if EPollReactor is not None:
@@ -119,7 +126,17 @@ if EPollReactor is not None:
                     if selectable is None:
                         continue  # removed by an earlier event of this poll
                     try:
-                        dispatch(selectable, fd, event)
+                        if event != _EPOLLIN or selectable.fileno() == -1:
+                            dispatch(selectable, fd, event)
+                            continue
+                        # Input only, the usual event: ``_doReadOrWrite``'s read, inlined.
+                        try:
+                            why = selectable.doRead()
+                        except BaseException:
+                            self._read_failed(selectable)
+                            continue
+                        if why:
+                            self._disconnectSelectable(selectable, why, True)
                     except KeyboardInterrupt:
                         raise
                     except BaseException:
@@ -131,6 +148,12 @@ if EPollReactor is not None:
                 if after is not None:
                     self._after_events = None
                     self._run_after_events(after)
+
+        def _read_failed(self, selectable: object) -> None:
+            """``doRead`` raised: log it and disconnect, as ``_doReadOrWrite`` does."""
+            why = sys.exc_info()[1]
+            legacy_log.err()
+            self._disconnectSelectable(selectable, why, False)
 
         def _run_after_events(self, after: dict[Callable[[], object], None]) -> None:
             for function in after:

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.python.failure import Failure
@@ -39,6 +39,10 @@ from meta.config import FlushMode, TopicConfig
 from meta.errors import StoreError
 
 logger = logging.getLogger("meta.store")
+
+# Bound once: ``should_flush`` runs per append, and a member looked up on its enum class
+# costs the compiled build a generic attribute lookup on the class each time.
+_GROUP_COMMIT: Final = FlushMode.GROUP_COMMIT
 
 Executor = Callable[[Callable[[], Any]], Deferred]
 Completion = Callable[[Any, BaseException | None], None]
@@ -66,7 +70,7 @@ def should_flush(
         threshold: ``unflushThreshold``.
         interval_ms: ``unflushInterval``.
     """
-    if mode is FlushMode.GROUP_COMMIT:
+    if mode is _GROUP_COMMIT:
         return True
     assert threshold >= 1
     return unflushed_count >= threshold or elapsed_ms >= interval_ms

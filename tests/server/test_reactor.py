@@ -12,8 +12,11 @@ import threading
 import time
 
 import pytest
-from twisted.internet import protocol
+from twisted.internet import main, protocol
+from twisted.internet.epollreactor import EPollReactor
+from twisted.internet.interfaces import IHalfCloseableDescriptor
 from twisted.logger import globalLogPublisher
+from zope.interface import directlyProvides
 
 from meta.server import reactor as lean
 from tests.integration.broker_process import run_python
@@ -257,7 +260,7 @@ def test_a_reactor_without_call_after_events_gets_a_caller_that_calls_at_once():
     assert lean.after_events_caller(reactor) == reactor.call_after_events
 
 
-def test_a_failing_call_after_events_is_logged_and_the_others_still_run():
+def test_a_failing_call_after_events_is_logged_and_the_others_still_run(monkeypatch):
     events: list[dict] = []
     globalLogPublisher.addObserver(events.append)
     reactor = lean.LeanEPollReactor()
@@ -266,11 +269,12 @@ def test_a_failing_call_after_events_is_logged_and_the_others_still_run():
     def fail() -> None:
         raise ZeroDivisionError("after")
 
-    def handle_both(selectable, fd, event) -> None:
+    def read_both(selectable: Recorder) -> None:
+        os.read(selectable.fd, 100)
         reactor.call_after_events(fail)  # asked for twice in the poll: runs once
         reactor.call_after_events(lambda: ran.append(selectable.name))
 
-    reactor._doReadOrWrite = handle_both
+    monkeypatch.setattr(Recorder, "doRead", read_both)
     try:
         poll_once(reactor, ["a", "b"])
     finally:
@@ -301,3 +305,59 @@ def test_a_call_from_another_thread_wakes_the_reactor_through_the_lean_waker():
     assert deadline.active(), "the thread's call did not wake the reactor"
     deadline.cancel()
     assert len(ran) == 1 and ran[0] - started < DEADLINE_S
+
+
+class Readable:
+    """A selectable on a pipe whose ``doRead`` returns ``why`` (or raises it), recording how
+    the reactor ends it; ``fd`` -1 makes its ``fileno`` say it is closed."""
+
+    def __init__(self, fd: int, why: object = None) -> None:
+        self.fd, self.why = fd, why
+        self.calls: list[str] = []
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def logPrefix(self) -> str:
+        return "Readable"
+
+    def doRead(self):
+        self.calls.append("doRead")
+        if isinstance(self.why, BaseException):
+            raise self.why
+        return self.why
+
+    def readConnectionLost(self, reason) -> None:
+        self.calls.append(f"readConnectionLost {reason.type.__name__}")
+
+    def connectionLost(self, reason) -> None:
+        self.calls.append(f"connectionLost {reason.type.__name__}")
+
+
+@pytest.mark.parametrize(
+    "why", [None, main.CONNECTION_DONE, main.CONNECTION_LOST, ValueError("read failed"), "closed"]
+)
+def test_an_input_event_ends_a_selectable_as_twisteds_reactor_does(why):
+    """Goal: the lean loop's inlined read handles what ``doRead`` returns or raises, and a
+    closed descriptor, as ``EPollReactor._doReadOrWrite`` does. Method: the same readable
+    pipe under each reactor for one poll; the calls each selectable got are the same."""
+    calls = []
+    for reactor_class in (EPollReactor, lean.LeanEPollReactor):
+        read_end, write_end = os.pipe()
+        try:
+            reactor = reactor_class()
+            selectable = Readable(read_end, None if why == "closed" else why)
+            if why != "closed":
+                directlyProvides(selectable, IHalfCloseableDescriptor)
+            reactor.addReader(selectable)
+            os.write(write_end, b"x")
+            if why == "closed":
+                selectable.fd = -1
+            reactor.doPoll(DEADLINE_S)
+            calls.append(selectable.calls)
+            reactor.removeAll()
+        finally:
+            os.close(read_end)
+            os.close(write_end)
+    assert calls[1] == calls[0]
+    assert calls[0]  # the reactor acted on the event

@@ -3,14 +3,19 @@ connections and on ``BrokerProtocol`` over in-memory transports."""
 
 from __future__ import annotations
 
+import tracemalloc
+from collections import deque
+
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
 from meta.config import ZkConfig
 from meta.protocol.codec import encode
 from meta.protocol.commands import Version
+from meta.protocol.encoding import encode_value_header
 from meta.server.broker import Broker
-from meta.server.protocol import BrokerProtocol
+from meta.server.protocol import FILE_REPLY_COST_BYTES, BrokerProtocol
+from meta.server.replies import FileReply
 from meta.server.reply_budget import ReplyBudget
 from meta.store.manager import StoreManager
 from tests.store.conftest import ManualExecutor, RecordingFiles, broker_config, topic_config
@@ -125,3 +130,24 @@ def test_connections_that_do_not_read_stop_being_read_and_others_are_not(tmp_pat
     assert broker.reply_budget.queued_bytes == stuck[1][0].queued_bytes
     stuck[1][0].connectionLost()
     assert broker.reply_budget.queued_bytes == 0
+
+
+def test_a_queued_file_reply_costs_at_most_what_the_budget_counts_for_it():
+    """Goal: the budget bounds memory, so a queued ``FileReply`` must not take more than
+    ``FILE_REPLY_COST_BYTES``. Method: queue 10,000 replies as a get builds them at its most
+    expensive (a header with a long opaque, a position and a length that are ints of their
+    own, as the compiled store's slices always are) and measure them with tracemalloc."""
+    count = 10_000
+    queue: deque[FileReply] = deque()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for index in range(count):
+            position, length = 10**9 + index, 2**20 - (index & 7)
+            header = encode_value_header(length, 2**31 - 1 - index)
+            queue.append(FileReply(header, None, position, length))
+        per_reply = (tracemalloc.get_traced_memory()[0] - before) / count
+    finally:
+        tracemalloc.stop()
+    assert len(queue) == count
+    assert per_reply <= FILE_REPLY_COST_BYTES
