@@ -171,16 +171,17 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     return report(args, sides)
 
 
-def wait_replicating(address: tuple[str, int]) -> None:
-    """Wait (bounded) until the master is connected to its slave and compared with it."""
-    deadline = time.monotonic() + REPLICATING_TIMEOUT_S
+def wait_replicating(address: tuple[str, int], timeout_s: float = REPLICATING_TIMEOUT_S) -> None:
+    """Wait (bounded by ``timeout_s``) until the master is connected to its slave and
+    compared with it."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with BrokerConnection(*address) as connection:
             lines = connection.request(Stats("sync", 1)).body.decode().splitlines()
         if "connected true" in lines and not any("catching-up" in line for line in lines):
             return
         time.sleep(0.05)
-    raise BenchError(f"the samsa master did not reach its slave in {REPLICATING_TIMEOUT_S} s")
+    raise BenchError(f"the samsa master did not reach its slave in {timeout_s} s")
 
 
 def report(args: argparse.Namespace, sides: list[Side]) -> dict:
