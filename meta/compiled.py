@@ -34,6 +34,13 @@ COMPILED_MODULES = (
     "meta.store.append",
     "meta.store.group_commit",
     "meta.store.partition",
+    # Synchronous replication: a master's forward and reply, a gregor slave's sync.
+    "meta.protocol.sync_frame",
+    "meta.server.sync_run",
+    "meta.sync.gregor",
+    "meta.sync.samsa",
+    "meta.sync.samsa_outcome",
+    "meta.sync.slave_link",
 )
 """The modules of the compiled build, in the order ``setup.py`` passes them to mypyc."""
 
@@ -62,8 +69,9 @@ def stale_modules() -> list[str]:
     (a rebuild may leave an unchanged shim as it was).
     """
     stale = []
+    compiled = compiled_modules()  # imports them, and so the group's library
     library = getattr(sys.modules.get(GROUP_NAME + "__mypyc"), "__file__", None)
-    for name in compiled_modules():
+    for name in compiled:
         extension = importlib.import_module(name).__file__
         assert extension is not None  # compiled_modules found it
         source = os.path.join(os.path.dirname(extension), name.rsplit(".", 1)[1] + ".py")

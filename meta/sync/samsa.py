@@ -135,7 +135,9 @@ class SamsaMaster:
         The caller ends its batch (``broker.end_of_batch``) before the reactor waits again:
         that writes the staged record, then the gathered ``sync``.
         """
-        state = self._partition(topic, partition)
+        state = self.partitions.get((topic, partition))
+        if state is None:
+            state = self._partition(topic, partition)
         if self._detecting or state.gated:
             entry = (partition_log, record, done)
             state.wait(self._reactor, self._timeout_s, entry, self.broker.end_of_batch)
@@ -184,7 +186,7 @@ class SamsaMaster:
         topic_bytes, unpack, sync_format = state.topic_bytes, HEADER.unpack, SYNC_FORMAT
 
         def build(opaques: list[int]) -> bytes:
-            frames = []
+            frames: list[bytes] = []
             append = frames.append
             for header, body, opaque in zip(headers, bodies, opaques, strict=True):
                 length, crc, msg_id, flag = unpack(header)

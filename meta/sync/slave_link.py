@@ -154,7 +154,8 @@ class SlaveLink:
     def reconnect(self) -> None:
         """Drop the connection (its requests fail); the factory opens a new one."""
         if self._protocol is not None:
-            self._protocol.transport.loseConnection()
+            transport: Any = self._protocol.transport
+            transport.loseConnection()
 
     def send(self, build: Callable[[int], bytes], done: Done, batched: bool = False) -> bool:
         """Send ``build(opaque)``; ``done(code, body)`` is called once with its outcome.
@@ -229,9 +230,10 @@ class SlaveLink:
         link = self._protocol
         if link is None:
             return  # lost meanwhile: its requests already failed with DISCONNECTED
-        sent = self._send_now(link.transport, data)
+        transport: Any = link.transport
+        sent = self._send_now(transport, data)
         if sent < len(data):
-            link.transport.write(data[sent:] if sent else data)
+            transport.write(data[sent:] if sent else data)
 
     # --- called by the connection ----------------------------------------------------------
 
@@ -334,7 +336,8 @@ class _LinkProtocol(protocol.Protocol):
             except LocalProtocolError as error:  # not a broker: drop the connection
                 link = self._link
                 log.error("gregor slave %s sent bad data (%s); reconnecting", link.host, error)
-                self.transport.loseConnection()
+                transport: Any = self.transport
+                transport.loseConnection()
                 return
             if frame is NEED_DATA:
                 self._link.after_callbacks()
@@ -348,8 +351,9 @@ class _LinkProtocol(protocol.Protocol):
 class _LinkFactory(protocol.ReconnectingClientFactory):
     """Reconnects with back-off (Twisted's), quietly: the link logs what matters."""
 
-    initialDelay = RECONNECT_DELAY_MIN_S
-    maxDelay = RECONNECT_DELAY_MAX_S
+    # Twisted annotates the delay as int; it is used as seconds, fractions included.
+    initialDelay = RECONNECT_DELAY_MIN_S  # type: ignore[assignment]
+    maxDelay = RECONNECT_DELAY_MAX_S  # type: ignore[assignment]
     factor = 1.6
     noisy = False
 
