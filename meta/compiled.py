@@ -35,6 +35,7 @@ COMPILED_MODULES = (
     "meta.store.group_commit",
     "meta.store.partition",
     # Synchronous replication: a master's forward and reply, a gregor slave's sync.
+    "meta.protocol.put_reply",
     "meta.protocol.sync_frame",
     "meta.server.sync_run",
     "meta.sync.gregor",
