@@ -27,8 +27,11 @@ ROOT = Path(__file__).resolve().parent.parent
 PINNING_TESTS = (
     "tests/protocol/test_codec.py",
     "tests/protocol/test_put_reply.py",
+    "tests/protocol/test_sync_frame.py",
     "tests/server/test_put_run.py",
     "tests/server/test_sync_run.py",
+    "tests/sync/test_gregor.py",
+    "tests/sync/test_slave_link.py",
 )
 TESTS_TIMEOUT_S = 900.0
 

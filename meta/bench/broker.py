@@ -121,7 +121,9 @@ def wait_until_answering(address: tuple[str, int], timeout_s: float, alive: Call
 class BenchBroker:
     """One broker process in ``directory`` with the flush policy ``threshold``/``interval_ms``.
 
-    ``profile_path``: run the broker under cProfile and write its stats there at exit.
+    ``profile_path``: run the broker under cProfile and write its stats there at exit;
+    ``launcher``: a command the interpreter runs under (``valgrind ...``: the start then
+    waits up to ``start_timeout_s``).
     """
 
     directory: Path
@@ -135,6 +137,8 @@ class BenchBroker:
     segment_bytes: int = 1024 * 1024 * 1024
     topics: dict[str, int] | None = None  # topic -> partitions; None: the bench topics
     python_path: str = str(REPO)  # the code the broker runs (another checkout: a comparison)
+    launcher: tuple[str, ...] = ()
+    start_timeout_s: float = START_TIMEOUT_S
 
     def server_ini(self) -> str:
         return server_ini(
@@ -172,7 +176,7 @@ class BenchBroker:
         self.data_path.mkdir(parents=True, exist_ok=True)
         config = self.directory / "server.ini"
         config.write_text(self.server_ini())
-        command = [sys.executable]
+        command = [*self.launcher, sys.executable]
         if self.profile_path is not None:
             command += ["-m", "cProfile", "-o", str(self.profile_path)]
         command += [*self.server_command(), "-f", str(config), *self.extra_arguments()]
@@ -187,7 +191,7 @@ class BenchBroker:
                 start_new_session=True,
             )
         try:
-            wait_until_answering(self.address, START_TIMEOUT_S, self.alive)
+            wait_until_answering(self.address, self.start_timeout_s, self.alive)
         except BaseException:
             self.stop()
             raise BenchError(f"broker did not start; its log:\n{self.log_tail()}") from None

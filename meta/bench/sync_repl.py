@@ -19,11 +19,11 @@ master replicating to it (``--samsa``). Then, ``--rounds`` times, each scenario 
 Beside each rate, the CPU time (user + system, from ``/proc``) each broker process spent
 per message during its turns: the plain broker's, the master's and the slave's. CPU time is
 less skewed by other load on the machine than the rates. Rates sum the messages and seconds
-of every round. ``--slave-python-path`` runs the slave from another checkout (for example
-to compare versions); ``--profile-master`` and ``--profile-slave`` run that broker under
-cProfile (its CPU figures then include the profiler's cost). Everything it starts is
-stopped on exit; the temporary directory is removed unless ``--keep``. Output: a table, or
-JSON with ``--json``.
+of every round; the JSON also gives each round's rate (``rounds_msg_per_s``).
+``--slave-python-path`` runs the slave from another checkout (for example to compare
+versions); ``--profile-master`` and ``--profile-slave`` run that broker under cProfile (its
+CPU figures then include the profiler's cost). Everything it starts is stopped on exit; the
+temporary directory is removed unless ``--keep``. Output: a table, or JSON with ``--json``.
 """
 
 from __future__ import annotations
@@ -120,6 +120,8 @@ class Side:
         total["seconds"] += result["seconds"]
         total["cpu_s"] = [sum(pair) for pair in zip(total["cpu_s"], spent, strict=True)]
         total["lat"] += result.get("latencies_s", [])
+        rate = result["messages"] / max(result["seconds"], 1e-9)
+        total.setdefault("rounds", []).append(round(rate))
 
 
 def run(args: argparse.Namespace, work: Path) -> dict:
@@ -171,16 +173,17 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     return report(args, sides)
 
 
-def wait_replicating(address: tuple[str, int]) -> None:
-    """Wait (bounded) until the master is connected to its slave and compared with it."""
-    deadline = time.monotonic() + REPLICATING_TIMEOUT_S
+def wait_replicating(address: tuple[str, int], timeout_s: float = REPLICATING_TIMEOUT_S) -> None:
+    """Wait (bounded by ``timeout_s``) until the master is connected to its slave and
+    compared with it."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with BrokerConnection(*address) as connection:
             lines = connection.request(Stats("sync", 1)).body.decode().splitlines()
         if "connected true" in lines and not any("catching-up" in line for line in lines):
             return
         time.sleep(0.05)
-    raise BenchError(f"the samsa master did not reach its slave in {REPLICATING_TIMEOUT_S} s")
+    raise BenchError(f"the samsa master did not reach its slave in {timeout_s} s")
 
 
 def report(args: argparse.Namespace, sides: list[Side]) -> dict:
@@ -196,6 +199,7 @@ def report(args: argparse.Namespace, sides: list[Side]) -> dict:
                 "seconds": total["seconds"],
                 "msg_per_s": round(total["messages"] / max(total["seconds"], 1e-9)),
                 "cpu_us_per_msg": [round(cpu * 1e6 / messages, 1) for cpu in total["cpu_s"]],
+                "rounds_msg_per_s": total.get("rounds", []),
             }
             if total["lat"]:
                 row[side.name]["p99_ms"] = round(percentile(total["lat"], 0.99) * 1000, 3)

@@ -401,6 +401,8 @@ class Decoder:
         match = SYNC_RUN.match
         append = syncs.append
         for _ in range(limit):
+            if position == available:  # the usual end: no match tried on nothing
+                break
             found = match(buffer, position)
             if found is None:
                 break
@@ -438,6 +440,8 @@ class Decoder:
         match = RESULT_RUN.match
         results: list[tuple[int, int, bytes]] = []
         for _ in range(limit):
+            if position == available:  # the usual end: no match tried on nothing
+                break
             found = match(buffer, position)
             if found is None:
                 break

@@ -25,11 +25,16 @@ Its waker (``LeanWaker``, what ``callFromThread`` writes to) writes its byte wit
 pays it on its thread, holding the GIL, between an fsync and the replies it releases. Python
 retries a write interrupted by a signal itself (PEP 475), which is all ``untilConcludes`` adds.
 
-Invariant: behaviour is ``EPollReactor``'s in all but the logging context, the waker's write
-and the calls asked for with ``call_after_events`` (the inlined read does what
-``_doReadOrWrite`` does). ``install`` falls back to Twisted's
-default reactor where epoll is missing or Twisted's internals differ (checked once, at install
-time); ``after_events_caller`` then calls at once. Where
+Each pass of Twisted's loop also asks ``runUntilCurrent`` and ``timeout`` about timed calls,
+which between puts are neither due nor new; both answer that case here with a few attribute
+reads (Twisted's then runs two list checks, ``min`` and ``max`` and a clock read more), and
+leave every other case to Twisted's code.
+
+Invariant: behaviour is ``EPollReactor``'s in all but the logging context, the waker's write,
+the calls asked for with ``call_after_events`` (the inlined read does what
+``_doReadOrWrite`` does) and the cost of a pass with no timed call due. ``install`` falls
+back to Twisted's default reactor where epoll is missing or Twisted's internals differ
+(checked once, at install time); ``after_events_caller`` then calls at once. Where
 Twisted has no ``_UnixWaker``, the reactor keeps Twisted's waker.
 
 Thread affinity: ``doPoll`` runs on the reactor thread (it *is* the reactor's loop);
@@ -76,7 +81,22 @@ if _UnixWaker is not None:
                     pass  # the pipe is full: the reactor is woken already
 
 
-_NEEDED = ("_poller", "_selectables", "_doReadOrWrite", "_disconnectSelectable")
+_NEEDED = (
+    "_poller",
+    "_selectables",
+    "_doReadOrWrite",
+    "_disconnectSelectable",
+    "_cancellations",
+    "_insertNewDelayedCalls",
+    "_justStopped",
+    "_newTimedCalls",
+    "_pendingTimedCalls",
+    "threadCallQueue",
+)
+TIMEOUT_MAX_S = 2147483
+"""The longest poll (Twisted's bound: epoll_wait takes milliseconds as a C int)."""
+CANCELLATIONS_MAX = 50
+"""Twisted rebuilds its timed-call heap past this many cancelled calls (``runUntilCurrent``)."""
 
 
 if EPollReactor is not None:
@@ -109,6 +129,34 @@ if EPollReactor is not None:
                 function()
             else:
                 after[function] = None
+
+        def runUntilCurrent(self) -> None:  # noqa: N802 - Twisted's spelling
+            """Twisted's, after a check that ends the usual pass at once: no call from a
+            thread, no timed call added, none due, few cancelled and no ``stop`` to act on
+            (nothing to do)."""
+            if (
+                not self.threadCallQueue
+                and not self._newTimedCalls
+                and self._cancellations <= CANCELLATIONS_MAX
+                and not self._justStopped
+            ):
+                pending = self._pendingTimedCalls
+                if not pending or pending[0].time > self.seconds():
+                    return
+            super().runUntilCurrent()
+
+        def timeout(self) -> float | None:
+            """Twisted's: how long the poll may wait for the first timed call, from 0 to
+            ``TIMEOUT_MAX_S``, or None when there is none."""
+            if self._newTimedCalls:
+                self._insertNewDelayedCalls()
+            pending = self._pendingTimedCalls
+            if not pending:
+                return None
+            delay = pending[0].time - self.seconds()
+            if delay <= 0:
+                return 0
+            return delay if delay < TIMEOUT_MAX_S else TIMEOUT_MAX_S
 
         def doPoll(self, timeout: float | None) -> None:
             if timeout is None:

@@ -95,13 +95,14 @@ def _handle_single(broker: BrokerServices, fields: SyncFields, connection, targe
     gregor = broker.sync
     broker.counters.cmd_put += 1
     size = len(body)
-    if not gregor.admit(topic, partition, size, connection):
+    waiting = gregor.admit_one(topic, partition, size, connection)
+    if waiting is None:
         connection.send_reply(_BUSY_FORMAT % (len(_POOL_BUSY), opaque, _POOL_BUSY))
         return 0
     broker.record_put(topic, partition, size)
 
     def acknowledged(offset: int | None, error: BaseException | None) -> None:
-        gregor.finished(topic, partition, size, error is None)
+        gregor.finished_one(waiting, size, error is None)
         if error is None:
             text = PUT_REPLY_BODY % (msg_id, partition_bytes, offset)
             connection.respond(PUT_REPLY % (len(text), opaque, text))
@@ -156,7 +157,7 @@ def _stage(
     """Stage ``batch`` (admitted syncs with their record checksums) as one entry; its ack
     ends their admission and answers them all in one write."""
     gregor = broker.sync
-    parts = []
+    parts: list = []  # record header, body, record header, body, ...
     append_part = parts.append
     header = pack_header
     size_total = 0
@@ -170,9 +171,10 @@ def _stage(
 
     def acknowledged(offset: int | None, error: BaseException | None) -> None:
         gregor.finished_run(topic, partition, count, size_total, error is None)
-        replies = []
+        replies: list[bytes] = []
         append = replies.append
         if error is None:
+            assert offset is not None  # the store appended the entry
             body_format, reply_format = PUT_REPLY_BODY, PUT_REPLY
             header_bytes = RECORD_HEADER_BYTES
             for fields, _crc in batch:

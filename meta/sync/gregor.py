@@ -81,8 +81,9 @@ class GregorSlave:
         self._partitions = partitions
         self._is_open = is_open
         self._now_s = now_s
-        self._waiting: dict[Key, list[int]] = {}  # key -> [syncs, body bytes] not yet acked
-        self._last_sync_ms: dict[Key, int] = {}
+        # key -> [syncs, body bytes] admitted and not yet answered, and the time of the last
+        # stored one (0: none). A partition's entry stays: a slave has few partitions.
+        self._waiting: dict[Key, list] = {}
         self._master_connection: Any = None
         self._master_address = "-"
 
@@ -92,12 +93,18 @@ class GregorSlave:
 
         Every admitted sync must be ended by exactly one ``finished`` call.
         """
+        return self.admit_one(topic, partition, size, connection) is not None
+
+    def admit_one(self, topic: str, partition: int, size: int, connection: Any) -> list | None:
+        """``admit``, for a caller that ends the sync with ``finished_one``: the partition's
+        waiting counts to hand it, or None when the queue is full (nothing was counted)."""
         waiting = self._waiting_of(topic, partition, connection)
-        if not _takes(waiting[0], waiting[1], size):
-            return False
-        waiting[0] += 1
-        waiting[1] += size
-        return True
+        count, size_total = waiting[0], waiting[1]
+        if not _takes(count, size_total, size):
+            return None
+        waiting[0] = count + 1
+        waiting[1] = size_total + size
+        return waiting
 
     def admit_run(self, topic: str, partition: int, sizes: list[int], connection: Any) -> int:
         """``admit`` for consecutive syncs of one partition, of ``sizes`` body bytes each:
@@ -106,7 +113,7 @@ class GregorSlave:
         Every admitted sync must be ended by a ``finished`` or ``finished_run`` call.
         """
         waiting = self._waiting_of(topic, partition, connection)
-        count, size_total = waiting
+        count, size_total = waiting[0], waiting[1]
         admitted = 0
         takes = _takes
         for size in sizes:
@@ -118,33 +125,39 @@ class GregorSlave:
         waiting[0], waiting[1] = count, size_total
         return admitted
 
-    def _waiting_of(self, topic: str, partition: int, connection: Any) -> list[int]:
-        """The partition's [syncs, body bytes] waiting; ``connection`` sent the last sync."""
+    def _waiting_of(self, topic: str, partition: int, connection: Any) -> list:
+        """The partition's waiting counts; ``connection`` sent the last sync."""
         if connection is not self._master_connection:
             self._master_connection = connection
             self._master_address = _peer_text(connection)
         key = (topic, partition)
         waiting = self._waiting.get(key)
         if waiting is None:
-            waiting = self._waiting[key] = [0, 0]
+            waiting = self._waiting[key] = [0, 0, 0.0]
         return waiting
 
     def finished_run(self, topic: str, partition: int, count: int, size: int, stored: bool) -> None:
         """``finished`` for ``count`` admitted syncs of ``size`` body bytes in all."""
-        key = (topic, partition)
-        waiting = self._waiting[key]
+        waiting = self._waiting[(topic, partition)]
         waiting[0] -= count
         waiting[1] -= size
         assert waiting[0] >= 0
         assert waiting[1] >= 0
-        if not waiting[0]:
-            del self._waiting[key]
         if stored:
-            self._last_sync_ms[key] = int(self._now_s() * 1000)
+            waiting[2] = self._now_s()
 
     def finished(self, topic: str, partition: int, size: int, stored: bool) -> None:
         """An admitted sync was answered; ``stored``: it was appended (its time is kept)."""
         self.finished_run(topic, partition, 1, size, stored)
+
+    def finished_one(self, waiting: list, size: int, stored: bool) -> None:
+        """``finished`` for a sync ``admit_one`` admitted, given what it returned."""
+        waiting[0] -= 1
+        waiting[1] -= size
+        assert waiting[0] >= 0
+        assert waiting[1] >= 0
+        if stored:
+            waiting[2] = self._now_s()
 
     def waiting(self, topic: str, partition: int) -> int:
         """Syncs of the partition admitted and not yet answered."""
@@ -164,10 +177,11 @@ class GregorSlave:
         lines = [f"role {ROLE}", f"master {self.master}"]
         logs = sorted(self._partitions(), key=lambda log: (log.topic, log.partition))
         for partition_log in logs:
-            key = (partition_log.topic, partition_log.partition)
+            waiting = self._waiting.get((partition_log.topic, partition_log.partition))
+            last_sync_ms = 0 if waiting is None else int(waiting[2] * 1000)
             lines.append(
-                f"partition {key[0]}-{key[1]} {partition_log.max_offset} "
-                f"{self._last_sync_ms.get(key, 0)}"
+                f"partition {partition_log.topic}-{partition_log.partition} "
+                f"{partition_log.max_offset} {last_sync_ms}"
             )
         return ("\r\n".join(lines) + "\r\n").encode()
 

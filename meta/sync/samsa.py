@@ -79,6 +79,7 @@ class SamsaMaster:
             send_now,
             broker.output_pending,
         )
+        self._in_flight_max = config.syncs_in_flight_max
         self._too_many_in_flight = (
             f"Too many puts in flight to slave '{self.slave_uri}' "
             f"(maxSyncsInFlight={config.syncs_in_flight_max})"
@@ -118,7 +119,7 @@ class SamsaMaster:
         """Why a put to ``topic-partition`` is refused before anything is sent, or None."""
         if not self.link.connected:
             return SLAVE_DISCONNECTED
-        if self.link.in_flight >= self.config.syncs_in_flight_max:
+        if self.link.in_flight >= self._in_flight_max:
             return self._too_many_in_flight
         state = self.partitions.get((topic, partition))
         if state is not None and state.refusing:
@@ -135,7 +136,9 @@ class SamsaMaster:
         The caller ends its batch (``broker.end_of_batch``) before the reactor waits again:
         that writes the staged record, then the gathered ``sync``.
         """
-        state = self._partition(topic, partition)
+        state = self.partitions.get((topic, partition))
+        if state is None:
+            state = self._partition(topic, partition)
         if self._detecting or state.gated:
             entry = (partition_log, record, done)
             state.wait(self._reactor, self._timeout_s, entry, self.broker.end_of_batch)
@@ -162,11 +165,8 @@ class SamsaMaster:
         partition is neither being caught up nor refusing puts. Otherwise each put takes
         ``replicate``'s way. A run may take the link past the bound by its own length
         (at most one read's puts)."""
-        if (
-            self._detecting
-            or not self.link.connected
-            or self.link.in_flight >= self.config.syncs_in_flight_max
-        ):
+        link = self.link
+        if self._detecting or not link.connected or link.in_flight >= self._in_flight_max:
             return False
         state = self.partitions.get((topic, partition))
         return state is None or not (state.gated or state.refusing)
@@ -184,7 +184,7 @@ class SamsaMaster:
         topic_bytes, unpack, sync_format = state.topic_bytes, HEADER.unpack, SYNC_FORMAT
 
         def build(opaques: list[int]) -> bytes:
-            frames = []
+            frames: list[bytes] = []
             append = frames.append
             for header, body, opaque in zip(headers, bodies, opaques, strict=True):
                 length, crc, msg_id, flag = unpack(header)

@@ -14,7 +14,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from meta.protocol.message import HEADER_SIZE
-from meta.protocol.put_reply import decode_put_reply
 from meta.sync.slave_link import DISCONNECTED, TIMED_OUT
 
 if TYPE_CHECKING:
@@ -70,35 +69,45 @@ class PutOutcome:
 
     def _finish(self) -> None:
         code, body = self.slave  # type: ignore[misc]
-        slave_failure = None
-        if code == 200:
-            self._master.slave_answered(True, self._sent_at_s)
-            if self.offset is not None:
-                self._compare(body, self.offset)
-        else:
-            self._master.slave_answered(False, self._sent_at_s)
-            slave_failure = failure_reason(code, body)
-        self._done(self.offset, self.error, slave_failure)
-
-    def _compare(self, body: bytes, offset: int) -> None:
-        try:
-            slave_offset = decode_put_reply(body)[2]
-        except ValueError:
-            return  # not a put reply: nothing to compare (a Java slave always sends one)
-        state = self._state
-        if slave_offset != offset:
-            self._master.offsets_differ(state, offset, slave_offset)
-        else:
-            state.acked_end = offset + self._size
-            state.slave_end = max(state.slave_end, state.acked_end)
+        master = self._master
+        if code != 200:
+            master.slave_answered(False, self._sent_at_s)
+            self._done(self.offset, self.error, failure_reason(code, body))
+            return
+        master.slave_answered(True, self._sent_at_s)
+        offset = self.offset
+        if offset is not None:  # compare the copies (a body that is no put reply: nothing)
+            slave_offset = _reply_offset(body, None)
+            state = self._state
+            if slave_offset is None:
+                pass
+            elif slave_offset != offset:
+                master.offsets_differ(state, offset, slave_offset)
+            else:
+                end = offset + self._size
+                state.acked_end = end
+                if state.slave_end < end:
+                    state.slave_end = end
+        self._done(offset, self.error, None)
 
 
 class RunOutcome:
     """The two halves of a run of replicated puts of one partition: one local stage, one
     slave reply per put; ``done`` is called once all are in."""
 
-    __slots__ = ("_bodies", "_codes", "_done", "_master", "_pending", "_sent_at_s", "_state")
-    __slots__ += ("_master_in", "_replies", "error", "offset")
+    __slots__ = (
+        "_bodies",
+        "_codes",
+        "_done",
+        "_master",
+        "_master_in",
+        "_pending",
+        "_replies",
+        "_sent_at_s",
+        "_state",
+        "error",
+        "offset",
+    )
 
     def __init__(
         self,
@@ -163,7 +172,7 @@ class RunOutcome:
         self._done(self.offset, self.error, codes)
 
 
-def _reply_offset(reply: bytes, otherwise: int) -> int:
+def _reply_offset(reply: bytes, otherwise: Any) -> Any:
     """The offset of a put reply's body (``<msgId> <partition> <offset>``; the last field of
     ``decode_put_reply``), or ``otherwise`` when the body is not a put reply."""
     try:

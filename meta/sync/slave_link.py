@@ -154,7 +154,8 @@ class SlaveLink:
     def reconnect(self) -> None:
         """Drop the connection (its requests fail); the factory opens a new one."""
         if self._protocol is not None:
-            self._protocol.transport.loseConnection()
+            transport: Any = self._protocol.transport
+            transport.loseConnection()
 
     def send(self, build: Callable[[int], bytes], done: Done, batched: bool = False) -> bool:
         """Send ``build(opaque)``; ``done(code, body)`` is called once with its outcome.
@@ -172,7 +173,12 @@ class SlaveLink:
         self._in_flight[opaque] = (self._reactor.seconds() + self._timeout_s, done)
         if self._timer is None:
             self._timer = self._reactor.callLater(self._timeout_s, self._expire)
-        self._gather(build(opaque), batched)
+        out = self._out
+        out.append(build(opaque))
+        if len(out) == 1:
+            self._on_output(self)
+        if not batched and self._flush_late_call is None:
+            self._arm_flush_late()
         return True
 
     def send_many(
@@ -203,12 +209,16 @@ class SlaveLink:
         return True
 
     def _gather(self, data: bytes, batched: bool) -> None:
+        """Add ``data`` to the next ``flush_output`` (``send`` does the same inline)."""
         out = self._out
         out.append(data)
         if len(out) == 1:
             self._on_output(self)
         if not batched and self._flush_late_call is None:
-            self._flush_late_call = self._reactor.callLater(FLUSH_LATE_S, self._flush_late)
+            self._arm_flush_late()
+
+    def _arm_flush_late(self) -> None:
+        self._flush_late_call = self._reactor.callLater(FLUSH_LATE_S, self._flush_late)
 
     def _flush_late(self) -> None:
         self._flush_late_call = None
@@ -229,9 +239,10 @@ class SlaveLink:
         link = self._protocol
         if link is None:
             return  # lost meanwhile: its requests already failed with DISCONNECTED
-        sent = self._send_now(link.transport, data)
+        transport: Any = link.transport
+        sent = self._send_now(transport, data)
         if sent < len(data):
-            link.transport.write(data[sent:] if sent else data)
+            transport.write(data[sent:] if sent else data)
 
     # --- called by the connection ----------------------------------------------------------
 
@@ -334,7 +345,8 @@ class _LinkProtocol(protocol.Protocol):
             except LocalProtocolError as error:  # not a broker: drop the connection
                 link = self._link
                 log.error("gregor slave %s sent bad data (%s); reconnecting", link.host, error)
-                self.transport.loseConnection()
+                transport: Any = self.transport
+                transport.loseConnection()
                 return
             if frame is NEED_DATA:
                 self._link.after_callbacks()
@@ -348,8 +360,9 @@ class _LinkProtocol(protocol.Protocol):
 class _LinkFactory(protocol.ReconnectingClientFactory):
     """Reconnects with back-off (Twisted's), quietly: the link logs what matters."""
 
-    initialDelay = RECONNECT_DELAY_MIN_S
-    maxDelay = RECONNECT_DELAY_MAX_S
+    # Twisted annotates the delay as int; it is used as seconds, fractions included.
+    initialDelay = RECONNECT_DELAY_MIN_S  # type: ignore[assignment]
+    maxDelay = RECONNECT_DELAY_MAX_S  # type: ignore[assignment]
     factor = 1.6
     noisy = False
 

@@ -25,7 +25,13 @@ def test_the_report_compares_the_replicated_side_with_the_plain_one():
     replicated = side(
         "replicated",
         {
-            "pipelined": {"messages": 300, "seconds": 1.0, "cpu_s": [0.006, 0.009], "lat": []},
+            "pipelined": {
+                "messages": 300,
+                "seconds": 1.0,
+                "cpu_s": [0.006, 0.009],
+                "lat": [],
+                "rounds": [280, 320],
+            },
             "latency": {
                 "messages": 100,
                 "seconds": 1.0,
@@ -39,6 +45,8 @@ def test_the_report_compares_the_replicated_side_with_the_plain_one():
     assert (pipelined["rate_ratio"], pipelined["met"]) == (0.3, False)
     assert pipelined["plain"]["cpu_us_per_msg"] == [10.0]
     assert pipelined["replicated"]["cpu_us_per_msg"] == [20.0, 30.0]
+    assert pipelined["replicated"]["rounds_msg_per_s"] == [280, 320]
+    assert pipelined["plain"]["rounds_msg_per_s"] == []
     latency = result["latency"]
     assert (latency["p99_ratio"], latency["met"]) == (4.0, False)
     text = format_report(result)

@@ -361,3 +361,34 @@ def test_an_input_event_ends_a_selectable_as_twisteds_reactor_does(why):
             os.close(write_end)
     assert calls[1] == calls[0]
     assert calls[0]  # the reactor acted on the event
+
+
+def test_the_poll_timeout_is_twisteds_for_no_call_a_far_one_a_later_one_and_a_due_one():
+    """Goal: the lean ``timeout`` answers as ``ReactorBase.timeout``. Method: a reactor on a
+    frozen clock, timed calls added one by one, sooner each time; both answers compared."""
+    reactor = lean.LeanEPollReactor()
+    reactor.seconds = lambda: 1000.0
+    twisted_timeout = lean.EPollReactor.timeout
+    answers = [(reactor.timeout(), twisted_timeout(reactor))]
+    for delay_s in (10**8, 2.5, 0.0):
+        reactor.callLater(delay_s, lambda: None)
+        answers.append((reactor.timeout(), twisted_timeout(reactor)))
+    assert [lean_answer for lean_answer, _ in answers] == [None, lean.TIMEOUT_MAX_S, 2.5, 0]
+    for lean_answer, twisted_answer in answers:
+        assert lean_answer == twisted_answer
+
+
+def test_timed_calls_run_when_due_and_not_before_with_the_lean_pass():
+    reactor = lean.LeanEPollReactor()
+    now = [1000.0]
+    reactor.seconds = lambda: now[0]
+    ran: list[str] = []
+    reactor.callLater(1.0, ran.append, "later")
+    reactor.runUntilCurrent()  # adds it; not due
+    reactor.runUntilCurrent()  # the lean pass: nothing due
+    assert ran == []
+    assert reactor.timeout() == 1.0
+    now[0] += 1.0
+    reactor.runUntilCurrent()
+    assert ran == ["later"]
+    assert reactor.timeout() is None
