@@ -76,15 +76,14 @@ class PutOutcome:
             return
         master.slave_answered(True, self._sent_at_s)
         offset = self.offset
-        if offset is not None:  # compare the copies (a body that is no put reply: nothing)
-            slave_offset = _reply_offset(body, None)
+        # Compare the copies; a body that is no put reply has nothing to compare.
+        slave_offset = None if offset is None else _reply_offset(body, None)
+        if slave_offset is not None:
             state = self._state
-            if slave_offset is None:
-                pass
-            elif slave_offset != offset:
+            if slave_offset != offset:
                 master.offsets_differ(state, offset, slave_offset)
             else:
-                end = offset + self._size
+                end = slave_offset + self._size
                 state.acked_end = end
                 if state.slave_end < end:
                     state.slave_end = end
@@ -172,7 +171,7 @@ class RunOutcome:
         self._done(self.offset, self.error, codes)
 
 
-def _reply_offset(reply: bytes, otherwise: Any) -> Any:
+def _reply_offset(reply: bytes, otherwise: int | None) -> int | None:
     """The offset of a put reply's body (``<msgId> <partition> <offset>``; the last field of
     ``decode_put_reply``), or ``otherwise`` when the body is not a put reply."""
     try:
