@@ -24,13 +24,10 @@ stopped (``BenchBroker.stop``). Needs ``valgrind`` and ``callgrind_control`` on 
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
-from meta.bench.broker import BenchBroker
+from meta.bench.broker import BenchBroker, report_in_work_directory
 from meta.bench.callgrind import START_TIMEOUT_S, control, dump_totals
 from meta.bench.load import PutFrames, run_sync
 from meta.bench.sync_repl import GregorBenchBroker, SamsaBenchBroker, wait_replicating
@@ -148,14 +145,7 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_arguments(argv)
-    work = Path(tempfile.mkdtemp(prefix="metaq-callgrind-sync-"))
-    try:
-        rows = measure(arguments, work)
-    finally:
-        if not arguments.keep:
-            shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(rows, indent=2) if arguments.json else format_rows(rows))
-    return 0
+    return report_in_work_directory(arguments, "metaq-callgrind-sync-", measure, format_rows)
 
 
 if __name__ == "__main__":
