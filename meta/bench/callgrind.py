@@ -174,12 +174,23 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     add("--json", action="store_true", help="print the rows as JSON")
     add("--keep", action="store_true", help="keep the work directory (dumps, broker log)")
     arguments = parser.parse_args(argv)
-    for key in ("messages", "warmup", "connections"):
-        if getattr(arguments, key) <= 0:
-            parser.error(f"--{key} must be positive")
-    if arguments.threshold < 0:
-        parser.error("--threshold must be 0 or more")
+    check_counts(parser, arguments, ("messages", "warmup", "connections"), "threshold")
     return arguments
+
+
+def check_counts(
+    parser: argparse.ArgumentParser,
+    arguments: argparse.Namespace,
+    positive: tuple[str, ...],
+    threshold: str,
+) -> None:
+    """Exit through ``parser.error`` unless every option named in ``positive`` is above 0 and
+    the flush-mode option ``threshold`` is 0 or more (names as ``arguments`` holds them)."""
+    for key in positive:
+        if getattr(arguments, key) <= 0:
+            parser.error(f"--{key.replace('_', '-')} must be positive")
+    if getattr(arguments, threshold) < 0:
+        parser.error(f"--{threshold.replace('_', '-')} must be 0 or more")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from meta.bench.broker import BenchBroker, report_in_work_directory
-from meta.bench.callgrind import START_TIMEOUT_S, control, dump_totals
+from meta.bench.callgrind import START_TIMEOUT_S, check_counts, control, dump_totals
 from meta.bench.load import PutFrames, run_sync
 from meta.bench.sync_repl import GregorBenchBroker, SamsaBenchBroker, wait_replicating
 
@@ -135,11 +135,7 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     add("--json", action="store_true", help="print the rows as JSON")
     add("--keep", action="store_true", help="keep the work directory (dumps, broker logs)")
     arguments = parser.parse_args(argv)
-    for key in ("messages", "warmup", "message_bytes"):
-        if getattr(arguments, key) <= 0:
-            parser.error(f"--{key.replace('_', '-')} must be positive")
-    if arguments.unflush_threshold < 0:
-        parser.error("--unflush-threshold must be 0 or more")
+    check_counts(parser, arguments, ("messages", "warmup", "message_bytes"), "unflush_threshold")
     return arguments
 
 
