@@ -40,7 +40,9 @@ message counts and ``unflushThreshold`` count messages as on the master.)
 Replay (a backlog on the master): while replies come back full, the fetch size doubles, up
 to ``REPLAY_FETCH_BYTES_MAX``, so per-fetch costs (round trip, thread hops, the reactor's
 write and acknowledgement) are spread over more records; it halves again, as the client's
-does, once replies come back less than half full (caught up). The records handed to the
+does, once replies come back less than half full (caught up). A reply is still at most the
+master's ``maxTransferSize`` (1 MiB by default): a master with that default answers 1 MiB
+whatever the slave asks. The records handed to the
 reactor are a ``memoryview`` of the reply (no copy); the replicator's connections receive a
 large reply in place (``Decoder(value_in_place=True)``), so the body the socket read is the
 one the store writes.
