@@ -93,7 +93,7 @@ def test_a_rebuild_whose_shims_did_not_change_is_not_stale(tmp_path, monkeypatch
 
     def import_module(name: str) -> types.ModuleType:
         assert name == "meta.fake"
-        sys.modules[library_module.__name__] = library_module
+        monkeypatch.setitem(sys.modules, library_module.__name__, library_module)
         return module
 
     monkeypatch.delitem(sys.modules, library_module.__name__, raising=False)
