@@ -173,12 +173,7 @@ class SlaveLink:
         self._in_flight[opaque] = (self._reactor.seconds() + self._timeout_s, done)
         if self._timer is None:
             self._timer = self._reactor.callLater(self._timeout_s, self._expire)
-        out = self._out
-        out.append(build(opaque))
-        if len(out) == 1:
-            self._on_output(self)
-        if not batched and self._flush_late_call is None:
-            self._arm_flush_late()
+        self._gather(build(opaque), batched)
         return True
 
     def send_many(
@@ -209,16 +204,13 @@ class SlaveLink:
         return True
 
     def _gather(self, data: bytes, batched: bool) -> None:
-        """Add ``data`` to the next ``flush_output`` (``send`` does the same inline)."""
+        """Add ``data`` to the next ``flush_output``."""
         out = self._out
         out.append(data)
         if len(out) == 1:
             self._on_output(self)
         if not batched and self._flush_late_call is None:
-            self._arm_flush_late()
-
-    def _arm_flush_late(self) -> None:
-        self._flush_late_call = self._reactor.callLater(FLUSH_LATE_S, self._flush_late)
+            self._flush_late_call = self._reactor.callLater(FLUSH_LATE_S, self._flush_late)
 
     def _flush_late(self) -> None:
         self._flush_late_call = None
