@@ -32,6 +32,8 @@ COMPILED_MODULES = (
     "meta.server.protocol",
     "meta.server.put_run",
     "meta.server.puts",
+    "meta.server.reply_batch",
+    "meta.server.request_stats",
     "meta.server.transport",
     "meta.store.append",
     "meta.store.group_commit",
