@@ -14,8 +14,7 @@ call from compiled code to compiled code. Reactor thread only.
 
 from __future__ import annotations
 
-from meta.config import BrokerConfig
-from meta.server.stats import RealtimeStats, stat_enabled
+from meta.server.stats import RealtimeStats, StatsConfig, stat_enabled
 from meta.server.topic_counters import TopicCounters
 
 STAT_TOPICS_MAX = 100_000
@@ -26,7 +25,8 @@ class RequestStats:
     """Records requests in the realtime statistics of the topics that keep them.
 
     Args:
-        config: the running configuration (``set_config`` replaces it).
+        config: the running configuration, a ``meta.config.BrokerConfig`` (``set_config``
+            replaces it).
         realtime: the counters the ``stats`` command reads.
         put_failed_by_topic: failed puts per topic (the dashboard's metrics).
         get_miss_by_topic: gets that found nothing, per topic (the dashboard's metrics).
@@ -34,7 +34,7 @@ class RequestStats:
 
     def __init__(
         self,
-        config: BrokerConfig,
+        config: StatsConfig,
         realtime: RealtimeStats,
         put_failed_by_topic: TopicCounters,
         get_miss_by_topic: TopicCounters,
@@ -45,7 +45,7 @@ class RequestStats:
         self._get_miss_by_topic = get_miss_by_topic
         self._stat_topics: dict[str, bool] = {}
 
-    def set_config(self, config: BrokerConfig) -> None:
+    def set_config(self, config: StatsConfig) -> None:
         """Use ``config`` from now on (a reload): every topic's ``stat`` switch is read again."""
         self._config = config
         self._stat_topics.clear()
