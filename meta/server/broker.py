@@ -189,9 +189,9 @@ class Broker:
         self._started_at = reactor.seconds()
         # The replies gathered in a batch (``ReplyBatch``), its methods bound here as above.
         replies = ReplyBatch(self.tx.journal.end_of_batch, self.store.commit_staged)
+        self._replies = replies
         self.output_pending = replies.output_pending
-        self.flush_output = replies.flush_output
-        self.data_waiters = DataWaiters(reactor, self.flush_output)
+        self.data_waiters = DataWaiters(reactor, replies.flush_output)
         # After each read of a connection: write what its puts staged, then send the replies
         # that became ready, once per poll (``reactor.call_after_events``); called per read.
         self.end_of_batch: Callable[[], None] = partial(
@@ -388,6 +388,10 @@ class Broker:
         self.data_waiters.wait(partition_log, timeout_s, woken)
 
     # --- connections and stats ------------------------------------------------------------------
+
+    def flush_output(self) -> None:
+        """Write the gathered replies of every connection (one transport write each)."""
+        self._replies.flush_output()
 
     def call_soon(self, call: Callable[[], None]) -> None:
         """Run ``call()`` in the next reactor turn (a connection's next slice of requests)."""
