@@ -30,7 +30,7 @@ FAST_RESULT = re.compile(rb"result (\d{1,9}) (\d{1,9}) (-?\d{1,10})")
 # Its repeats are possessive (``{m,n}+``: no backtracking into them), which accepts exactly
 # what the plain ones would: each repeats a class that excludes the byte that must follow it
 # (a space, or the CR), so a match can only end a repeat at its longest run. sre matches a
-# header in about a third fewer instructions so.
+# header with less bookkeeping so (a one-put read's match: 5.4k instructions before, 4.75k).
 PUT_RUN = re.compile(
     rb"put ([A-Za-z0-9_.-]{1,255}+) (0|[1-9][0-9]{0,8}+) ([0-9]{1,9}+) (-?[0-9]{1,9}+) "
     rb"(?:(-?[0-9]{1,10}+) )?(?:((?:TX|XID):[!-~]{1,1024}+) )?(0|-?[1-9][0-9]{0,8}+)\r\n"

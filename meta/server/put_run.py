@@ -35,7 +35,6 @@ from meta.server.handlers import handle_put
 from meta.server.puts import (
     RECORD_HEADER_BYTES,
     Targets,
-    accepted_crc,
     accepted_crcs,
     append_failed,
     cached_target,
@@ -264,7 +263,7 @@ def handle_single_put(
     when it was sent through ``connection.send_reply``. The caller answers a slave's puts
     itself (``refused_by_slave``)."""
     fields = puts[0]
-    topic_bytes, partition_bytes, flag, checksum, opaque, body = fields
+    topic_bytes, partition_bytes, flag, _checksum, opaque, body = fields
     target = cached_target(broker, targets, (topic_bytes, partition_bytes))
     if target is None:
         return _handle_one(broker, fields, connection)
@@ -275,9 +274,11 @@ def handle_single_put(
     sync = broker.sync
     if sync is not None and not sync.takes_run(topic, partition):
         return _handle_one(broker, fields, connection)  # a refusal, or a wait for the slave
-    crc = accepted_crc(body, checksum)  # by its own name: a direct call when compiled
-    if crc is None:
+    # By its own name, not ``_accepted_crcs``: a direct call when compiled.
+    crcs = accepted_crcs(puts, 0, 1)
+    if not crcs:
         return _handle_one(broker, fields, connection)
+    crc = crcs[0]
     broker.counters.cmd_put += 1
     msg_id = broker.ids.next_id()
     size = len(body)

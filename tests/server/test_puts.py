@@ -43,12 +43,6 @@ def test_a_put_with_a_wrong_checksum_is_refused(checksum_field):
     assert accepted_crc(BODY, checksum_field) is None
 
 
-@pytest.mark.parametrize("checksum_field", [None, -1, checksum(BODY), 0, checksum(BODY) + 1])
-def test_one_put_and_a_run_of_one_follow_the_same_checksum_rule(checksum_field):
-    crcs = accepted_crcs([fields(BODY, checksum_field)], 0, 1)
-    assert accepted_crc(BODY, checksum_field) == (crcs[0] if crcs else None)
-
-
 def test_a_run_is_accepted_up_to_its_first_wrong_checksum():
     puts = [fields(b"a", None), fields(b"b", checksum(b"b")), fields(b"c", 7), fields(b"d", -1)]
     assert accepted_crcs(puts, 0, 4) == [checksum(b"a"), checksum(b"b")]
