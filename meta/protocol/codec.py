@@ -353,7 +353,6 @@ class Decoder:
         available = len(buffer)
         body_max = self.body_bytes_max
         match = PUT_RUN.match
-        append = puts.append
         run_key = None  # the first put's key (None: plain puts)
         for _ in range(limit):
             if position == available:
@@ -376,7 +375,10 @@ class Decoder:
                 checksum = int(checksum)
                 if not INT_MIN <= checksum <= INT_MAX:
                     break
-            append((topic, partition, int(flag), checksum, opaque, buffer[body_start:body_end]))
+            # ``puts.append`` itself: a list operation when compiled, not a bound-method call.
+            puts.append(
+                (topic, partition, int(flag), checksum, opaque, buffer[body_start:body_end])
+            )
             position = body_end
         self._position = position
         return (self._last_key if run_key is not None else None), puts

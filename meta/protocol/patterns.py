@@ -27,9 +27,13 @@ FAST_RESULT = re.compile(rb"result (\d{1,9}) (\d{1,9}) (-?\d{1,10})")
 # ``parse_transaction_key``). Such a header is always shorter than the codec's
 # ``HEADER_BYTES_MAX``.
 # Anything else is left to ``next_command``.
+# Its repeats are possessive (``{m,n}+``: no backtracking into them), which accepts exactly
+# what the plain ones would: each repeats a class that excludes the byte that must follow it
+# (a space, or the CR), so a match can only end a repeat at its longest run. sre matches a
+# header with less bookkeeping so (a one-put read's match: 5.4k instructions before, 4.75k).
 PUT_RUN = re.compile(
-    rb"put ([A-Za-z0-9_.-]{1,255}) (0|[1-9][0-9]{0,8}) ([0-9]{1,9}) (-?[0-9]{1,9}) "
-    rb"(?:(-?[0-9]{1,10}) )?(?:((?:TX|XID):[!-~]{1,1024}) )?(0|-?[1-9][0-9]{0,8})\r\n"
+    rb"put ([A-Za-z0-9_.-]{1,255}+) (0|[1-9][0-9]{0,8}+) ([0-9]{1,9}+) (-?[0-9]{1,9}+) "
+    rb"(?:(-?[0-9]{1,10}+) )?(?:((?:TX|XID):[!-~]{1,1024}+) )?(0|-?[1-9][0-9]{0,8}+)\r\n"
 )
 RESULT_RUN = re.compile(rb"result ([0-9]{1,9}) ([0-9]{1,9}) (-?[0-9]{1,10})\r\n")
 # A gregor slave's sync runs (``Decoder.next_sync_run``): Java's 7- and 8-token ``sync`` to a

@@ -68,14 +68,15 @@ from meta.server.reload import (  # re-exported: callers import them from here
     reload_outcome,
     reload_registry,
 )
+from meta.server.reply_batch import ReplyBatch
 from meta.server.reply_budget import ReplyBudget
+from meta.server.request_stats import RequestStats
 from meta.server.stats import (
     BrokerCounters,
     BrokerView,
     PartitionView,
     RealtimeStats,
     render_stats,
-    stat_enabled,
 )
 from meta.server.topic_counters import TopicCounters
 from meta.server.topic_limits import check_new_topic
@@ -156,6 +157,18 @@ class Broker:
         self.put_failed_by_topic = TopicCounters()  # read by the dashboard's metrics
         self.get_miss_by_topic = TopicCounters()
         self.realtime = RealtimeStats(reactor.seconds)
+        # The per-request statistics are the methods of ``RequestStats``, bound here so that
+        # a put's count calls them directly (compiled code to compiled code when compiled).
+        stats = RequestStats(
+            config, self.realtime, self.put_failed_by_topic, self.get_miss_by_topic
+        )
+        self.request_stats = stats
+        self.stat_enabled = stats.stat_enabled
+        self.record_put = stats.record_put
+        self.record_put_failed = stats.record_put_failed
+        self.record_get = stats.record_get
+        self.record_get_miss = stats.record_get_miss
+        self.record_offset = stats.record_offset
         self.version = WIRE_VERSION
         self.connections: set = set()
         self.connection_guard = ConnectionGuard(config, reactor)
@@ -174,13 +187,16 @@ class Broker:
         self.serving = False
         self._port = None
         self._started_at = reactor.seconds()
-        self._stat_topics: dict[str, bool] = {}
-        self.data_waiters = DataWaiters(reactor, self.flush_output)
-        self._output_pending: list = []
-        self._after_events = after_events_caller(reactor)
+        # The replies gathered in a batch (``ReplyBatch``), its methods bound here as above.
+        replies = ReplyBatch(self.tx.journal.end_of_batch, self.store.commit_staged)
+        self._replies = replies
+        self.output_pending = replies.output_pending
+        self.data_waiters = DataWaiters(reactor, replies.flush_output)
         # After each read of a connection: write what its puts staged, then send the replies
         # that became ready, once per poll (``reactor.call_after_events``); called per read.
-        self.end_of_batch: Callable[[], None] = partial(self._after_events, self._commit_and_send)
+        self.end_of_batch: Callable[[], None] = partial(
+            after_events_caller(reactor), replies.commit_and_send
+        )
         # After a finished fsync batch: write the transaction batches it released (one write
         # per partition), then send the replies its acks made, in one go.
         self.store.flusher.on_batch_done = self.end_of_batch
@@ -323,7 +339,7 @@ class Broker:
             log.warning("config reload: %s, takes effect at restart", change)
         config = running.with_overrides(topics=reread.topics, checksum=reread.checksum)
         self.config = config
-        self._stat_topics.clear()
+        self.request_stats.set_config(config)
         self.store.set_config(config)
         for connection in self.connections:
             connection.config_changed()
@@ -373,20 +389,9 @@ class Broker:
 
     # --- connections and stats ------------------------------------------------------------------
 
-    def _commit_and_send(self) -> None:
-        self.tx.journal.end_of_batch()
-        self.store.commit_staged()
-        self.flush_output()
-
-    def output_pending(self, connection) -> None:
-        """``connection`` has replies gathered for its next ``flush_output``."""
-        self._output_pending.append(connection)
-
     def flush_output(self) -> None:
         """Write the gathered replies of every connection (one transport write each)."""
-        pending, self._output_pending = self._output_pending, []
-        for connection in pending:
-            connection.flush_output()
+        self._replies.flush_output()
 
     def call_soon(self, call: Callable[[], None]) -> None:
         """Run ``call()`` in the next reactor turn (a connection's next slice of requests)."""
@@ -403,30 +408,6 @@ class Broker:
         rolled_back = self.transactions.session_closed(connection)
         if rolled_back:
             log.info("rolled back %d open local transactions of a closed connection", rolled_back)
-
-    def _stat(self, topic: str) -> bool:
-        enabled = self._stat_topics.get(topic)
-        if enabled is None:
-            if len(self._stat_topics) > 100_000:
-                self._stat_topics.clear()
-            enabled = self._stat_topics[topic] = stat_enabled(self.config, topic)
-        return enabled
-
-    def stat_enabled(self, topic: str) -> bool:
-        """Whether realtime statistics are kept for ``topic`` (its ``stat`` key, cached)."""
-        return self._stat(topic)
-
-    def record_put(self, topic: str, partition: int, size: int) -> None:
-        enabled = self._stat_topics.get(topic)  # ``_stat``'s lookup inlined: once per put
-        if enabled or (enabled is None and self._stat(topic)):
-            key = f"{self.config.broker_id}-{partition}"
-            self.realtime.record("put", topic, key)
-            self.realtime.record("message_size", topic, "*", size)
-
-    def record_put_failed(self, topic: str, partition: int) -> None:
-        self.put_failed_by_topic.add(topic)
-        if self._stat(topic):
-            self.realtime.record("put_failed", topic, f"{self.config.broker_id}-{partition}")
 
     def record_put_too_large(self, topic: str, partition: int, size: int) -> None:
         """Count a put refused for its size (compatibility.md) for ``stats rejected``, and log it:
@@ -449,19 +430,6 @@ class Broker:
             self.config.message_bytes_max,
             counters.put_too_large,
         )
-
-    def record_get(self, topic: str, group: str) -> None:
-        if self._stat(topic):
-            self.realtime.record("get", topic, group)
-
-    def record_get_miss(self, topic: str, group: str) -> None:
-        self.get_miss_by_topic.add(topic)
-        if self._stat(topic):
-            self.realtime.record("get_miss", topic, group)
-
-    def record_offset(self, topic: str, group: str) -> None:
-        if self._stat(topic):
-            self.realtime.record("offset", topic, group)
 
     def render_stats(self, item: str) -> tuple[int, bytes]:
         if is_json_item(item):  # ours: one JSON document per item (meta.server.json_stats)

@@ -280,11 +280,11 @@ def test_flush_settings_of_a_topic_with_open_partitions_are_reported_as_waiting(
 
 
 def test_the_stat_switch_of_a_topic_takes_effect_at_once(setup):
-    assert not setup.broker._stat("test")
+    assert not setup.broker.stat_enabled("test")
 
     setup.reload(topics={"test": {"numPartitions": 2, "stat": "true"}, "idle": {}})
 
-    assert setup.broker._stat("test")
+    assert setup.broker.stat_enabled("test")
 
 
 def test_a_zookeeper_failure_keeps_the_new_config_and_is_reported(setup, caplog):
