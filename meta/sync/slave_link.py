@@ -43,6 +43,7 @@ from twisted.python.failure import Failure
 from meta.errors import LocalProtocolError
 from meta.protocol.codec import HEADER_BYTES_MAX, NEED_DATA, Decoder
 from meta.protocol.commands import Result
+from meta.protocol.patterns import RESULT_RUN
 
 log = logging.getLogger("meta.sync")
 
@@ -130,6 +131,11 @@ class SlaveLink:
         """Requests sent and not answered yet."""
         return len(self._in_flight)
 
+    def has_room(self, in_flight_max: int) -> bool:
+        """Whether the link is up with fewer than ``in_flight_max`` requests in flight
+        (``connected`` and ``in_flight`` in one call: a put asks it every time)."""
+        return self._protocol is not None and len(self._in_flight) < in_flight_max
+
     def start(self) -> None:
         """Connect, and keep reconnecting until ``stop``."""
         self._connector = self._reactor.connectTCP(
@@ -157,11 +163,19 @@ class SlaveLink:
             transport: Any = self._protocol.transport
             transport.loseConnection()
 
-    def send(self, build: Callable[[int], bytes], done: Done, batched: bool = False) -> bool:
+    def send(
+        self,
+        build: Callable[[int], bytes],
+        done: Done,
+        batched: bool = False,
+        now_s: float | None = None,
+    ) -> bool:
         """Send ``build(opaque)``; ``done(code, body)`` is called once with its outcome.
 
         ``batched``: the caller's batch ends (``flush_output``) before the reactor waits
-        again, so no late flush is armed (a put's ``sync``, see the module doc).
+        again, so no late flush is armed (a put's ``sync``, see the module doc). ``now_s``:
+        the reactor's ``seconds()`` when the caller has just read it (its deadline counts
+        from there), else the link reads it.
 
         Returns:
             False when the link is down: nothing was sent and ``done`` will not be called.
@@ -170,10 +184,18 @@ class SlaveLink:
         if link is None:
             return False
         opaque = self._opaque = self._opaque + 1 if self._opaque < OPAQUE_MAX else 1
-        self._in_flight[opaque] = (self._reactor.seconds() + self._timeout_s, done)
+        if now_s is None:
+            now_s = self._reactor.seconds()
+        self._in_flight[opaque] = (now_s + self._timeout_s, done)
         if self._timer is None:
             self._timer = self._reactor.callLater(self._timeout_s, self._expire)
-        self._gather(build(opaque), batched)
+        if batched:  # ``_gather`` inlined for a put's sync: one call less per put
+            out = self._out
+            out.append(build(opaque))
+            if len(out) == 1:
+                self._on_output(self)
+        else:
+            self._gather(build(opaque), False)
         return True
 
     def send_many(
@@ -305,6 +327,9 @@ class _LinkProtocol(protocol.Protocol):
     def __init__(self, link: SlaveLink) -> None:
         self._link = link
         self._decoder = Decoder(HEADER_BYTES_MAX, REPLY_BODY_BYTES_MAX)
+        # True while the decoder holds nothing (no bytes, no body to skip, not broken): a
+        # read that is then exactly one whole reply needs no decoder (``_one_reply``).
+        self._decoder_idle = True
 
     def connectionMade(self) -> None:
         set_no_delay = getattr(self.transport, "setTcpNoDelay", None)
@@ -316,8 +341,11 @@ class _LinkProtocol(protocol.Protocol):
         self._link._disconnected(self, reason)
 
     def dataReceived(self, data: bytes) -> None:
+        if self._decoder_idle and self._one_reply(data):
+            return
         decoder = self._decoder
         decoder.receive_data(data)
+        self._decoder_idle = False
         reply = self._link._reply
         while True:
             results = decoder.next_result_run(REPLIES_PER_READ_MAX)
@@ -329,6 +357,7 @@ class _LinkProtocol(protocol.Protocol):
                     if entry is not None:
                         entry[1](code, body)
                 if not decoder.buffered_bytes:  # the usual read: whole replies only
+                    self._decoder_idle = True
                     self._link.after_callbacks()
                     return
                 continue
@@ -347,6 +376,25 @@ class _LinkProtocol(protocol.Protocol):
                 reply(frame.code, frame.opaque, frame.body)
             # Anything else (a value frame, a too-large reply) answers none of our requests:
             # it is dropped, and a request it was meant for times out.
+
+    def _one_reply(self, data: bytes) -> bool:
+        """Answer the request of a read that is exactly one whole ``result`` frame to one of
+        ours (a synchronous producer's put), as ``next_result_run`` would decode it, without
+        the decoder: one match of its pattern. False, having done nothing, for any other read.
+        """
+        found = RESULT_RUN.match(data)
+        if found is None:
+            return False
+        code, length, opaque = found.groups()
+        body_start = found.end()
+        if body_start + int(length) != len(data):
+            return False
+        entry = self._link._in_flight.pop(int(opaque), None)
+        if entry is None:  # not ours (or out of range): the decoder's way decides
+            return False
+        entry[1](int(code), data[body_start:])
+        self._link.after_callbacks()
+        return True
 
 
 class _LinkFactory(protocol.ReconnectingClientFactory):

@@ -174,3 +174,59 @@ def test_a_batched_request_arms_no_late_flush_and_waits_for_the_owners_flush():
     assert pending == ["_expire", "_flush_late"]
     harness.reactor.advance(FLUSH_LATE_S)
     assert transport.value().startswith(b"sync 1\r\nsync test 0 5 0 5 907060870 2\r\n")
+
+
+def test_a_read_of_one_whole_reply_is_answered_as_the_decoder_answers_it():
+    """Goal: a read that is exactly one ``result`` frame (a synchronous producer's reply),
+    taken without the decoder, gives each request what the decoder's way gives it. Method:
+    the same replies to two links, once as whole reads and once a byte at a time."""
+    replies = [(200, b"5 0 25"), (500, b"slave answered no"), (200, b""), (503, b"result 1 1 1")]
+    answers = []
+    for whole in (True, False):
+        harness = Harness()
+        protocol, _transport = harness.connect()
+        for index, (code, body) in enumerate(replies, start=1):
+            harness.send(str(index))
+            frame = encode_result(code, body, index)
+            for chunk in [frame] if whole else [frame[at : at + 1] for at in range(len(frame))]:
+                protocol.dataReceived(chunk)
+        answers.append(harness.answers)
+        assert harness.link.in_flight == 0
+    assert answers[0] == answers[1]
+    assert answers[0][1] == ("2", 500, b"slave answered no")
+
+
+def test_a_whole_reply_to_no_request_is_dropped_and_the_next_reply_still_matched():
+    harness = Harness()
+    protocol, _transport = harness.connect()
+    harness.send("a")
+    protocol.dataReceived(encode_result(200, b"5 0 0", 7))  # not ours: dropped
+    assert harness.answers == [] and harness.link.in_flight == 1
+    protocol.dataReceived(encode_result(200, b"5 0 9", 1))
+    assert harness.answers == [("a", 200, b"5 0 9")]
+
+
+def test_a_whole_reply_with_an_opaque_out_of_range_drops_the_connection_as_bad_data():
+    harness = Harness()
+    protocol, transport = harness.connect()
+    harness.send("a")
+    protocol.dataReceived(encode_result(200, b"5 0 0", 2**31))
+    assert transport.disconnecting and harness.answers == []
+
+
+def test_a_read_that_ends_a_skipped_body_is_not_taken_for_a_reply(monkeypatch):
+    """Goal: while the decoder skips a too-large reply's body, a read of that body is never
+    matched as a reply of its own, even when it reads like one. Method: a 4-byte body bound,
+    a reply whose body is a whole ``result`` frame for another request, read in two parts."""
+    monkeypatch.setattr("meta.sync.slave_link.REPLY_BODY_BYTES_MAX", 4)
+    harness = Harness()
+    protocol, _transport = harness.connect()
+    harness.send("a")
+    harness.send("b")
+    inner = encode_result(200, b"0 1", 2)
+    frame = encode_result(200, inner, 1)
+    protocol.dataReceived(frame[: len(frame) - len(inner)])
+    protocol.dataReceived(inner)  # the skipped body, not b's reply
+    assert harness.answers == [] and harness.link.in_flight == 2
+    protocol.dataReceived(encode_result(200, b"0 1", 2))
+    assert harness.answers == [("b", 200, b"0 1")]
