@@ -12,7 +12,9 @@ exponential back-off from ``RECONNECT_DELAY_MIN_S`` to ``RECONNECT_DELAY_MAX_S``
 The owner hears of each connection made and lost through ``on_up`` and ``on_down``.
 
 Requests are gathered and written together by ``flush_output``, straight to the socket when
-the transport holds nothing yet (``send_now``, given by the broker): the broker flushes the
+the transport holds nothing yet (``send_now``, given by the broker; while every write of the
+connection so far went to the socket whole, the link knows that itself and sends on the
+socket, ``getHandle()``, without asking the transport): the broker flushes the
 link at the end of its batch, after its own write of the batch's records (``on_output``), so
 a put's ``sync`` leaves in the reactor turn that took the put, and never before the master
 wrote the record (a master killed in between leaves the slave behind it, never ahead). A
@@ -110,6 +112,9 @@ class SlaveLink:
         self._send_now = send_now
         self._on_output = on_output
         self._out: list[bytes] = []  # requests built and not written yet
+        # The connection's socket while the transport holds none of its bytes (every write
+        # went to the socket whole) and the owner sends at once (``send_now``), else None.
+        self._socket: Any = None
         self._flush_late_call: Any = None
         self._factory = _LinkFactory(self)
         self._factory.clock = reactor  # its retry timer (default: the global reactor)
@@ -254,14 +259,25 @@ class SlaveLink:
         if link is None:
             return  # lost meanwhile: its requests already failed with DISCONNECTED
         transport: Any = link.transport
-        sent = self._send_now(transport, data)
+        socket = self._socket
+        if socket is not None:  # nothing buffered: ``send_now``'s send, without its checks
+            try:
+                sent = socket.send(data)
+            except OSError:  # full, or broken: ``write`` buffers it, or meets the error
+                sent = 0
+        else:
+            sent = self._send_now(transport, data)
         if sent < len(data):
+            self._socket = None  # the transport holds bytes now: ask it from here on
             transport.write(data[sent:] if sent else data)
+        elif socket is None and self._send_now is not send_later:
+            self._socket = link.socket  # all sent at once: it held nothing, and still does
 
     # --- called by the connection ----------------------------------------------------------
 
     def _connected(self, link: _LinkProtocol) -> None:
         self._protocol = link
+        self._socket = link.socket if self._send_now is not send_later else None
         log.info("connected to gregor slave %s:%d", self.host, self.port)
         self._on_up()
 
@@ -269,6 +285,7 @@ class SlaveLink:
         if self._protocol is not link:
             return
         self._protocol = None
+        self._socket = None
         self._out.clear()  # never sent on the next connection: they fail below
         if not self._stopped:
             log.warning(
@@ -330,11 +347,15 @@ class _LinkProtocol(protocol.Protocol):
         # True while the decoder holds nothing (no bytes, no body to skip, not broken): a
         # read that is then exactly one whole reply needs no decoder (``_one_reply``).
         self._decoder_idle = True
+        self.socket: Any = None  # the transport's socket (``getHandle``), if it has one
 
     def connectionMade(self) -> None:
         set_no_delay = getattr(self.transport, "setTcpNoDelay", None)
         if set_no_delay is not None:
             set_no_delay(True)
+        get_handle = getattr(self.transport, "getHandle", None)
+        if get_handle is not None:
+            self.socket = get_handle()
         self._link._connected(self)
 
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:

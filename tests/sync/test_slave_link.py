@@ -230,3 +230,81 @@ def test_a_read_that_ends_a_skipped_body_is_not_taken_for_a_reply(monkeypatch):
     assert harness.answers == [] and harness.link.in_flight == 2
     protocol.dataReceived(encode_result(200, b"0 1", 2))
     assert harness.answers == [("b", 200, b"0 1")]
+
+
+class _Socket:
+    """A socket that takes ``takes[0]`` bytes of the next send (all when none are left), or
+    raises it when it is an exception."""
+
+    def __init__(self, *takes: int | OSError) -> None:
+        self.takes = list(takes)
+        self.sent: list[bytes] = []
+
+    def send(self, data: bytes) -> int:
+        take = self.takes.pop(0) if self.takes else len(data)
+        if isinstance(take, OSError):
+            raise take
+        self.sent.append(data[:take])
+        return take
+
+
+class _SocketTransport(StringTransport):
+    def __init__(self, socket: _Socket) -> None:
+        super().__init__()
+        self.socket = socket
+
+    def getHandle(self) -> _Socket:  # noqa: N802 - Twisted's spelling
+        return self.socket
+
+
+def test_while_the_transport_holds_nothing_requests_go_straight_to_its_socket():
+    """Goal: with a ``send_now`` given, the link sends on the transport's socket itself as
+    long as every earlier write went to the socket whole, and asks ``send_now`` again once
+    the transport buffered bytes, until ``send_now`` took a whole write. Method: a socket
+    that takes part of one send and refuses another (full), a ``send_now`` that records."""
+    socket = _Socket(4, BlockingIOError())
+    asked: list[bytes] = []
+
+    def send_now(transport, data: bytes) -> int:
+        asked.append(data)
+        return len(data) if len(asked) == 2 else 0
+
+    harness = Harness()
+    harness.link = SlaveLink(
+        "127.0.0.1", 8124, 2000, harness.reactor, lambda: None, lambda: None, send_now=send_now
+    )
+    harness.link.start()
+    protocol = harness.reactor.tcpClients[-1][2].buildProtocol(None)
+    transport = _SocketTransport(socket)
+    protocol.makeConnection(transport)
+    frames = [encode_sync(b"test", 0, 0, 5, 907060870, opaque, b"hello") for opaque in (1, 2, 3)]
+    for name in "abc":
+        harness.send(name)
+        harness.link.flush_output()
+    # a: 4 bytes to the socket, the rest to the transport; b: send_now (nothing taken) then
+    # the transport; c: send_now takes it whole.
+    assert socket.sent == [frames[0][:4]] and asked == frames[1:]
+    assert transport.value() == frames[0][4:] + frames[1]
+    harness.send("d")
+    harness.send("e")
+    harness.link.flush_output()  # the socket again, refusing: all of it to the transport
+    harness.send("f")
+    harness.link.flush_output()  # through send_now once more
+    assert len(socket.sent) == 1 and asked[-1] == encode_sync(
+        b"test", 0, 0, 5, 907060870, 6, b"hello"
+    )
+    assert transport.value().endswith(b"".join(
+        encode_sync(b"test", 0, 0, 5, 907060870, opaque, b"hello") for opaque in (4, 5, 6)
+    ))  # fmt: skip
+
+
+def test_without_send_now_the_link_never_writes_to_the_socket_itself():
+    socket = _Socket()
+    harness = Harness()
+    harness.link.start()
+    protocol = harness.reactor.tcpClients[-1][2].buildProtocol(None)
+    transport = _SocketTransport(socket)
+    protocol.makeConnection(transport)
+    harness.send("a")
+    harness.link.flush_output()
+    assert socket.sent == [] and transport.value().startswith(b"sync test 0 5 0 5 907060870 1")
