@@ -33,8 +33,8 @@ from bisect import bisect_left
 from typing import Any
 
 from meta.config import SamsaConfig
-from meta.protocol.message import HEADER
-from meta.protocol.sync_frame import SYNC_FORMAT, encode_status_probe, encode_sync
+from meta.protocol.message import HEADER, HEADER_SIZE
+from meta.protocol.sync_frame import SYNC_FORMAT, encode_status_probe
 from meta.sync.link_states import CATCHING_UP, COMPARE, DIVERGED, OK, UNKNOWN
 from meta.sync.samsa_catchup import CatchUp, PartitionSync, detect_slave
 from meta.sync.samsa_outcome import SLAVE_DISCONNECTED, Done, PutOutcome, RunDone, RunOutcome
@@ -146,16 +146,18 @@ class SamsaMaster:
         self._forward(state, partition_log, record, done)
 
     def _forward(self, state: PartitionSync, partition_log: Any, record: bytes, done: Done) -> None:
-        _length, crc, msg_id, flag = HEADER.unpack_from(record)
-        body = record[HEADER.size :]
-        outcome = PutOutcome(self, state, len(record), done, self._reactor.seconds())
+        length, crc, msg_id, flag = HEADER.unpack_from(record)
+        now_s = self._reactor.seconds()
+        outcome = PutOutcome(self, state, length + HEADER_SIZE, done, now_s)
         topic_bytes = state.topic_bytes
         partition = state.partition
 
         def build(opaque: int) -> bytes:
-            return encode_sync(topic_bytes, partition, flag, msg_id, crc, opaque, body)
+            # ``encode_sync``'s frame, its header format bound here: one call less per put.
+            head = SYNC_FORMAT % (topic_bytes, partition, length, flag, msg_id, crc, opaque)
+            return head + record[HEADER_SIZE:]
 
-        if not self.link.send(build, outcome.slave_done, batched=True):
+        if not self.link.send(build, outcome.slave_done, True, now_s):
             outcome.slave_done(DISCONNECTED, b"")
         partition_log.stage(record, outcome.master_done)
 
@@ -165,8 +167,7 @@ class SamsaMaster:
         partition is neither being caught up nor refusing puts. Otherwise each put takes
         ``replicate``'s way. A run may take the link past the bound by its own length
         (at most one read's puts)."""
-        link = self.link
-        if self._detecting or not link.connected or link.in_flight >= self._in_flight_max:
+        if self._detecting or not self.link.has_room(self._in_flight_max):
             return False
         state = self.partitions.get((topic, partition))
         return state is None or not (state.gated or state.refusing)

@@ -12,7 +12,9 @@ exponential back-off from ``RECONNECT_DELAY_MIN_S`` to ``RECONNECT_DELAY_MAX_S``
 The owner hears of each connection made and lost through ``on_up`` and ``on_down``.
 
 Requests are gathered and written together by ``flush_output``, straight to the socket when
-the transport holds nothing yet (``send_now``, given by the broker): the broker flushes the
+the transport holds nothing yet (``send_now``, given by the broker; while every write of the
+connection so far went to the socket whole, the link knows that itself and sends on the
+socket, ``getHandle()``, without asking the transport): the broker flushes the
 link at the end of its batch, after its own write of the batch's records (``on_output``), so
 a put's ``sync`` leaves in the reactor turn that took the put, and never before the master
 wrote the record (a master killed in between leaves the slave behind it, never ahead). A
@@ -43,6 +45,7 @@ from twisted.python.failure import Failure
 from meta.errors import LocalProtocolError
 from meta.protocol.codec import HEADER_BYTES_MAX, NEED_DATA, Decoder
 from meta.protocol.commands import Result
+from meta.protocol.patterns import RESULT_RUN
 
 log = logging.getLogger("meta.sync")
 
@@ -109,6 +112,9 @@ class SlaveLink:
         self._send_now = send_now
         self._on_output = on_output
         self._out: list[bytes] = []  # requests built and not written yet
+        # The connection's socket while the transport holds none of its bytes (every write
+        # went to the socket whole) and the owner sends at once (``send_now``), else None.
+        self._socket: Any = None
         self._flush_late_call: Any = None
         self._factory = _LinkFactory(self)
         self._factory.clock = reactor  # its retry timer (default: the global reactor)
@@ -129,6 +135,11 @@ class SlaveLink:
     def in_flight(self) -> int:
         """Requests sent and not answered yet."""
         return len(self._in_flight)
+
+    def has_room(self, in_flight_max: int) -> bool:
+        """Whether the link is up with fewer than ``in_flight_max`` requests in flight
+        (``connected`` and ``in_flight`` in one call: a put asks it every time)."""
+        return self._protocol is not None and len(self._in_flight) < in_flight_max
 
     def start(self) -> None:
         """Connect, and keep reconnecting until ``stop``."""
@@ -157,11 +168,19 @@ class SlaveLink:
             transport: Any = self._protocol.transport
             transport.loseConnection()
 
-    def send(self, build: Callable[[int], bytes], done: Done, batched: bool = False) -> bool:
+    def send(
+        self,
+        build: Callable[[int], bytes],
+        done: Done,
+        batched: bool = False,
+        now_s: float | None = None,
+    ) -> bool:
         """Send ``build(opaque)``; ``done(code, body)`` is called once with its outcome.
 
         ``batched``: the caller's batch ends (``flush_output``) before the reactor waits
-        again, so no late flush is armed (a put's ``sync``, see the module doc).
+        again, so no late flush is armed (a put's ``sync``, see the module doc). ``now_s``:
+        the reactor's ``seconds()`` when the caller has just read it (its deadline counts
+        from there), else the link reads it.
 
         Returns:
             False when the link is down: nothing was sent and ``done`` will not be called.
@@ -170,10 +189,18 @@ class SlaveLink:
         if link is None:
             return False
         opaque = self._opaque = self._opaque + 1 if self._opaque < OPAQUE_MAX else 1
-        self._in_flight[opaque] = (self._reactor.seconds() + self._timeout_s, done)
+        if now_s is None:
+            now_s = self._reactor.seconds()
+        self._in_flight[opaque] = (now_s + self._timeout_s, done)
         if self._timer is None:
             self._timer = self._reactor.callLater(self._timeout_s, self._expire)
-        self._gather(build(opaque), batched)
+        if batched:  # ``_gather`` inlined for a put's sync: one call less per put
+            out = self._out
+            out.append(build(opaque))
+            if len(out) == 1:
+                self._on_output(self)
+        else:
+            self._gather(build(opaque), False)
         return True
 
     def send_many(
@@ -232,14 +259,25 @@ class SlaveLink:
         if link is None:
             return  # lost meanwhile: its requests already failed with DISCONNECTED
         transport: Any = link.transport
-        sent = self._send_now(transport, data)
+        socket = self._socket
+        if socket is not None:  # nothing buffered: ``send_now``'s send, without its checks
+            try:
+                sent = socket.send(data)
+            except OSError:  # full, or broken: ``write`` buffers it, or meets the error
+                sent = 0
+        else:
+            sent = self._send_now(transport, data)
         if sent < len(data):
+            self._socket = None  # the transport holds bytes now: ask it from here on
             transport.write(data[sent:] if sent else data)
+        elif socket is None and self._send_now is not send_later:
+            self._socket = link.socket  # all sent at once: it held nothing, and still does
 
     # --- called by the connection ----------------------------------------------------------
 
     def _connected(self, link: _LinkProtocol) -> None:
         self._protocol = link
+        self._socket = link.socket if self._send_now is not send_later else None
         log.info("connected to gregor slave %s:%d", self.host, self.port)
         self._on_up()
 
@@ -247,6 +285,7 @@ class SlaveLink:
         if self._protocol is not link:
             return
         self._protocol = None
+        self._socket = None
         self._out.clear()  # never sent on the next connection: they fail below
         if not self._stopped:
             log.warning(
@@ -305,19 +344,29 @@ class _LinkProtocol(protocol.Protocol):
     def __init__(self, link: SlaveLink) -> None:
         self._link = link
         self._decoder = Decoder(HEADER_BYTES_MAX, REPLY_BODY_BYTES_MAX)
+        # True while the decoder holds nothing (no bytes, no body to skip, not broken): a
+        # read that is then exactly one whole reply needs no decoder (``_one_reply``).
+        self._decoder_idle = True
+        self.socket: Any = None  # the transport's socket (``getHandle``), if it has one
 
     def connectionMade(self) -> None:
         set_no_delay = getattr(self.transport, "setTcpNoDelay", None)
         if set_no_delay is not None:
             set_no_delay(True)
+        get_handle = getattr(self.transport, "getHandle", None)
+        if get_handle is not None:
+            self.socket = get_handle()
         self._link._connected(self)
 
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
         self._link._disconnected(self, reason)
 
     def dataReceived(self, data: bytes) -> None:
+        if self._decoder_idle and self._one_reply(data):
+            return
         decoder = self._decoder
         decoder.receive_data(data)
+        self._decoder_idle = False
         reply = self._link._reply
         while True:
             results = decoder.next_result_run(REPLIES_PER_READ_MAX)
@@ -329,6 +378,7 @@ class _LinkProtocol(protocol.Protocol):
                     if entry is not None:
                         entry[1](code, body)
                 if not decoder.buffered_bytes:  # the usual read: whole replies only
+                    self._decoder_idle = True
                     self._link.after_callbacks()
                     return
                 continue
@@ -347,6 +397,25 @@ class _LinkProtocol(protocol.Protocol):
                 reply(frame.code, frame.opaque, frame.body)
             # Anything else (a value frame, a too-large reply) answers none of our requests:
             # it is dropped, and a request it was meant for times out.
+
+    def _one_reply(self, data: bytes) -> bool:
+        """Answer the request of a read that is exactly one whole ``result`` frame to one of
+        ours (a synchronous producer's put), as ``next_result_run`` would decode it, without
+        the decoder: one match of its pattern. False, having done nothing, for any other read.
+        """
+        found = RESULT_RUN.match(data)
+        if found is None:
+            return False
+        code, length, opaque = found.groups()
+        body_start = found.end()
+        if body_start + int(length) != len(data):
+            return False
+        entry = self._link._in_flight.pop(int(opaque), None)
+        if entry is None:  # not ours (or out of range): the decoder's way decides
+            return False
+        entry[1](int(code), data[body_start:])
+        self._link.after_callbacks()
+        return True
 
 
 class _LinkFactory(protocol.ReconnectingClientFactory):

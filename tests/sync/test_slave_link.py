@@ -174,3 +174,137 @@ def test_a_batched_request_arms_no_late_flush_and_waits_for_the_owners_flush():
     assert pending == ["_expire", "_flush_late"]
     harness.reactor.advance(FLUSH_LATE_S)
     assert transport.value().startswith(b"sync 1\r\nsync test 0 5 0 5 907060870 2\r\n")
+
+
+def test_a_read_of_one_whole_reply_is_answered_as_the_decoder_answers_it():
+    """Goal: a read that is exactly one ``result`` frame (a synchronous producer's reply),
+    taken without the decoder, gives each request what the decoder's way gives it. Method:
+    the same replies to two links, once as whole reads and once a byte at a time."""
+    replies = [(200, b"5 0 25"), (500, b"slave answered no"), (200, b""), (503, b"result 1 1 1")]
+    answers = []
+    for whole in (True, False):
+        harness = Harness()
+        protocol, _transport = harness.connect()
+        for index, (code, body) in enumerate(replies, start=1):
+            harness.send(str(index))
+            frame = encode_result(code, body, index)
+            for chunk in [frame] if whole else [frame[at : at + 1] for at in range(len(frame))]:
+                protocol.dataReceived(chunk)
+        answers.append(harness.answers)
+        assert harness.link.in_flight == 0
+    assert answers[0] == answers[1]
+    assert answers[0][1] == ("2", 500, b"slave answered no")
+
+
+def test_a_whole_reply_to_no_request_is_dropped_and_the_next_reply_still_matched():
+    harness = Harness()
+    protocol, _transport = harness.connect()
+    harness.send("a")
+    protocol.dataReceived(encode_result(200, b"5 0 0", 7))  # not ours: dropped
+    assert harness.answers == [] and harness.link.in_flight == 1
+    protocol.dataReceived(encode_result(200, b"5 0 9", 1))
+    assert harness.answers == [("a", 200, b"5 0 9")]
+
+
+def test_a_whole_reply_with_an_opaque_out_of_range_drops_the_connection_as_bad_data():
+    harness = Harness()
+    protocol, transport = harness.connect()
+    harness.send("a")
+    protocol.dataReceived(encode_result(200, b"5 0 0", 2**31))
+    assert transport.disconnecting and harness.answers == []
+
+
+def test_a_read_that_ends_a_skipped_body_is_not_taken_for_a_reply(monkeypatch):
+    """Goal: while the decoder skips a too-large reply's body, a read of that body is never
+    matched as a reply of its own, even when it reads like one. Method: a 4-byte body bound,
+    a reply whose body is a whole ``result`` frame for another request, read in two parts."""
+    monkeypatch.setattr("meta.sync.slave_link.REPLY_BODY_BYTES_MAX", 4)
+    harness = Harness()
+    protocol, _transport = harness.connect()
+    harness.send("a")
+    harness.send("b")
+    inner = encode_result(200, b"0 1", 2)
+    frame = encode_result(200, inner, 1)
+    protocol.dataReceived(frame[: len(frame) - len(inner)])
+    protocol.dataReceived(inner)  # the skipped body, not b's reply
+    assert harness.answers == [] and harness.link.in_flight == 2
+    protocol.dataReceived(encode_result(200, b"0 1", 2))
+    assert harness.answers == [("b", 200, b"0 1")]
+
+
+class _Socket:
+    """A socket that takes ``takes[0]`` bytes of the next send (all when none are left), or
+    raises it when it is an exception."""
+
+    def __init__(self, *takes: int | OSError) -> None:
+        self.takes = list(takes)
+        self.sent: list[bytes] = []
+
+    def send(self, data: bytes) -> int:
+        take = self.takes.pop(0) if self.takes else len(data)
+        if isinstance(take, OSError):
+            raise take
+        self.sent.append(data[:take])
+        return take
+
+
+class _SocketTransport(StringTransport):
+    def __init__(self, socket: _Socket) -> None:
+        super().__init__()
+        self.socket = socket
+
+    def getHandle(self) -> _Socket:  # noqa: N802 - Twisted's spelling
+        return self.socket
+
+
+def test_while_the_transport_holds_nothing_requests_go_straight_to_its_socket():
+    """Goal: with a ``send_now`` given, the link sends on the transport's socket itself as
+    long as every earlier write went to the socket whole, and asks ``send_now`` again once
+    the transport buffered bytes, until ``send_now`` took a whole write. Method: a socket
+    that takes part of one send and refuses another (full), a ``send_now`` that records."""
+    socket = _Socket(4, BlockingIOError())
+    asked: list[bytes] = []
+
+    def send_now(transport, data: bytes) -> int:
+        asked.append(data)
+        return len(data) if len(asked) == 2 else 0
+
+    harness = Harness()
+    harness.link = SlaveLink(
+        "127.0.0.1", 8124, 2000, harness.reactor, lambda: None, lambda: None, send_now=send_now
+    )
+    harness.link.start()
+    protocol = harness.reactor.tcpClients[-1][2].buildProtocol(None)
+    transport = _SocketTransport(socket)
+    protocol.makeConnection(transport)
+    frames = [encode_sync(b"test", 0, 0, 5, 907060870, opaque, b"hello") for opaque in (1, 2, 3)]
+    for name in "abc":
+        harness.send(name)
+        harness.link.flush_output()
+    # a: 4 bytes to the socket, the rest to the transport; b: send_now (nothing taken) then
+    # the transport; c: send_now takes it whole.
+    assert socket.sent == [frames[0][:4]] and asked == frames[1:]
+    assert transport.value() == frames[0][4:] + frames[1]
+    harness.send("d")
+    harness.send("e")
+    harness.link.flush_output()  # the socket again, refusing: all of it to the transport
+    harness.send("f")
+    harness.link.flush_output()  # through send_now once more
+    assert len(socket.sent) == 1 and asked[-1] == encode_sync(
+        b"test", 0, 0, 5, 907060870, 6, b"hello"
+    )
+    assert transport.value().endswith(b"".join(
+        encode_sync(b"test", 0, 0, 5, 907060870, opaque, b"hello") for opaque in (4, 5, 6)
+    ))  # fmt: skip
+
+
+def test_without_send_now_the_link_never_writes_to_the_socket_itself():
+    socket = _Socket()
+    harness = Harness()
+    harness.link.start()
+    protocol = harness.reactor.tcpClients[-1][2].buildProtocol(None)
+    transport = _SocketTransport(socket)
+    protocol.makeConnection(transport)
+    harness.send("a")
+    harness.link.flush_output()
+    assert socket.sent == [] and transport.value().startswith(b"sync test 0 5 0 5 907060870 1")
