@@ -104,6 +104,14 @@ class BrokerProcess:
         self.config_path.write_text(server_ini(self.port, self.data_path, **ini))
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> BrokerProcess:
+        """Launch the broker and wait until it serves (see ``launch``)."""
+        self.launch()
+        self.wait_until_serving(timeout_s)
+        return self
+
+    def launch(self) -> BrokerProcess:
+        """Start the broker process without waiting for it: brokers of a cluster start side
+        by side, each then waited for with ``wait_until_serving``."""
         assert self.process is None or self.process.poll() is not None
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps it open
@@ -118,7 +126,6 @@ class BrokerProcess:
             preexec_fn=self.preexec_fn,
         )
         log.close()
-        self.wait_until_serving(timeout_s)
         return self
 
     def wait_until_serving(self, timeout_s: float) -> None:

@@ -15,7 +15,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from meta.client import ConsumerConfig, Message, MetaClientConfig
-from tests.integration.broker_process import BrokerProcess
+from tests.integration.broker_process import START_TIMEOUT_S, BrokerProcess
 
 WAIT_S = 20.0
 
@@ -46,7 +46,11 @@ def make_root(zookeeper) -> str:
 def broker_cluster(
     tmp_path_factory, zookeeper, topics: dict, broker_ids=(1, 2), **system: object
 ) -> Iterator[tuple[str, list[BrokerProcess]]]:
-    """Brokers registered under a fresh ZooKeeper root; yields (root, brokers), stops them."""
+    """Brokers registered under a fresh ZooKeeper root; yields (root, brokers), stops them.
+
+    The brokers start side by side, as a cluster's brokers do: each process spends its first
+    second or two importing, and the waits for them overlap.
+    """
     root = make_root(zookeeper)
     brokers: list[BrokerProcess] = []
     try:
@@ -58,8 +62,10 @@ def broker_cluster(
                     topics=topics,
                     zk_connect=zookeeper.connect_string,
                     zk={"zk.zkRoot": root, "zk.zkSessionTimeoutMs": 4000},
-                ).start()
+                ).launch()
             )
+        for broker in brokers:
+            broker.wait_until_serving(START_TIMEOUT_S)
         yield root, brokers
     finally:
         for broker in brokers:

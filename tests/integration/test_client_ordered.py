@@ -12,8 +12,9 @@ from meta.client.net.connection import BrokerConnection
 from meta.client.produce.ordered import SENT_TO_LOCAL
 from meta.protocol.commands import Data, Get
 from meta.protocol.message import iter_messages
+from tests.integration.broker_process import START_TIMEOUT_S
 from tests.integration.client_helpers import make_root, wait_for, zk_config
-from tests.integration.test_client_producer import start_broker
+from tests.integration.test_client_producer import launch_broker
 
 TOPICS = {"ord": {"numPartitions": 2}, "oneway": {"numPartitions": 2}}
 PARTITIONS_INFO = {"topic.num.ord": "2:2;10:2"}
@@ -37,12 +38,21 @@ def read_partition(port: int, topic: str, partition: int) -> list[bytes]:
 
 
 def start_cluster(tmp_path, zookeeper):
+    """Brokers 2 and 10, started side by side; both are stopped if either does not serve."""
     root = make_root(zookeeper)
-    brokers = {}
-    for broker_id in (2, 10):
-        brokers[broker_id] = start_broker(
+    brokers = {
+        broker_id: launch_broker(
             tmp_path / f"broker{broker_id}", zookeeper, root, broker_id, TOPICS
         )
+        for broker_id in (2, 10)
+    }
+    try:
+        for broker in brokers.values():
+            broker.wait_until_serving(START_TIMEOUT_S)
+    except BaseException:
+        for broker in brokers.values():
+            broker.kill()
+        raise
     return root, brokers
 
 

@@ -27,21 +27,28 @@ from meta.client.net.connection import BrokerConnection
 from meta.errors import ClientError, MessageTooLargeError, NoPartitionError
 from meta.protocol.commands import Data, Get
 from meta.protocol.message import pack_message
-from tests.integration.broker_process import BrokerProcess, free_port
+from tests.integration.broker_process import START_TIMEOUT_S, BrokerProcess, free_port
 from tests.integration.client_helpers import WAIT_S, make_root, wait_for, zk_config
 from tests.integration.zookeeper import expire_session, lose_connection
 
 TOPICS = {name: {"numPartitions": 2} for name in ("rr", "bytes", "hash", "async", "spread", "logs")}
 
 
-def start_broker(directory, zookeeper, root: str, broker_id: int, topics=None) -> BrokerProcess:
+def launch_broker(directory, zookeeper, root: str, broker_id: int, topics=None) -> BrokerProcess:
+    """The broker's process, started; ``wait_until_serving`` waits for it."""
     return BrokerProcess(
         directory,
         system={"brokerId": broker_id, "numPartitions": 2},
         topics=topics or TOPICS,
         zk_connect=zookeeper.connect_string,
         zk={"zk.zkRoot": root, "zk.zkSessionTimeoutMs": 4000},
-    ).start()
+    ).launch()
+
+
+def start_broker(directory, zookeeper, root: str, broker_id: int, topics=None) -> BrokerProcess:
+    broker = launch_broker(directory, zookeeper, root, broker_id, topics)
+    broker.wait_until_serving(START_TIMEOUT_S)
+    return broker
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +56,11 @@ def cluster(tmp_path_factory, zookeeper):
     root = make_root(zookeeper)
     brokers = {}
     try:
-        for broker_id in (2, 10):
+        for broker_id in (2, 10):  # side by side, then waited for
             directory = tmp_path_factory.mktemp(f"broker{broker_id}")
-            brokers[broker_id] = start_broker(directory, zookeeper, root, broker_id)
+            brokers[broker_id] = launch_broker(directory, zookeeper, root, broker_id)
+        for broker in brokers.values():
+            broker.wait_until_serving(START_TIMEOUT_S)
         yield root, brokers
     finally:
         for broker in brokers.values():

@@ -19,7 +19,12 @@ from meta.errors import BrokersUnavailableError, TopicNotServedError
 from tests.integration.client_helpers import broker_cluster, make_root, wait_for, zk_config
 from tests.integration.test_client_producer import start_broker
 
-TOPICS = {name: {"numPartitions": 1} for name in ("polled", "iterated", "partial")}
+# A thousand synchronous sends per test: the topics flush every 1000 messages, so a send
+# does not wait for a group commit's fsync (what these tests check is the consumer's side).
+TOPICS = {
+    name: {"numPartitions": 1, "unflushThreshold": 1000}
+    for name in ("polled", "iterated", "partial")
+}
 COUNT = 1000
 HEADER_BYTES = 20
 

@@ -50,6 +50,10 @@ FALLBACK_TESTS = (
 )
 """The golden CRC vectors, the Java wire trace and the journal and recover-store formats: run
 again with zlib-ng hidden, so the stdlib's CRC-32 goes through them too."""
+FALLBACK_EXAMPLES = 10
+"""Examples per property test in that run. A property test there encodes and decodes with
+the one CRC function, so a few examples show that the fallback serves both sides; the suite's
+own run draws a hundred each, and the golden vectors pin that both CRCs give the same bits."""
 FALLBACK_SCRIPT = """\
 import sys
 for name in {accelerated!r}:
@@ -59,6 +63,9 @@ assert crc.IMPLEMENTATION == "zlib", crc.IMPLEMENTATION
 import zlib
 assert crc.crc32 is zlib.crc32
 import pytest
+from hypothesis import settings
+settings.register_profile("fallback", max_examples={examples})
+settings.load_profile("fallback")
 sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", *{tests!r}]))
 """
 
@@ -100,7 +107,9 @@ def test_fallback_to_zlib_passes_the_golden_vectors_and_the_java_trace():
     """Goal: without zlib-ng, the stdlib's CRC-32 is used and every golden checksum holds.
     Method: a fresh interpreter hides zlib-ng (and isal) from imports, checks that the module
     chose ``zlib``, then runs the checksum tests (``FALLBACK_TESTS``) in it."""
-    script = FALLBACK_SCRIPT.format(accelerated=ACCELERATED, tests=FALLBACK_TESTS)
+    script = FALLBACK_SCRIPT.format(
+        accelerated=ACCELERATED, tests=FALLBACK_TESTS, examples=FALLBACK_EXAMPLES
+    )
     done = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
