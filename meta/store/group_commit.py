@@ -25,14 +25,17 @@ Thread affinity: ``Flusher`` is reactor thread only; ``FlushTask.run`` runs on t
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.posixbase import PosixReactorBase
 from twisted.python.failure import Failure
 
 from meta.config import FlushMode, TopicConfig
@@ -247,12 +250,78 @@ class SynchronousExecutor:
             return fail()
 
 
+class CompletionSignal:
+    """The worker's results and the eventfd that wakes the reactor thread to deliver them.
+
+    A read descriptor of the reactor's own poll: the worker appends ``(done, value, error)``
+    and adds 1 to the eventfd; the reactor's ``doRead`` resets the eventfd first, then runs
+    every result queued (one appended after the reset makes the eventfd readable again, so
+    none is left behind). One write and one read per batch, and no pass through Twisted's
+    ``callFromThread`` queue, its waker and its ``runUntilCurrent`` for threads' calls.
+    """
+
+    def __init__(self, reactor: Any) -> None:
+        self._reactor = reactor
+        self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._results: deque[tuple[Completion, Any, BaseException | None]] = deque()
+        reactor.addReader(self)
+
+    def post(self, done: Completion, value: Any, error: BaseException | None) -> None:
+        """Worker thread: queue ``done(value, error)`` for the reactor thread and wake it."""
+        self._results.append((done, value, error))
+        os.eventfd_write(self._fd, 1)
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def doRead(self) -> None:  # noqa: N802 - Twisted's spelling
+        """Reactor thread: reset the eventfd, then deliver every queued result."""
+        try:
+            os.eventfd_read(self._fd)
+        except BlockingIOError:
+            pass  # read already by an earlier pass that delivered its results
+        self.deliver()
+
+    def deliver(self) -> None:
+        """Reactor thread: run every queued ``done``; one that raises is logged."""
+        results = self._results
+        while results:
+            done, value, error = results.popleft()
+            try:
+                done(value, error)
+            except Exception:
+                logger.exception("flush completion %r raised", done)
+
+    def close(self) -> None:
+        """Reactor thread, worker stopped: deliver what is left, stop reading, close."""
+        self.deliver()
+        if self._fd >= 0:
+            self._reactor.removeReader(self)
+            os.close(self._fd)
+            self._fd = -1
+
+    def connectionLost(self, reason: Any) -> None:  # noqa: N802 - Twisted's spelling
+        """Twisted's call when the reactor drops this descriptor (nothing to undo)."""
+
+    def logPrefix(self) -> str:  # noqa: N802 - Twisted's spelling
+        return "flusher-completion"
+
+
+def completion_signal(reactor: Any) -> CompletionSignal | None:
+    """A ``CompletionSignal`` on ``reactor`` where it polls descriptors and Linux has eventfd;
+    None elsewhere (a test's clock, another platform), where results go by ``callFromThread``."""
+    if not isinstance(reactor, PosixReactorBase) or not hasattr(os, "eventfd"):
+        return None
+    return CompletionSignal(reactor)
+
+
 class ThreadExecutor:
-    """Runs work on one dedicated worker thread; results come back via ``callFromThread``.
+    """Runs work on one dedicated worker thread; results come back to the reactor thread.
 
     A plain thread fed by a ``SimpleQueue``: every group commit crosses to it and back, so the
-    hand-off is kept to one queue put, one wake-up and one ``callFromThread``. The thread starts
-    on first use and stops in ``stop`` (also at reactor shutdown), after finishing queued work.
+    hand-off is kept to one queue put, one wake-up and one eventfd write (``CompletionSignal``;
+    ``callFromThread`` on a reactor without descriptors). The thread starts on first use and
+    stops in ``stop`` (also at reactor shutdown), after finishing queued work.
     """
 
     def __init__(self, reactor: Any, name: str = "meta-store-flusher") -> None:
@@ -260,6 +329,7 @@ class ThreadExecutor:
         self._name = name
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
+        self._signal: CompletionSignal | None = None
         self._stopped = False
 
     def __call__(self, work: Callable[[], Any]) -> Deferred:
@@ -285,6 +355,7 @@ class ThreadExecutor:
         self._queue.put((work, done))
 
     def _start(self) -> None:
+        self._signal = completion_signal(self._reactor)
         self._worker = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._worker.start()
         add_trigger = getattr(self._reactor, "addSystemEventTrigger", None)
@@ -293,23 +364,29 @@ class ThreadExecutor:
 
     def _run(self) -> None:
         """Worker thread: run each job, hand its result to the reactor thread."""
-        call_from_thread = self._reactor.callFromThread
+        signal = self._signal
+        post = self._reactor.callFromThread if signal is None else signal.post
+        get = self._queue.get
         while True:
-            job = self._queue.get()
+            job = get()
             if job is None:
                 return
             work, done = job
             try:
                 value = work()
             except BaseException as error:
-                call_from_thread(done, None, error)
+                post(done, None, error)
             else:
-                call_from_thread(done, value, None)
+                post(done, value, None)
 
     def stop(self) -> None:
-        """Finish queued work and stop the worker thread (blocks until it exits)."""
+        """Finish queued work and stop the worker thread (blocks until it exits); then, on
+        the reactor thread, deliver the results it left."""
         self._stopped = True
         thread, self._worker = self._worker, None
         if thread is not None:
             self._queue.put(None)
             thread.join()
+        signal, self._signal = self._signal, None
+        if signal is not None:
+            signal.close()

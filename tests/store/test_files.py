@@ -59,3 +59,31 @@ def test_a_descriptor_open_for_reading_is_fsynced_without_the_check(tmp_path, se
         Files().fsync(reader)
     finally:
         os.close(reader)
+
+
+@pytest.mark.skipif(files_module._fallocate is None, reason="no fallocate in this C library")
+def test_the_check_calls_fallocate_over_the_first_byte_keeping_the_size(segment):
+    """Goal: the arguments reach ``fallocate(2)`` as (int, int, off_t, off_t): a range it
+    refuses (EINVAL) would make the check pass without checking anything."""
+    blocks = os.fstat(segment).st_blocks
+    calls = []
+
+    def recording(fd, mode, offset, length):
+        calls.append((mode, getattr(offset, "value", offset), getattr(length, "value", length)))
+        return real(fd, mode, offset, length)
+
+    real = files_module._fallocate
+    assert (
+        real(segment, files_module.FALLOC_FL_KEEP_SIZE, ctypes.c_longlong(0), ctypes.c_longlong(1))
+        == 0
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(files_module, "_fallocate", recording)
+        confirm_journal(segment)
+    assert calls == [(files_module.FALLOC_FL_KEEP_SIZE, 0, 1)]
+    assert os.fstat(segment).st_blocks == blocks
+    # A length of 0 is EINVAL: what a garbled argument would give.
+    assert (
+        real(segment, files_module.FALLOC_FL_KEEP_SIZE, ctypes.c_longlong(0), ctypes.c_longlong(0))
+        == -1
+    )
