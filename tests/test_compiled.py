@@ -49,6 +49,13 @@ def test_the_build_is_described_as_what_runs():
         assert describe().startswith(f"compiled (mypyc, {len(compiled)} of ")
 
 
+def test_the_slave_record_check_is_described_as_what_runs():
+    from meta.slave import record_check
+
+    built = record_check.EXTENSION is not None
+    assert compiled.record_check() == ("C (zlib crc32_z, GIL released)" if built else "pure Python")
+
+
 def _run(command: list[str], cwd: Path, timeout: float, **extra: str) -> str:
     environment = {**os.environ, "PYTHONPATH": str(cwd), **extra}
     result = subprocess.run(
