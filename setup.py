@@ -8,7 +8,7 @@ and only when the environment asks for them::
 compiles the modules of ``meta.compiled.COMPILED_MODULES`` in place, next to their sources,
 with mypyc (it needs ``mypy``, a C compiler, Python's headers and the package's
 dependencies installed, since mypyc type-checks what the modules import), and builds the
-slave's record check (``RECORD_CHECK``, plain C against the system zlib: ``zlib1g-dev``). Without
+slave's record check (``RECORD_CHECK``, plain C against ISA-L: ``libisal-dev``). Without
 ``METAQ_COMPILE=1`` the package is pure Python, as always. docs/performance.md, "The compiled
 build", gives its cost and what it saves.
 """
@@ -37,7 +37,7 @@ def extensions() -> list:
     return mypycify(paths, opt_level=opt_level, group_name=GROUP_NAME) + [RECORD_CHECK]
 
 
-RECORD_CHECK = Extension("meta.slave._record_crc", ["meta/slave/_record_crc.c"], libraries=["z"])
+RECORD_CHECK = Extension("meta.slave._record_crc", ["meta/slave/_record_crc.c"], libraries=["isal"])
 """The slave's CRC check of a batch without the GIL (``meta.slave.record_check``)."""
 
 setup(ext_modules=extensions())

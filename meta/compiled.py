@@ -104,8 +104,8 @@ def describe() -> str:
 
 
 def record_check() -> str:
-    """Which CRC check of a fetched batch the async slave runs: ``C (zlib crc32_z, GIL
-    released)`` when the build made its extension, else ``pure Python``."""
+    """Which CRC check of a fetched batch the async slave runs: ``C (ISA-L crc32_gzip_refl,
+    GIL released)`` when the build made its extension, else ``pure Python``."""
     return importlib.import_module("meta.slave.record_check").IMPLEMENTATION
 
 

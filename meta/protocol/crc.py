@@ -16,8 +16,9 @@ on the project's record sizes. On the 2-core development VM (CPU ms per MiB chec
 zlib-ng ties isal on the 1 KiB message and leads on everything larger.
 
 One check computes its CRCs elsewhere: the async slave's check of a fetched batch, when the
-optional build made its C extension (``meta.slave.record_check``), calls the system zlib's
-``crc32_z`` (the same function) over the whole batch with the GIL released.
+optional build made its C extension (``meta.slave.record_check``), calls ISA-L's
+``crc32_gzip_refl`` (the same values; the library ``isal`` wraps) over the whole batch with the
+GIL released.
 
 ``IMPLEMENTATION`` names the implementation in use (``"zlib-ng"`` or ``"zlib"``). Pure and
 thread-safe.

@@ -8,15 +8,15 @@
  * payload does not match its checksum field, or -1 when all match.
  *
  * The ends are read into a C array while the GIL is held; the CRCs are then computed with
- * zlib's crc32_z (the system zlib, the same CRC-32 as zlib.crc32 and Java's CRC32) with the
- * GIL released, over the Py_buffer held for the whole call, so the slave's other threads
+ * ISA-L's crc32_gzip_refl (Intel's ISA-L, Debian's libisal-dev: the same CRC-32 as zlib.crc32
+ * and Java's CRC32, with the CPU's carry-less multiply) with the GIL released, over the Py_buffer held for the whole call, so the slave's other threads
  * (socket reader, reactor, get writer) run meanwhile. A batch smaller than RELEASE_BYTES is
  * checked with the GIL held, as zlib.crc32 does for small buffers.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
-#include <zlib.h>
+#include <isa-l/crc.h>
 
 #define HEADER_SIZE 20
 #define CHECKSUM_OFFSET 4
@@ -37,8 +37,8 @@ first_mismatch(const unsigned char *data, const Py_ssize_t *ends, Py_ssize_t cou
     Py_ssize_t start = 0;
     for (Py_ssize_t index = 0; index < count; index++) {
         const unsigned char *payload = data + start + HEADER_SIZE;
-        z_size_t length = (z_size_t)(ends[index] - start - HEADER_SIZE);
-        unsigned long crc = crc32_z(0UL, payload, length) & CHECKSUM_MASK;
+        uint64_t length = (uint64_t)(ends[index] - start - HEADER_SIZE);
+        uint32_t crc = crc32_gzip_refl(0, payload, length) & CHECKSUM_MASK;
         if (crc != stored_checksum(data + start)) {
             return index;
         }
@@ -129,7 +129,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module_definition = {
     PyModuleDef_HEAD_INIT,
     "meta.slave._record_crc",
-    "The slave's CRC check of a batch of records, with the GIL released (system zlib).",
+    "The slave's CRC check of a batch of records, with the GIL released (ISA-L).",
     0,
     methods,
     NULL,

@@ -14,10 +14,11 @@ time (``walk_ends``, ``check_each``), with the same results. Pure functions over
 thread-safe.
 
 The CRCs of a batch are checked in one C call that releases the GIL when the optional
-extension ``meta.slave._record_crc`` is built (``setup.py``, ``METAQ_COMPILE=1``; it calls the
-system zlib's ``crc32_z``): the slave's other threads (the socket reader, the reactor's write,
-the get writer) then run while a batch is checked. Without it, ``check_records`` is the
-Python loop above, with the same results. ``IMPLEMENTATION`` says which check runs.
+extension ``meta.slave._record_crc`` is built (``setup.py``, ``METAQ_COMPILE=1``; it calls
+ISA-L's ``crc32_gzip_refl``, the same CRC-32): the slave's other threads (the socket reader,
+the reactor's write, the get writer) then run while a batch is checked. Without it,
+``check_records`` is the Python loop above, with the same results. ``IMPLEMENTATION`` says
+which check runs.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def _load_extension() -> ModuleType | None:
 
 EXTENSION = _load_extension()
 """The C check (``meta.slave._record_crc``, ``first_bad``) when the optional build made it."""
-IMPLEMENTATION = "C (zlib crc32_z, GIL released)" if EXTENSION is not None else "pure Python"
+NATIVE_CHECK = "C (ISA-L crc32_gzip_refl, GIL released)"
+IMPLEMENTATION = NATIVE_CHECK if EXTENSION is not None else "pure Python"
 """Which check ``check_records`` runs: the extension's or the pure one."""
 
 LENGTH = struct.Struct(">i")

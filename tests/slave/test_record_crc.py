@@ -30,7 +30,7 @@ import sys
 from setuptools import Extension, setup
 setup(name="record_crc_under_test", script_args=["build_ext", "--build-lib", sys.argv[1],
       "--build-temp", sys.argv[2]],
-      ext_modules=[Extension("_record_crc", [sys.argv[3]], libraries=["z"])])
+      ext_modules=[Extension("_record_crc", [sys.argv[3]], libraries=["isal"])])
 """
 SIZE_CLASSES = (0, 1, 100, 1000, 1024, 4096, 16384, 1 << 20)
 """Payload sizes: empty, tiny, the bench's 1 KB and the fetch's larger records."""
