@@ -7,7 +7,8 @@ and only when the environment asks for them::
 
 compiles the modules of ``meta.compiled.COMPILED_MODULES`` in place, next to their sources,
 with mypyc (it needs ``mypy``, a C compiler, Python's headers and the package's
-dependencies installed, since mypyc type-checks what the modules import). Without
+dependencies installed, since mypyc type-checks what the modules import), and builds the
+slave's record check (``RECORD_CHECK``, plain C against ISA-L: ``libisal-dev``). Without
 ``METAQ_COMPILE=1`` the package is pure Python, as always. docs/performance.md, "The compiled
 build", gives its cost and what it saves.
 """
@@ -15,7 +16,7 @@ build", gives its cost and what it saves.
 import os
 import sys
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 COMPILE_VARIABLE = "METAQ_COMPILE"
 # The C compiler's optimization level (mypyc's opt_level, 0-3): 0 builds quicker, for tests.
@@ -23,7 +24,7 @@ OPT_LEVEL_VARIABLE = "METAQ_COMPILE_OPT_LEVEL"
 
 
 def extensions() -> list:
-    """mypyc's extension modules when ``METAQ_COMPILE=1``, else none."""
+    """mypyc's extension modules and the record check when ``METAQ_COMPILE=1``, else none."""
     if os.environ.get(COMPILE_VARIABLE, "0") != "1":
         return []
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -33,7 +34,10 @@ def extensions() -> list:
 
     paths = [name.replace(".", "/") + ".py" for name in COMPILED_MODULES]
     opt_level = os.environ.get(OPT_LEVEL_VARIABLE, "3")
-    return mypycify(paths, opt_level=opt_level, group_name=GROUP_NAME)
+    return mypycify(paths, opt_level=opt_level, group_name=GROUP_NAME) + [RECORD_CHECK]
 
+
+RECORD_CHECK = Extension("meta.slave._record_crc", ["meta/slave/_record_crc.c"], libraries=["isal"])
+"""The slave's CRC check of a batch without the GIL (``meta.slave.record_check``)."""
 
 setup(ext_modules=extensions())

@@ -13,6 +13,9 @@ from its source. An in-place build leaves the extensions next to the sources, an
 imports an extension before a source of the same name, so a source edited after the build
 is not what runs until the build is redone: ``stale_modules`` names those.
 
+The same build makes the slave's record check a C extension (``record_check``, from
+``meta.slave.record_check.IMPLEMENTATION``).
+
 ``log_build`` is what the broker logs at start-up. Importing this module imports nothing of
 the broker; ``compiled_modules``, ``describe`` and ``stale_modules`` import the modules they
 look at. Any thread.
@@ -102,10 +105,17 @@ def describe() -> str:
     return text
 
 
+def record_check() -> str:
+    """Which CRC check of a fetched batch the async slave runs: ``C (ISA-L crc32_gzip_refl,
+    GIL released)`` when the build made its extension, else ``pure Python``."""
+    return importlib.import_module("meta.slave.record_check").IMPLEMENTATION
+
+
 def log_build(log: logging.Logger) -> None:
-    """Log which build runs (``describe``), and warn of compiled modules older than their
-    sources (``stale_modules``): what the broker says when it starts."""
+    """Log which build runs (``describe``, ``record_check``), and warn of compiled modules
+    older than their sources (``stale_modules``): what the broker says when it starts."""
     log.info("build: %s", describe())
+    log.info("slave record check: %s", record_check())
     stale = stale_modules()
     if stale:
         log.warning("compiled modules older than their sources: %s", ", ".join(stale))

@@ -4,9 +4,9 @@ The suite runs whichever build the checkout holds: pure Python after a plain ins
 compiled modules after an in-place compiled build. The slow test runs the other one over the
 tests that pin the hot path's bytes (the codec's golden bytes and byte-by-byte decoding, the
 put and sync runs' replies and segments against one command at a time, the put replies'
-bytes) in a scratch copy of the checkout (``tests.compiled_build``, made as the session
-starts): without the extensions when this run is compiled, else with them, built there in
-the background.
+bytes, the slave's record check) in a scratch copy of the checkout (``tests.compiled_build``,
+made as the session starts): without the extensions when this run is compiled, else with
+them, built there in the background.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ PINNING_TESTS = (
     "tests/server/test_sync_run.py",
     "tests/sync/test_gregor.py",
     "tests/sync/test_slave_link.py",
+    "tests/slave/test_record_ends.py",  # the slave's record check, C or pure
 )
 TESTS_TIMEOUT_S = 900.0
 
@@ -47,6 +48,14 @@ def test_the_build_is_described_as_what_runs():
         assert describe() == "pure Python"
     else:
         assert describe().startswith(f"compiled (mypyc, {len(compiled)} of ")
+
+
+def test_the_slave_record_check_is_described_as_what_runs():
+    from meta.slave import record_check
+
+    built = record_check.EXTENSION is not None
+    expected = "C (ISA-L crc32_gzip_refl, GIL released)" if built else "pure Python"
+    assert compiled.record_check() == expected
 
 
 def _run(command: list[str], cwd: Path, timeout: float, **extra: str) -> str:

@@ -7,6 +7,8 @@
 #      zookeeper                when Debian's zookeeper package is not installed
 #      chromium                 when `chromium` is missing (the dashboard's browser test;
 #                               not with --broker-only)
+#      libisal-dev              when ISA-L is missing (the slave's record check in C links
+#                               it: the compiled build and its test; not with --broker-only)
 #    `apt-get update` runs only when a package has no install candidate yet.
 #    Not root and something missing: prints the exact command and exits 1.
 # 2. <checkout>/.venv: created when absent, reused when present.
@@ -43,7 +45,8 @@ usage: tools/setup-env.sh [--broker-only] [--force] [--help]
 Installs what metaq-py needs to run and test, and is safe to run again:
   - as root, with apt-get, only what is missing: python3 python3-venv, default-jre-headless
     (Java for ZooKeeper and pyspark), zookeeper (Debian's ZooKeeper server package),
-    chromium (the dashboard's browser test; not with --broker-only);
+    chromium (the dashboard's browser test; not with --broker-only), libisal-dev (ISA-L,
+    for the slave's record check in C; not with --broker-only);
   - a virtualenv at $VENV (reused when present);
   - pip install -e '.[test,spark]' --config-settings editable_mode=compat (package, test
     tools and the spark extra) into it; the compat mode adds the checkout to sys.path with a
@@ -93,6 +96,8 @@ command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 { [ -f "$ZOOKEEPER_JAR" ] && dpkg -s zookeeper >/dev/null 2>&1; } || missing+=(zookeeper)
 # Debian's `chromium`: the dashboard's browser test loads every page in it, headless.
 [ "$BROKER_ONLY" -eq 1 ] || command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+# Debian's `libisal-dev`: the slave's record check in C (setup.py's RECORD_CHECK) links ISA-L.
+[ "$BROKER_ONLY" -eq 1 ] || dpkg -s libisal-dev >/dev/null 2>&1 || missing+=(libisal-dev)
 
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then

@@ -15,6 +15,11 @@ on the project's record sizes. On the 2-core development VM (CPU ms per MiB chec
 100-byte payloads, where the call itself dominates, is isal ahead (1.5 vs 1.6 ms per MiB).
 zlib-ng ties isal on the 1 KiB message and leads on everything larger.
 
+One check computes its CRCs elsewhere: the async slave's check of a fetched batch, when the
+optional build made its C extension (``meta.slave.record_check``), calls ISA-L's
+``crc32_gzip_refl`` (the same values; the library ``isal`` wraps) over the whole batch with the
+GIL released.
+
 ``IMPLEMENTATION`` names the implementation in use (``"zlib-ng"`` or ``"zlib"``). Pure and
 thread-safe.
 """

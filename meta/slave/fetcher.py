@@ -12,6 +12,9 @@ the get for the batch's end is sent (``_prefetch``; ``send`` gives its future to
 fetch asking exactly that get), then ``check_records`` checks the CRCs while that reply
 travels; a bad record still stops
 the partition before anything of its batch is handed off (and cancels the get sent ahead).
+Where the optional build made its C extension, ``check_records`` checks all of a batch's CRCs
+in one call that releases the GIL, so the socket reader, the reactor's write and the get
+writer run meanwhile; the call holds the reply's buffer, which is not reused before it ends.
 At most ``APPENDS_IN_FLIGHT_MAX`` batches of a partition are handed off and not yet written
 (the fetch thread waits for the oldest, at most ``APPEND_WAIT_S``), so memory stays bounded;
 ``stop`` waits until every handed-off batch is written and cancels the gets sent ahead. The

@@ -12,17 +12,40 @@ speed (``uniform_run``) and its CRCs checked with nothing per record but the pay
 and the CRC-32 call (``check_uniform``); anything else is walked and checked one record at a
 time (``walk_ends``, ``check_each``), with the same results. Pure functions over the batch;
 thread-safe.
+
+The CRCs of a batch are checked in one C call that releases the GIL when the optional
+extension ``meta.slave._record_crc`` is built (``setup.py``, ``METAQ_COMPILE=1``; it calls
+ISA-L's ``crc32_gzip_refl``, the same CRC-32): the slave's other threads (the socket reader,
+the reactor's write, the get writer) then run while a batch is checked. Without it,
+``check_records`` is the Python loop above, with the same results. ``IMPLEMENTATION`` says
+which check runs.
 """
 
 from __future__ import annotations
 
+import importlib
 import struct
 import sys
 from array import array
+from types import ModuleType
 
 from meta.errors import InvalidRecordError
 from meta.protocol.crc import crc32 as _crc32
 from meta.protocol.message import CHECKSUM_MASK, HEADER_SIZE
+
+
+def _load_extension() -> ModuleType | None:
+    try:
+        return importlib.import_module("meta.slave._record_crc")
+    except ImportError:  # the optional build is not there: the pure check, same results
+        return None
+
+
+EXTENSION = _load_extension()
+"""The C check (``meta.slave._record_crc``, ``first_bad``) when the optional build made it."""
+NATIVE_CHECK = "C (ISA-L crc32_gzip_refl, GIL released)"
+IMPLEMENTATION = NATIVE_CHECK if EXTENSION is not None else "pure Python"
+"""Which check ``check_records`` runs: the extension's or the pure one."""
 
 LENGTH = struct.Struct(">i")
 CHECKSUM = struct.Struct(">4xi")
@@ -120,6 +143,36 @@ def check_records(data: bytes | bytearray | memoryview, ends: list[int], base: i
     A batch of records of one size (``is_uniform``) is checked by ``check_uniform``, whose
     loop per record only slices the payload and calls the CRC-32; anything else one record
     at a time (``check_each``), with the same results.
+
+    With the extension built (``IMPLEMENTATION``), all of the batch's CRCs are checked in
+    one C call that releases the GIL (``check_native``) instead.
+
+    Raises:
+        InvalidRecordError: a record's payload does not match its CRC.
+    """
+    if EXTENSION is not None:
+        check_native(EXTENSION, data, ends, base)
+    else:
+        check_pure(data, ends, base)
+
+
+def check_native(
+    native: ModuleType, data: bytes | bytearray | memoryview, ends: list[int], base: int
+) -> None:
+    """``check_records`` by the extension ``native`` (``meta.slave._record_crc``): one call,
+    the first bad record's index back, the same error as ``check_each``'s.
+
+    Raises:
+        InvalidRecordError: a record's payload does not match its CRC.
+    """
+    bad = native.first_bad(data, ends)
+    if bad >= 0:
+        start = ends[bad - 1] if bad else 0
+        raise InvalidRecordError(f"checksum mismatch at offset {base + start}")
+
+
+def check_pure(data: bytes | bytearray | memoryview, ends: list[int], base: int) -> None:
+    """``check_records`` in Python (``check_uniform`` or ``check_each``).
 
     Raises:
         InvalidRecordError: a record's payload does not match its CRC.
