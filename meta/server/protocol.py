@@ -48,7 +48,7 @@ from typing import Any, cast
 from twisted.internet.interfaces import IHalfCloseableProtocol
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
-from zope.interface import implementer
+from zope.interface import classImplements
 
 from meta.errors import LocalProtocolError, StoreError
 from meta.protocol.codec import HEADER_BYTES_MAX, NEED_DATA, Decoder
@@ -80,7 +80,6 @@ PUT_RUN_MAX = 4096
 TURN_REQUESTS_MAX = 256
 
 
-@implementer(IHalfCloseableProtocol)
 class BrokerProtocol(Protocol):
     """One client connection of a ``Broker``.
 
@@ -112,6 +111,7 @@ class BrokerProtocol(Protocol):
         self._read_closed = False  # the peer sent its FIN
         self._requests_stopped = False  # the broker is closing: no request is handled
         self.received_bytes = 0  # every byte read (``connections.ConnectionGuard``)
+        self.transport = None  # ``Protocol``'s until ``makeConnection``
 
     # --- Twisted callbacks ---------------------------------------------------------------------
 
@@ -288,7 +288,8 @@ class BrokerProtocol(Protocol):
         data = reply if isinstance(reply, bytes) else reply.header
         transport = self.transport
         if transport.__class__ is BrokerTransport:
-            sent = transport.send_now(data)
+            broker_transport: BrokerTransport = transport  # typed: a direct call when compiled
+            sent = broker_transport.send_now(data)
         else:
             sent = send_now(transport, data)
         if sent < len(data):
@@ -423,6 +424,13 @@ class BrokerProtocol(Protocol):
     def pending_header_bytes(self) -> int:
         """Bytes of a request header received but not complete yet (the header deadline)."""
         return self._decoder.pending_header_bytes
+
+
+# Declared here rather than with ``@implementer``: mypyc compiles a class that has a class
+# decorator as a plain Python class, whose every ``self.`` attribute is a dictionary lookup;
+# without one, ``BrokerProtocol`` is a native class (its own attributes are struct fields)
+# that still subclasses Twisted's ``Protocol``.
+classImplements(BrokerProtocol, IHalfCloseableProtocol)
 
 
 # Bound at import from ``fd_buffers``' probe; a module global, so tests may replace it.

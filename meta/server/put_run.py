@@ -7,7 +7,7 @@ reply. Ids come in one block, each partition gets one staged entry (``PartitionL
 with a count) and each batch one ack, which formats its replies and hands them over at once.
 The rules are those of ``meta.server.puts`` and the replies those of
 ``meta.protocol.put_reply``, bound to module names; checksums are checked per stretch of
-puts by ``puts.accepted_crcs``, so the rule costs no call per put.
+puts by ``puts.accepted_crcs``, and a single put's by ``puts.accepted_crc``, the rule itself.
 A read holding one put (a synchronous producer's) takes ``handle_single_put``: the same rules
 for a stretch of one, without a batch (on a samsa master, ``replicated_put``'s forward and
 stage, answered by ``puts.replicated_done``).
@@ -35,6 +35,7 @@ from meta.server.handlers import handle_put
 from meta.server.puts import (
     RECORD_HEADER_BYTES,
     Targets,
+    accepted_crc,
     accepted_crcs,
     append_failed,
     cached_target,
@@ -263,7 +264,7 @@ def handle_single_put(
     when it was sent through ``connection.send_reply``. The caller answers a slave's puts
     itself (``refused_by_slave``)."""
     fields = puts[0]
-    topic_bytes, partition_bytes, flag, _checksum, opaque, body = fields
+    topic_bytes, partition_bytes, flag, checksum, opaque, body = fields
     target = cached_target(broker, targets, (topic_bytes, partition_bytes))
     if target is None:
         return _handle_one(broker, fields, connection)
@@ -274,11 +275,11 @@ def handle_single_put(
     sync = broker.sync
     if sync is not None and not sync.takes_run(topic, partition):
         return _handle_one(broker, fields, connection)  # a refusal, or a wait for the slave
-    # By its own name, not ``_accepted_crcs``: a direct call when compiled.
-    crcs = accepted_crcs(puts, 0, 1)
-    if not crcs:
+    # The rule for one put, without a run's slice and list; by its own name, not a module
+    # global's: a direct call when compiled.
+    crc = accepted_crc(body, checksum)
+    if crc is None:
         return _handle_one(broker, fields, connection)
-    crc = crcs[0]
     broker.counters.cmd_put += 1
     msg_id = broker.ids.next_id()
     size = len(body)

@@ -11,8 +11,9 @@ and returns the record to stage; a new write path starts there. The rules:
   ``Targets`` dict (partition logs are never replaced in a running store; each connection
   clears its cache on every reload).
 * **Checksum**: a put's checksum is absent, ``-1`` (not checked) or the record checksum of
-  its body (``meta.protocol.message.checksum``); ``accepted_crcs`` is the rule, for a run of
-  puts, and ``accepted_crc`` for one. Anything else is refused with ``CHECKSUM_FAILURE``.
+  its body (``meta.protocol.message.checksum``); ``accepted_crc`` is the rule, for one put,
+  and ``accepted_crcs`` applies it to a run of puts. Anything else is refused with
+  ``CHECKSUM_FAILURE``.
 * **Record**: the stored record is ``meta.protocol.message``'s header and the body as sent
   (``pack_record``); ``pack_header`` and ``RECORD_HEADER_BYTES`` are the same layout for
   paths that join many records.
@@ -108,18 +109,15 @@ def accepted_crcs(puts: Sequence[tuple[Any, ...]], start: int, stop: int) -> lis
     checksum: the list is shorter than ``stop - start`` exactly when one was refused.
 
     Each item has ``codec.PutFields``' layout (a sync's ``SyncFields`` adds the id after it):
-    the checksum at index 3 and the body, ``bytes`` or ``bytearray``, at index 5.
-
-    This is the checksum rule of every put path: a put's checksum field is absent, ``-1``
-    (not checked), or the CRC-32 of its body with the top bit cleared.
+    the checksum at index 3 and the body, ``bytes`` or ``bytearray``, at index 5. The rule is
+    ``accepted_crc``'s, for each put.
     """
     crcs: list[int] = []
     append = crcs.append
-    crc32, mask = _crc32, CHECKSUM_MASK  # locals: this loop runs once per put of a run
     for fields in puts[start:stop]:  # a put's fields, or a sync's (``codec.SyncFields``)
-        checksum, body = fields[3], fields[5]
-        crc = crc32(body) & mask
-        if checksum is not None and checksum != crc and checksum != -1:
+        # By its own name: a direct call when compiled (a local alias is a generic one).
+        crc = accepted_crc(fields[5], fields[3])
+        if crc is None:
             break
         append(crc)
     return crcs
@@ -128,10 +126,13 @@ def accepted_crcs(puts: Sequence[tuple[Any, ...]], start: int, stop: int) -> lis
 def accepted_crc(data: bytes | bytearray, checksum: int | None) -> int | None:
     """The record checksum of one put's body, or None when its checksum refuses it.
 
-    The rule is ``accepted_crcs``'s, for a run of one put.
+    This is the checksum rule of every put path: a put's checksum field is absent, ``-1``
+    (not checked), or the CRC-32 of its body with the top bit cleared.
     """
-    crcs = accepted_crcs(((b"", b"", 0, checksum, b"", data),), 0, 1)
-    return crcs[0] if crcs else None
+    crc = _crc32(data) & CHECKSUM_MASK
+    if checksum is not None and checksum != crc and checksum != -1:
+        return None
+    return crc
 
 
 def pack_record(data: bytes | bytearray, crc: int, msg_id: int, flag: int) -> bytes:

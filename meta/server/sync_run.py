@@ -31,6 +31,7 @@ from meta.server.handlers import handle_sync
 from meta.server.puts import (
     RECORD_HEADER_BYTES,
     Targets,
+    accepted_crc,
     accepted_crcs,
     append_failed,
     cached_target,
@@ -88,8 +89,8 @@ def _handle_single(broker: BrokerServices, fields: SyncFields, connection, targe
     target = cached_target(broker, targets, (topic_bytes, partition_bytes))
     if target is None:
         return _handle_one(broker, fields, connection)
-    crcs = accepted_crcs((fields,), 0, 1)
-    if not crcs:  # a wrong checksum: handle_sync answers it
+    crc = accepted_crc(body, checksum)
+    if crc is None:  # a wrong checksum: handle_sync answers it
         return _handle_one(broker, fields, connection)
     partition_log, topic, partition = target
     gregor = broker.sync
@@ -109,7 +110,7 @@ def _handle_single(broker: BrokerServices, fields: SyncFields, connection, targe
         else:
             connection.respond(append_failed(error, broker, topic, partition, int(opaque)))
 
-    partition_log.stage(pack_header(size, crcs[0], msg_id, flag) + body, acknowledged)
+    partition_log.stage(pack_header(size, crc, msg_id, flag) + body, acknowledged)
     return 1
 
 

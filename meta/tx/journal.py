@@ -283,8 +283,9 @@ class Journal:
 
     def end_of_batch(self) -> None:
         """The broker handled one read: write what it staged, unless a requested flush is
-        about to (its snapshot writes every staged record: one write for many reads)."""
-        if not self._waiters:
+        about to (its snapshot writes every staged record: one write for many reads).
+        A batch without transactional records (plain puts, gets) costs one test."""
+        if self._staged_files and not self._waiters:
             self.write_staged()
 
     def write_staged(self) -> None:

@@ -7,6 +7,7 @@ a manual flush executor that runs fsync batches only when the test says so.
 from __future__ import annotations
 
 import pytest
+from twisted.internet.interfaces import IHalfCloseableProtocol
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
@@ -59,6 +60,14 @@ def connect(broker: Broker, events: list) -> tuple[BrokerProtocol, RecordingTran
 
 def put_bytes(opaque: int, data: bytes = b"payload") -> bytes:
     return encode(Put("test", 0, data, 0, opaque))
+
+
+def test_the_protocol_is_told_of_the_peers_fin_instead_of_being_closed(setup):
+    """Goal: after a half-close the replies still go out, in either build. Method: the
+    adaptation ``tcp.Connection`` makes on the peer's FIN finds the protocol half-closeable."""
+    broker, files, _executor = setup
+    protocol, _transport = connect(broker, files.events)
+    assert IHalfCloseableProtocol(protocol, None) is protocol
 
 
 def test_in_group_commit_no_reply_leaves_before_the_fsync_that_covers_it(setup):

@@ -50,13 +50,13 @@ def test_the_put_reply_format_is_written_once_in_the_protocol_package():
 
 
 def test_the_checksum_rule_is_written_once():
-    assert _where(CHECKSUM_RULE) == [("meta/server/puts.py", "accepted_crcs")]
+    assert _where(CHECKSUM_RULE) == [("meta/server/puts.py", "accepted_crc")]
 
 
 def test_the_server_masks_a_put_checksum_only_in_the_rule():
     assert _where(re.compile(r"\bCHECKSUM_MASK\b"), PACKAGE_DIR / "server") == [
         ("meta/server/puts.py", ""),  # the import
-        ("meta/server/puts.py", "accepted_crcs"),
+        ("meta/server/puts.py", "accepted_crc"),
     ]
 
 
