@@ -15,11 +15,11 @@ failure ``ClientError``. Not thread-safe: one session per thread.
 from __future__ import annotations
 
 import http.client
-import select
 import socket
 from typing import NamedTuple
 from urllib.parse import urlencode
 
+from meta.client.net.connection import readable_within
 from meta.errors import ClientError, OperationTimeoutError
 
 _DROPPED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
@@ -119,8 +119,7 @@ def _closed_by_peer(connection: http.client.HTTPConnection) -> bool:
     sock = connection.sock
     if sock is None:
         return True
-    readable, _, _ = select.select([sock], [], [], 0)
-    return bool(readable)
+    return readable_within(sock, 0.0)
 
 
 assert socket.timeout is TimeoutError  # Python >= 3.10: a socket timeout is a TimeoutError

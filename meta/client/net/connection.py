@@ -33,6 +33,17 @@ class ConnectionClosedError(MetaError):
     """The broker closed the connection before a reply arrived."""
 
 
+def readable_within(sock: socket.socket, timeout_s: float) -> bool:
+    """Whether ``sock`` reads as ready (bytes, or the peer's close) within ``timeout_s``.
+
+    ``poll``, not ``select``: ``select`` refuses a descriptor numbered 1024 or more, which a
+    client in a process with many open files gets.
+    """
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(max(timeout_s, 0.0) * 1000.0))
+
+
 class BrokerConnection:
     """A blocking, pipelining-capable connection to ``host:port``.
 
@@ -102,8 +113,7 @@ class BrokerConnection:
         """Whether reply bytes arrive within ``timeout_s`` (or are already buffered)."""
         if self._decoder.buffered_bytes:
             return True
-        readable, _, _ = select.select([self._socket], [], [], timeout_s)
-        return bool(readable)
+        return readable_within(self._socket, timeout_s)
 
     def request(self, command: Command) -> Result | Data:
         """Send one command and return its reply, checking the opaque."""
