@@ -121,7 +121,11 @@ class BrokerProtocol(Protocol):
         set_no_delay = getattr(self.transport, "setTcpNoDelay", None)
         if set_no_delay is not None:
             set_no_delay(True)
-        self.transport.registerProducer(self, True)
+        transport = self.transport
+        if transport.__class__ is BrokerTransport:
+            broker_transport: BrokerTransport = transport  # typed: a field when compiled
+            broker_transport.broker_protocol = self  # its reads call ``dataReceived`` directly
+        transport.registerProducer(self, True)
         self._broker.connection_made(self)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:

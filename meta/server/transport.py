@@ -10,6 +10,11 @@ read counts as much as the request's own handling. This transport removes two la
   calls ``_dataReceived`` in between; an empty read is the peer's FIN and a failed one a lost
   connection, as in Twisted, and the reactor's event handling (``_doReadOrWrite``,
   ``_disconnectSelectable``: half-close, errors, exceptions of the protocol) is Twisted's.
+  A ``BrokerProtocol`` names itself to its transport when it connects (``broker_protocol``,
+  typed), so that the compiled build calls its ``dataReceived`` directly; the transport
+  forgets it when the connection is lost, as Twisted forgets ``protocol``. Any other
+  protocol is called through ``protocol``. ``meta.server.protocol`` imports this module, so
+  this one names ``BrokerProtocol`` for the type checker only (no import at run time).
 * ``send_now`` writes a reply straight to the socket when the transport holds no bytes yet,
   as ``meta.server.protocol.send_now`` does through ``writeSomeData``, without the
   ``memoryview`` slice and ``untilConcludes`` around ``socket.send`` (Python retries a send
@@ -28,18 +33,29 @@ per read and once per reply. Reactor thread only.
 from __future__ import annotations
 
 from errno import EWOULDBLOCK
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet import main, tcp
 from twisted.internet.error import ConnectionDone, ConnectionLost
+from twisted.python.failure import Failure
 
 from meta.server.fd_buffers import FD_BUFFER_LAYOUT_KNOWN
+
+if TYPE_CHECKING:  # a type only: ``meta.server.protocol`` imports this module
+    from meta.server.protocol import BrokerProtocol
 
 __all__ = ["BrokerTransport", "use_broker_transport"]
 
 
 class BrokerTransport(tcp.Server):
-    """A broker client connection's transport (see the module doc)."""
+    """A broker client connection's transport (see the module doc).
+
+    Attributes:
+        broker_protocol: the connection's protocol while connected, when it is a
+            ``BrokerProtocol`` (it sets this in ``connectionMade``); else None.
+    """
+
+    broker_protocol: BrokerProtocol | None = None
 
     def doRead(self) -> ConnectionLost | ConnectionDone | None:  # noqa: N802 - Twisted's
         """Receive up to ``bufferSize`` bytes and hand them to the protocol.
@@ -55,9 +71,18 @@ class BrokerTransport(tcp.Server):
             return main.CONNECTION_LOST
         if not data:
             return main.CONNECTION_DONE
+        broker_protocol = self.broker_protocol
+        if broker_protocol is not None:
+            broker_protocol.dataReceived(data)  # typed: a direct call when compiled
+            return None
         protocol: Any = self.protocol  # an ``IProtocol``, whose stubs name no ``self``
         protocol.dataReceived(data)
         return None
+
+    def connectionLost(self, reason: Failure) -> None:  # noqa: N802 - Twisted's
+        """Twisted's, after forgetting ``broker_protocol`` (Twisted forgets ``protocol``)."""
+        self.broker_protocol = None
+        super().connectionLost(reason)
 
     def send_now(self, data: bytes) -> int:
         """Send ``data`` to the socket at once when nothing is buffered; return bytes sent.

@@ -13,6 +13,7 @@ from meta.protocol.put_reply import (
     TRANSACTIONAL_OFFSET,
     decode_put_reply,
     encode_put_reply,
+    put_reply,
 )
 
 
@@ -28,6 +29,25 @@ def test_the_byte_formats_give_the_same_frame_as_the_generic_encoder():
     body = PUT_REPLY_BODY % (123, b"2", 4096)
     assert PUT_REPLY % (len(body), b"7", body) == encode_result(200, body, 7)
     assert PUT_REPLY_JOINED % (len(body), b"7", 123, b"2", 4096) == encode_result(200, body, 7)
+
+
+@pytest.mark.parametrize(
+    ("msg_id", "partition", "offset", "opaque"),
+    [
+        (123, 2, 4096, 7),
+        (5, 0, TRANSACTIONAL_OFFSET, 9),
+        (2**62, 31, 2**40, 2**31 - 1),
+        (0, 0, 0, 0),
+    ],
+)
+def test_the_literal_formats_give_the_same_frame_as_the_named_ones(
+    msg_id, partition, offset, opaque
+):
+    partition_digits, opaque_digits = b"%d" % partition, b"%d" % opaque
+    body = PUT_REPLY_BODY % (msg_id, partition_digits, offset)
+    expected = PUT_REPLY % (len(body), opaque_digits, body)
+    assert put_reply(msg_id, partition_digits, offset, opaque_digits) == expected
+    assert expected == encode_put_reply(msg_id, partition, offset, opaque)
 
 
 def test_the_decoder_reads_back_what_the_encoder_wrote():

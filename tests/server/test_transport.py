@@ -11,13 +11,16 @@ from __future__ import annotations
 import select
 import socket
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 from twisted.internet import main, tcp
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.testing import MemoryReactor
+from twisted.python.failure import Failure
 
 import meta.server.transport as transport_module
+from meta.server.protocol import BrokerProtocol
 from meta.server.transport import BrokerTransport, use_broker_transport
 
 READABLE_WAIT_S = 10.0
@@ -89,6 +92,34 @@ def test_a_read_hands_the_bytes_to_the_protocol(pair):
 
     twisted, broker = read_both_ways(prepare, pair)
     assert broker == twisted == (None, [b"version 1\r\n"])
+
+
+def test_a_broker_protocol_is_named_to_its_transport_while_connected(pair):
+    """Goal: a ``BrokerProtocol`` is the transport's ``broker_protocol`` from its connection
+    to its loss, and the transport's reads reach it. Method: a protocol that stopped taking
+    requests (it counts what it reads and handles nothing) on one end of a socket pair."""
+    ours, peer = pair
+    broker = SimpleNamespace(
+        config=SimpleNamespace(message_bytes_max=1024),
+        connection_made=lambda connection: None,
+        connection_lost=lambda connection: None,
+    )
+    protocol = BrokerProtocol(broker)  # type: ignore[arg-type]
+    transport = BrokerTransport(ours, protocol, ("127.0.0.1", 1), None, 0, MemoryReactor())
+    protocol.makeConnection(transport)
+    assert transport.broker_protocol is protocol
+    protocol.stop_requests()
+    peer.sendall(b"version 1\r\n")
+    wait_readable(ours)
+    assert transport.doRead() is None
+    assert protocol.received_bytes == len(b"version 1\r\n")
+    transport.connectionLost(Failure(main.CONNECTION_DONE))
+    assert transport.broker_protocol is None
+
+
+def test_another_protocol_is_not_named_to_its_transport(pair):
+    transport, _protocol = make(BrokerTransport, pair[0])
+    assert transport.broker_protocol is None
 
 
 def test_a_read_with_nothing_to_receive_returns_nothing(pair):
