@@ -15,7 +15,9 @@ them in that order, and a broker with group commit covers a window with one fsyn
 of one per line. Nothing is silently dropped: every answer is awaited, oldest first. A
 refused or failed send stops the reading: no message after the ones already in flight is
 sent, those in flight are awaited, and the run ends with an error naming each failed
-message by its number (1-based) and the reason (exit 1). How many were stored goes to stderr
+message by its number (1-based) and the reason (exit 1). Without ``--partition``, a put whose
+broker failed in flight is first sent again (``send_all``'s ``resend``). How many were stored
+goes to stderr
 (a JSON document on stdout with ``--json``), also when an error or Ctrl-C stops the run.
 ``--window 1`` awaits each answer before the next line is read.
 
@@ -56,7 +58,7 @@ from meta.client import (
     Partition,
     SendResult,
 )
-from meta.errors import MetaError, NoPartitionError
+from meta.errors import ClientError, MetaError, NoPartitionError, OperationTimeoutError
 
 __all__ = [
     "WINDOW_DEFAULT",
@@ -93,6 +95,11 @@ class AsyncProducer(Protocol):
 
     def send_message_async(self, message: Message, timeout_s: float = ...) -> Future[SendResult]:
         """Send one message without waiting; the future completes with its answer."""
+        ...
+
+    def send_message(self, message: Message, timeout_s: float = ...) -> SendResult:
+        """Send one message and wait for its answer (a keyless producer avoids a failed
+        broker and sends it to another one)."""
         ...
 
 
@@ -310,6 +317,7 @@ def run_produce(arguments: argparse.Namespace, session: ClusterSession) -> int:
                 Pacer(arguments.rate),
                 sent,
                 window=arguments.window,
+                resend=selector is None,
             )
         finally:  # Also after an error or Ctrl-C: say what is stored.
             _report(arguments, topic, sent)
@@ -354,6 +362,7 @@ def send_all(
     pacer: Pacer,
     sent: dict[str, int],
     window: int = 1,
+    resend: bool = False,
 ) -> None:
     """Send each message with at most ``window`` unanswered, awaiting the answers oldest
     first and counting each stored one in ``sent`` (``B-P`` -> messages), so the caller knows
@@ -363,32 +372,39 @@ def send_all(
     are reported too), nothing after it is sent. The same happens when ``messages`` raises or
     Ctrl-C stops the run, so ``sent`` is complete when this returns or raises.
 
+    With ``resend`` (a producer that chooses the partition itself), a put that failed in
+    flight for want of its broker (connection lost, no reply in time: a ``ClientError``) is
+    sent again with ``send_message``, which sends it to another broker when that one fails
+    (as the producer's synchronous sends do); only if that fails too is it a failure. A put
+    that got no reply may have been stored: it is then stored twice, as with any resend.
+
     Raises:
         SendFailedError: messages were refused or failed; the text names each one's number
             and reason, and how many were stored.
         UsageError: ``messages`` refused a line or file (too large, unreadable).
     """
     assert 1 <= window <= WINDOW_MAX
-    in_flight: deque[tuple[int, Future[SendResult]]] = deque()
+    in_flight: deque[tuple[int, Message, Future[SendResult]]] = deque()
     failures: list[str] = []
     last = 0
     try:
         for number, data in enumerate(messages, 1):
             while len(in_flight) >= window and not failures:
-                _settle(*in_flight.popleft(), sent, failures)
+                _settle(producer, *in_flight.popleft(), sent, failures, resend)
             if failures:
                 break
             pacer.wait()
+            message = Message(topic, data, attribute)
             try:
-                future = producer.send_message_async(Message(topic, data, attribute), PUT_TIMEOUT_S)
+                future = producer.send_message_async(message, PUT_TIMEOUT_S)
             except MetaError as error:
                 failures.append(f"message {number} not sent: {error}")
                 break
-            in_flight.append((number, future))
+            in_flight.append((number, message, future))
             last = number
     finally:  # Also after a refused line or Ctrl-C: every put sent gets its answer counted.
         while in_flight:
-            _settle(*in_flight.popleft(), sent, failures)
+            _settle(producer, *in_flight.popleft(), sent, failures, resend)
     if failures:
         stored = sum(sent.values())
         raise SendFailedError(
@@ -397,15 +413,26 @@ def send_all(
 
 
 def _settle(
-    number: int, future: Future[SendResult], sent: dict[str, int], failures: list[str]
+    producer: AsyncProducer,
+    number: int,
+    message: Message,
+    future: Future[SendResult],
+    sent: dict[str, int],
+    failures: list[str],
+    resend: bool,
 ) -> None:
-    """Await message ``number``'s answer: count it in ``sent`` or describe its failure."""
+    """Await message ``number``'s answer: count it in ``sent`` or describe its failure;
+    with ``resend``, a put its broker failed is sent again first (``send_all``)."""
     try:
-        result = future.result(PUT_TIMEOUT_S + REPLY_GRACE_S)
-    except FutureTimeoutError:
-        future.cancel()
-        failures.append(f"message {number} not sent: no reply within {PUT_TIMEOUT_S} s")
-        return
+        try:
+            result = future.result(PUT_TIMEOUT_S + REPLY_GRACE_S)
+        except FutureTimeoutError:
+            future.cancel()
+            raise OperationTimeoutError(f"no reply within {PUT_TIMEOUT_S} s") from None
+        except ClientError:
+            if not resend:
+                raise
+            result = producer.send_message(message, PUT_TIMEOUT_S)
     except MetaError as error:
         failures.append(f"message {number} not sent: {error}")
         return

@@ -22,7 +22,7 @@ from meta.admin.produce import (
     send_all,
 )
 from meta.client import Message, Partition, ReceivedMessage, SendResult
-from meta.errors import NoPartitionError, OperationTimeoutError
+from meta.errors import ClientError, NoPartitionError, OperationTimeoutError
 
 # --- sources ---------------------------------------------------------------------------------
 
@@ -128,10 +128,20 @@ class FakeProducer:
         self.answers = answers
         self.sent: list[Message] = []
         self.sent_before_first_wait: int | None = None
+        self.resent: list[Message] = []
+        self.resent_answers: list = []
 
     def send_message_async(self, message: Message, timeout_s: float = 3.0) -> Future:
         self.sent.append(message)
         return AnsweredWhenAwaited(self, len(self.sent) - 1)
+
+    def send_message(self, message: Message, timeout_s: float = 3.0) -> SendResult:
+        """A resend: answered by ``resent_answers``, in order."""
+        self.resent.append(message)
+        answer = self.resent_answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
 
 class AnsweredWhenAwaited(Future):
@@ -201,6 +211,34 @@ def test_a_window_keeps_that_many_puts_in_flight_before_the_first_answer_is_read
     assert producer.sent_before_first_wait == 4
     assert [m.data for m in producer.sent] == messages
     assert sent == {"1-0": 10}
+
+
+def test_a_put_whose_broker_failed_in_flight_is_sent_again_when_the_producer_chooses():
+    """Goal: with ``resend`` (no ``--partition``), a put failed by its broker in flight is
+    sent again through ``send_message`` (which avoids that broker) and counted where it
+    went; a refused put is not sent again; a resend that fails too is reported. Method: a
+    window of four, put 2 lost with its connection, put 3 refused, put 4 timed out and its
+    resend failing as well."""
+    answers = [ok(), ClientError("connection to 127.0.0.1:1 lost"), SendResult.failure("500 x")]
+    answers += [OperationTimeoutError("no reply to the put within 3.0 s")]
+    producer = FakeProducer(answers)
+    producer.resent_answers = [ok("2-0"), ClientError("no broker left")]
+    sent: dict[str, int] = {}
+    with pytest.raises(SendFailedError) as raised:
+        send_all(producer, "t", None, [b"1", b"2", b"3", b"4"], Pacer(None), sent, 4, True)
+    assert [m.data for m in producer.resent] == [b"2", b"4"]
+    assert sent == {"1-0": 1, "2-0": 1}
+    assert str(raised.value) == (
+        "message 3 not sent: the broker refused it: 500 x; "
+        "message 4 not sent: no broker left (2 message(s) sent, none after message 4)"
+    )
+
+
+def test_without_resend_a_put_whose_broker_failed_is_a_failure():
+    producer = FakeProducer([ClientError("connection to 127.0.0.1:1 lost")])
+    with pytest.raises(SendFailedError, match="message 1 not sent: connection to"):
+        send_all(producer, "t", None, [b"1"], Pacer(None), {}, 4, False)
+    assert producer.resent == []
 
 
 def test_window_one_reads_each_answer_before_the_next_send():
