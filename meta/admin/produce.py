@@ -8,15 +8,23 @@ to that partition (named as ``browse`` names it), otherwise the producer's round
 selector chooses; ``--count N`` stops after N messages; ``--rate R`` sends at most R messages
 per second.
 
-Every message goes through the client library (``MessageProducer.send_message``) and its
-answer is awaited before the next one is read, so nothing is silently dropped: a refused or
-failed send stops the run with an error naming the message's number (1-based) and the reason
-(exit 1). The messages before it are stored; none after it is sent. How many were sent goes
-to stderr (a JSON document on stdout with ``--json``), also when an error or Ctrl-C stops
-the run.
+Every message goes through the client library (``MessageProducer.send_message_async``),
+with at most ``--window N`` of them sent and not yet answered (default ``WINDOW_DEFAULT``):
+the puts of one partition travel in order on its broker's connection and the broker stores
+them in that order, and a broker with group commit covers a window with one fsync instead
+of one per line. Nothing is silently dropped: every answer is awaited, oldest first. A
+refused or failed send stops the reading: no message after the ones already in flight is
+sent, those in flight are awaited, and the run ends with an error naming each failed
+message by its number (1-based) and the reason (exit 1). Without ``--partition``, a put whose
+broker failed in flight is first sent again (``send_all``'s ``resend``). How many were stored
+goes to stderr
+(a JSON document on stdout with ``--json``), also when an error or Ctrl-C stops the run.
+``--window 1`` awaits each answer before the next line is read.
 
 Bounds: a line or file larger than the producer's ``max_message_bytes`` is refused before it
-is read whole. Single-threaded (the client's reader thread completes each send).
+is read whole; at most ``--window`` messages (``WINDOW_MAX`` at most) are held, each until its
+answer; each answer is awaited at most the put timeout plus ``REPLY_GRACE_S``. Single-threaded
+(the client's reader thread completes each send).
 """
 
 from __future__ import annotations
@@ -26,8 +34,11 @@ import itertools
 import os
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import BinaryIO
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from typing import BinaryIO, Protocol
 
 from meta.admin.client import (
     EXIT_OK,
@@ -42,14 +53,17 @@ from meta.admin.output import to_json
 from meta.admin.session import ClusterSession
 from meta.client import (
     Message,
-    MessageProducer,
     MetaClientConfig,
     MetaMessageSessionFactory,
     Partition,
+    SendResult,
 )
-from meta.errors import MetaError, NoPartitionError
+from meta.errors import ClientError, MetaError, NoPartitionError, OperationTimeoutError
 
 __all__ = [
+    "WINDOW_DEFAULT",
+    "WINDOW_MAX",
+    "AsyncProducer",
     "FixedPartitionSelector",
     "Pacer",
     "SendFailedError",
@@ -58,6 +72,35 @@ __all__ = [
     "line_messages",
     "run_produce",
 ]
+
+
+WINDOW_DEFAULT = 32
+"""Messages sent and not yet answered, by default: enough for one group commit to cover many
+lines, few enough that a failure stops the run soon after it."""
+
+WINDOW_MAX = 1024
+"""The largest ``--window``: with messages of up to ``max_message_bytes`` each held until its
+answer, this bounds what the run holds in memory."""
+
+PUT_TIMEOUT_S = 3.0
+"""How long a put may wait for its answer before it fails (the client's default)."""
+
+REPLY_GRACE_S = 1.0
+"""How much longer than ``PUT_TIMEOUT_S`` an answer is awaited: the connection fails a put
+without an answer on its own after ``PUT_TIMEOUT_S``; this only bounds the wait for that."""
+
+
+class AsyncProducer(Protocol):
+    """What ``send_all`` uses of a producer (``MessageProducer`` has it)."""
+
+    def send_message_async(self, message: Message, timeout_s: float = ...) -> Future[SendResult]:
+        """Send one message without waiting; the future completes with its answer."""
+        ...
+
+    def send_message(self, message: Message, timeout_s: float = ...) -> SendResult:
+        """Send one message and wait for its answer (a keyless producer avoids a failed
+        broker and sends it to another one)."""
+        ...
 
 
 class SendFailedError(AdminError):
@@ -150,6 +193,14 @@ def file_argument(text: str) -> str:
     return text
 
 
+def window_argument(text: str) -> int:
+    """argparse type of ``--window``: a positive count up to ``WINDOW_MAX``."""
+    value = positive_int(text)
+    if value > WINDOW_MAX:
+        raise argparse.ArgumentTypeError(f"invalid window {text!r}: at most {WINDOW_MAX}")
+    return value
+
+
 def add_parser(commands: argparse._SubParsersAction, connection: argparse.ArgumentParser) -> None:
     """Register ``produce``."""
     del connection  # Brokers are found through ZooKeeper, not --broker.
@@ -158,9 +209,10 @@ def add_parser(commands: argparse._SubParsersAction, connection: argparse.Argume
         parents=[cluster_options()],
         help="send messages read from stdin (one per line) or from files",
         description="Send messages to TOPIC: one per line of stdin (the newline is not part "
-        "of the message), or one per --file. Each send is awaited; a refused or failed one "
-        "stops the run with an error naming the message number (exit 1). How many were "
-        "sent is reported on stderr.",
+        "of the message), or one per --file. Up to --window sends are in flight at once, "
+        "each answer awaited in order; a refused or failed one stops the run with an error "
+        "naming each failed message by its number (exit 1). How many were sent is reported "
+        "on stderr.",
     )
     produce.add_argument("topic", metavar="TOPIC")
     produce.add_argument(
@@ -181,6 +233,15 @@ def add_parser(commands: argparse._SubParsersAction, connection: argparse.Argume
     produce.add_argument("--count", type=positive_int, metavar="N", help="stop after N messages")
     produce.add_argument(
         "--rate", type=rate_argument, metavar="R", help="send at most R messages per second"
+    )
+    produce.add_argument(
+        "--window",
+        type=window_argument,
+        default=WINDOW_DEFAULT,
+        metavar="N",
+        help=f"at most N messages sent and not yet answered (default {WINDOW_DEFAULT}, at most "
+        f"{WINDOW_MAX}); each partition still stores them in order; 1 awaits each answer "
+        "before reading the next message",
     )
     produce.set_defaults(run=run_produce, open_session=ClusterSession.from_arguments)
 
@@ -248,7 +309,16 @@ def run_produce(arguments: argparse.Namespace, session: ClusterSession) -> int:
             messages = itertools.islice(messages, arguments.count)
         sent: dict[str, int] = {}
         try:
-            send_all(producer, topic, arguments.attribute, messages, Pacer(arguments.rate), sent)
+            send_all(
+                producer,
+                topic,
+                arguments.attribute,
+                messages,
+                Pacer(arguments.rate),
+                sent,
+                window=arguments.window,
+                resend=selector is None,
+            )
         finally:  # Also after an error or Ctrl-C: say what is stored.
             _report(arguments, topic, sent)
     return EXIT_OK
@@ -285,36 +355,89 @@ def open_factory(session: ClusterSession) -> MetaMessageSessionFactory:
 
 
 def send_all(
-    producer: MessageProducer,
+    producer: AsyncProducer,
     topic: str,
     attribute: str | None,
     messages: Iterable[bytes],
     pacer: Pacer,
     sent: dict[str, int],
+    window: int = 1,
+    resend: bool = False,
 ) -> None:
-    """Send each message and await its answer, counting each stored one in ``sent``
-    (``B-P`` -> messages), so the caller knows what is stored whatever stops the run.
+    """Send each message with at most ``window`` unanswered, awaiting the answers oldest
+    first and counting each stored one in ``sent`` (``B-P`` -> messages), so the caller knows
+    what is stored whatever stops the run.
+
+    The first failure stops the reading: what is in flight is still awaited (its failures
+    are reported too), nothing after it is sent. The same happens when ``messages`` raises or
+    Ctrl-C stops the run, so ``sent`` is complete when this returns or raises.
+
+    With ``resend`` (a producer that chooses the partition itself), a put that failed in
+    flight for want of its broker (connection lost, no reply in time: a ``ClientError``) is
+    sent again with ``send_message``, which sends it to another broker when that one fails
+    (as the producer's synchronous sends do); only if that fails too is it a failure. A put
+    that got no reply may have been stored: it is then stored twice, as with any resend.
 
     Raises:
-        SendFailedError: a message was refused or failed; the text names its number, the
-            reason and how many were sent before it.
+        SendFailedError: messages were refused or failed; the text names each one's number
+            and reason, and how many were stored.
         UsageError: ``messages`` refused a line or file (too large, unreadable).
     """
-    for number, data in enumerate(messages, 1):
-        pacer.wait()
+    assert 1 <= window <= WINDOW_MAX
+    in_flight: deque[tuple[int, Message, Future[SendResult]]] = deque()
+    failures: list[str] = []
+    last = 0
+    try:
+        for number, data in enumerate(messages, 1):
+            while len(in_flight) >= window and not failures:
+                _settle(producer, *in_flight.popleft(), sent, failures, resend)
+            if failures:
+                break
+            pacer.wait()
+            message = Message(topic, data, attribute)
+            try:
+                future = producer.send_message_async(message, PUT_TIMEOUT_S)
+            except MetaError as error:
+                failures.append(f"message {number} not sent: {error}")
+                break
+            in_flight.append((number, message, future))
+            last = number
+    finally:  # Also after a refused line or Ctrl-C: every put sent gets its answer counted.
+        while in_flight:
+            _settle(producer, *in_flight.popleft(), sent, failures, resend)
+    if failures:
+        stored = sum(sent.values())
+        raise SendFailedError(
+            "; ".join(failures) + f" ({stored} message(s) sent, none after message {last})"
+        )
+
+
+def _settle(
+    producer: AsyncProducer,
+    number: int,
+    message: Message,
+    future: Future[SendResult],
+    sent: dict[str, int],
+    failures: list[str],
+    resend: bool,
+) -> None:
+    """Await message ``number``'s answer: count it in ``sent`` or describe its failure;
+    with ``resend``, a put its broker failed is sent again first (``send_all``)."""
+    try:
         try:
-            result = producer.send_message(Message(topic, data, attribute))
-        except MetaError as error:
-            raise SendFailedError(_failure(number, sent, str(error))) from None
-        if not result.success:
-            reason = f"the broker refused it: {result.error_message}"
-            raise SendFailedError(_failure(number, sent, reason))
-        name = str(result.partition)
-        sent[name] = sent.get(name, 0) + 1
-
-
-def _failure(number: int, sent: dict[str, int], reason: str) -> str:
-    return (
-        f"message {number} not sent: {reason} "
-        f"({sum(sent.values())} message(s) sent before it; none after it)"
-    )
+            result = future.result(PUT_TIMEOUT_S + REPLY_GRACE_S)
+        except FutureTimeoutError:
+            future.cancel()
+            raise OperationTimeoutError(f"no reply within {PUT_TIMEOUT_S} s") from None
+        except ClientError:
+            if not resend:
+                raise
+            result = producer.send_message(message, PUT_TIMEOUT_S)
+    except MetaError as error:
+        failures.append(f"message {number} not sent: {error}")
+        return
+    if not result.success:
+        failures.append(f"message {number} not sent: the broker refused it: {result.error_message}")
+        return
+    name = str(result.partition)
+    sent[name] = sent.get(name, 0) + 1

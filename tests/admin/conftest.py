@@ -34,6 +34,10 @@ TOPICS = {
     # Thousands of puts from one synchronous ``meta-admin produce``: without a wait for the
     # group commit's fsync per put (what the console tests check is what reaches the reader).
     "console": {"numPartitions": 2, "unflushThreshold": 1000},
+    # One test each, so what a test reads from the beginning is only what it wrote itself,
+    # whatever ran before it.
+    "console-lines": {"numPartitions": 1, "unflushThreshold": 1000},
+    "console-pipe": {"numPartitions": 2, "unflushThreshold": 1000},
     "console-group": {"numPartitions": 2},
     "console-follow": {"numPartitions": 1},
     "console-stop": {"numPartitions": 1},

@@ -88,22 +88,23 @@ def test_a_thousand_stdin_lines_round_trip_byte_exact(admin_cluster):
 
     Method: 1,000 lines (text, a ``\\r``, bytes that are not UTF-8, empty lines) go to one
     partition through a real stdin pipe; ``consume --from-beginning --max-messages 1000``
-    of that partition prints exactly those bytes, in order.
+    of that partition prints exactly those bytes, in order. The topic is this test's alone,
+    so the beginning is its first line whichever tests ran before.
     """
     lines = [f"line {n} é".encode() for n in range(997)] + [b"cr\r", b"", b"\xff\x00\xfe"]
     data = b"\n".join(lines) + b"\n"
     status, out, err = run_process(
-        admin_cluster, "produce", "console", "--partition", "1-0", stdin=data
+        admin_cluster, "produce", "console-lines", "--partition", "1-0", stdin=data
     )
     assert (status, out) == (0, b""), err
-    assert err == "sent 1000 message(s) to console (1-0: 1000)\n"
+    assert err == "sent 1000 message(s) to console-lines (1-0: 1000)\n"
     status, out, err = run_process(
-        admin_cluster, "consume", "console", "--partition", "1-0", "--from-beginning",
+        admin_cluster, "consume", "console-lines", "--partition", "1-0", "--from-beginning",
         "--max-messages", "1000",
     )  # fmt: skip
     assert status == 0, err
     assert out == data
-    assert err == "1000 message(s) printed from console\n"
+    assert err == "1000 message(s) printed from console-lines\n"
 
 
 def test_lines_spread_over_the_partitions_come_back_complete(admin):

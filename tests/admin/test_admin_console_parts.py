@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+from concurrent.futures import Future
 
 import pytest
 
@@ -21,7 +22,7 @@ from meta.admin.produce import (
     send_all,
 )
 from meta.client import Message, Partition, ReceivedMessage, SendResult
-from meta.errors import NoPartitionError, OperationTimeoutError
+from meta.errors import ClientError, NoPartitionError, OperationTimeoutError
 
 # --- sources ---------------------------------------------------------------------------------
 
@@ -119,18 +120,48 @@ def test_the_fixed_selector_refuses_a_partition_not_published_now():
 
 
 class FakeProducer:
-    """Answers ``send_message`` from a list: a ``SendResult`` or an exception to raise."""
+    """Answers ``send_message_async`` from a list: a ``SendResult``, or an exception that
+    fails the future. A future completes only when it is awaited: ``sent_before_first_wait``
+    is how many puts the producer had sent when the first answer was read."""
 
     def __init__(self, answers: list) -> None:
         self.answers = answers
         self.sent: list[Message] = []
+        self.sent_before_first_wait: int | None = None
+        self.resent: list[Message] = []
+        self.resent_answers: list = []
 
-    def send_message(self, message: Message) -> SendResult:
+    def send_message_async(self, message: Message, timeout_s: float = 3.0) -> Future:
         self.sent.append(message)
-        answer = self.answers[len(self.sent) - 1]
+        return AnsweredWhenAwaited(self, len(self.sent) - 1)
+
+    def send_message(self, message: Message, timeout_s: float = 3.0) -> SendResult:
+        """A resend: answered by ``resent_answers``, in order."""
+        self.resent.append(message)
+        answer = self.resent_answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
         return answer
+
+
+class AnsweredWhenAwaited(Future):
+    """The future of put ``index`` of a ``FakeProducer``, answered at its first ``result``."""
+
+    def __init__(self, producer: FakeProducer, index: int) -> None:
+        super().__init__()
+        self.producer = producer
+        self.index = index
+
+    def result(self, timeout: float | None = None) -> SendResult:
+        if not self.done():
+            if self.producer.sent_before_first_wait is None:
+                self.producer.sent_before_first_wait = len(self.producer.sent)
+            answer = self.producer.answers[self.index]
+            if isinstance(answer, Exception):
+                self.set_exception(answer)
+            else:
+                self.set_result(answer)
+        return super().result(timeout)
 
 
 def ok(partition: str = "1-0") -> SendResult:
@@ -158,7 +189,7 @@ def test_a_refused_send_stops_the_run_naming_the_message_and_the_reason():
     assert sent == {"1-0": 2}
     text = str(raised.value)
     assert text.startswith("message 3 not sent: the broker refused it: 403")
-    assert "2 message(s) sent before it" in text
+    assert text.endswith("(2 message(s) sent, none after message 3)")
     assert raised.value.exit_status == 1
     assert len(producer.sent) == 3  # nothing after the refused one
 
@@ -167,6 +198,89 @@ def test_a_failed_send_stops_the_run_with_the_client_error():
     producer = FakeProducer([OperationTimeoutError("no reply to the put within 3.0 s")])
     with pytest.raises(SendFailedError, match="message 1 not sent: no reply to the put"):
         send_all(producer, "t", None, iter([b"a", b"b"]), Pacer(None), {})
+
+
+def test_a_window_keeps_that_many_puts_in_flight_before_the_first_answer_is_read():
+    """Goal: with ``window=W`` the loop sends W puts before it reads any answer, then one
+    more per answer, and the partitions get them in the order read. Method: a producer
+    whose answers exist only once awaited, counting its puts at the first wait."""
+    producer = FakeProducer([ok("1-0") for _ in range(10)])
+    sent: dict[str, int] = {}
+    messages = [b"%d" % n for n in range(10)]
+    send_all(producer, "t", None, messages, Pacer(None), sent, window=4)
+    assert producer.sent_before_first_wait == 4
+    assert [m.data for m in producer.sent] == messages
+    assert sent == {"1-0": 10}
+
+
+def test_a_put_whose_broker_failed_in_flight_is_sent_again_when_the_producer_chooses():
+    """Goal: with ``resend`` (no ``--partition``), a put failed by its broker in flight is
+    sent again through ``send_message`` (which avoids that broker) and counted where it
+    went; a refused put is not sent again; a resend that fails too is reported. Method: a
+    window of four, put 2 lost with its connection, put 3 refused, put 4 timed out and its
+    resend failing as well."""
+    answers = [ok(), ClientError("connection to 127.0.0.1:1 lost"), SendResult.failure("500 x")]
+    answers += [OperationTimeoutError("no reply to the put within 3.0 s")]
+    producer = FakeProducer(answers)
+    producer.resent_answers = [ok("2-0"), ClientError("no broker left")]
+    sent: dict[str, int] = {}
+    with pytest.raises(SendFailedError) as raised:
+        send_all(producer, "t", None, [b"1", b"2", b"3", b"4"], Pacer(None), sent, 4, True)
+    assert [m.data for m in producer.resent] == [b"2", b"4"]
+    assert sent == {"1-0": 1, "2-0": 1}
+    assert str(raised.value) == (
+        "message 3 not sent: the broker refused it: 500 x; "
+        "message 4 not sent: no broker left (2 message(s) sent, none after message 4)"
+    )
+
+
+def test_without_resend_a_put_whose_broker_failed_is_a_failure():
+    producer = FakeProducer([ClientError("connection to 127.0.0.1:1 lost")])
+    with pytest.raises(SendFailedError, match="message 1 not sent: connection to"):
+        send_all(producer, "t", None, [b"1"], Pacer(None), {}, 4, False)
+    assert producer.resent == []
+
+
+def test_window_one_reads_each_answer_before_the_next_send():
+    producer = FakeProducer([ok(), ok()])
+    send_all(producer, "t", None, [b"a", b"b"], Pacer(None), {}, window=1)
+    assert producer.sent_before_first_wait == 1
+
+
+def test_a_failure_in_the_middle_of_a_window_names_its_line_and_awaits_the_rest():
+    """Goal: when put 5 of a window of 4 fails, the error names message 5 (not the one read
+    when it was noticed), every put already in flight is still awaited and counted, and
+    nothing more is sent. Method: ten lines, answer 5 refused, answer 7 a client error."""
+    answers = [ok(), ok(), ok(), ok(), SendResult.failure("500 disk"), ok()]
+    answers += [OperationTimeoutError("no reply to the put within 3.0 s"), ok(), ok(), ok()]
+    producer = FakeProducer(answers)
+    sent: dict[str, int] = {}
+    messages = [b"%d" % n for n in range(1, 11)]
+    with pytest.raises(SendFailedError) as raised:
+        send_all(producer, "t", None, messages, Pacer(None), sent, window=4)
+    # When answer 5 is read, puts 6, 7 and 8 are in flight: awaited, 7 failed, 6 and 8 stored.
+    assert len(producer.sent) == 8
+    assert sent == {"1-0": 6}
+    assert str(raised.value) == (
+        "message 5 not sent: the broker refused it: 500 disk; "
+        "message 7 not sent: no reply to the put within 3.0 s "
+        "(6 message(s) sent, none after message 8)"
+    )
+
+
+def test_a_refused_line_still_counts_every_put_in_flight():
+    """Goal: when the source refuses a line mid-window, the puts already sent are awaited and
+    counted before the error reaches the caller. Method: a source that raises after three."""
+
+    def source():
+        yield from (b"a", b"b", b"c")
+        raise UsageError("line 4 of stdin is longer than the largest message, 10 bytes")
+
+    producer = FakeProducer([ok(), ok(), ok()])
+    sent: dict[str, int] = {}
+    with pytest.raises(UsageError, match="line 4"):
+        send_all(producer, "t", None, source(), Pacer(None), sent, window=8)
+    assert sent == {"1-0": 3}
 
 
 # --- output ----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from kazoo.client import KazooClient
 from meta.admin.main import main
 
 REPO = Path(__file__).resolve().parents[2]
-TOPIC = "console"
+TOPIC = "console-pipe"  # its own: the thousands of lines here are no other test's data
 LINE_BYTES = 200
 LINES = 2_000  # 400 KB: several times what a pipe buffers
 
@@ -51,7 +51,7 @@ def consume_into_head(admin_cluster, *argv: str) -> subprocess.CompletedProcess:
 
 
 def assert_quiet_end(done: subprocess.CompletedProcess) -> None:
-    assert len(done.stdout.splitlines()) == 3  # the topic is shared: any three messages
+    assert len(done.stdout.splitlines()) == 3  # the module's tests share the topic: any three
     lines = done.stderr.splitlines()
     assert lines[-1] == "meta-admin exited 0", done.stderr
     assert lines[:-1] == [line for line in lines[:-1] if "message(s) printed from" in line]

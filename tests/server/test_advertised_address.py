@@ -15,6 +15,7 @@ from meta import local_address
 from meta.config import ZkConfig
 from meta.server import broker as broker_module
 from meta.server.broker import Broker, advertised_host
+from tests.server.memory_broker import closing_broker
 from tests.store.conftest import broker_config, topic_config
 
 TABLE = {"lo": [(socket.AF_INET, "127.0.0.1")], "eth0": [(socket.AF_INET, "192.0.2.2")]}
@@ -31,7 +32,8 @@ def config(tmp_path, host_name: str = ""):
 
 def started(tmp_path, monkeypatch, table, host_name: str = "") -> Broker:
     monkeypatch.setattr(local_address, "interface_addresses", lambda: table)
-    broker = Broker(config(tmp_path, host_name), MemoryReactorClock())
+    reactor = MemoryReactorClock()
+    broker = closing_broker(Broker(config(tmp_path, host_name), reactor), reactor)
     broker.start(listen=True)
     return broker
 

@@ -17,6 +17,7 @@ from meta.protocol.commands import Data, Get, Put, Result, Version
 from meta.server.broker import Broker
 from meta.server.protocol import BrokerProtocol
 from meta.store.manager import StoreManager
+from tests.server.memory_broker import closing_broker
 from tests.store.conftest import EIO, ManualExecutor, RecordingFiles, broker_config, topic_config
 
 
@@ -46,7 +47,7 @@ def setup(tmp_path):
         zookeeper=ZkConfig(connect="127.0.0.1:1", enabled=False),
     )
     store = StoreManager(config, clock, files=files, executor=executor)
-    broker = Broker(config, clock, store=store)
+    broker = closing_broker(Broker(config, clock, store=store), clock, executor)
     broker.start(listen=False)
     return broker, files, executor
 
@@ -175,9 +176,8 @@ def test_the_puts_of_one_poll_share_one_write_made_after_every_read_of_it(tmp_pa
         topics=(topic_config("test", str(tmp_path), num_partitions=1),),
         zookeeper=ZkConfig(connect="127.0.0.1:1", enabled=False),
     )
-    broker = Broker(
-        config, clock, store=StoreManager(config, clock, files=files, executor=executor)
-    )
+    store = StoreManager(config, clock, files=files, executor=executor)
+    broker = closing_broker(Broker(config, clock, store=store), clock, executor)
     broker.start(listen=False)
     connections = [connect(broker, files.events) for _ in range(3)]
     writes_before = files.count("write")

@@ -23,6 +23,7 @@ from meta.server.protocol import BrokerProtocol
 from meta.status import facts
 from meta.status.json_items import NAMES, PREFIX
 from meta.store.manager import StoreManager
+from tests.server.memory_broker import closing_broker
 from tests.store.conftest import ManualExecutor, RecordingFiles, broker_config, topic_config
 
 STARTED_AT_S = 1000.0
@@ -58,7 +59,7 @@ def harness(tmp_path) -> Harness:
     )
     executor = ManualExecutor()
     store = StoreManager(config, clock, files=RecordingFiles(), executor=executor)
-    broker = Broker(config, clock, store=store)
+    broker = closing_broker(Broker(config, clock, store=store), clock, executor)
     broker.start(listen=False)
     return Harness(broker, clock, executor)
 

@@ -26,6 +26,7 @@ from meta.server.broker import Broker
 from meta.server.protocol import BrokerProtocol
 from meta.store.manager import StoreManager
 from meta.store.partition import PartitionLog
+from tests.server.memory_broker import closing_broker
 from tests.store.conftest import EIO, ManualExecutor, RecordingFiles, broker_config, topic_config
 
 CLOCK_MS = 1_900_000_000_000
@@ -53,7 +54,7 @@ class Side:
             message_bytes_max=4096,
         )
         store = StoreManager(config, clock, files=self.files, executor=self.executor)
-        self.broker = Broker(config, clock, store=store)
+        self.broker = closing_broker(Broker(config, clock, store=store), clock, self.executor)
         self.broker.ids = IdWorker(0, clock_ms=lambda: CLOCK_MS)
         self.broker.start(listen=False)
         self.directory = directory

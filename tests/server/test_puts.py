@@ -24,6 +24,7 @@ from meta.server.puts import (
     too_large,
 )
 from meta.store.manager import StoreManager
+from tests.server.memory_broker import closing_broker
 from tests.store.conftest import ManualExecutor, broker_config, topic_config
 
 BODY = b"hello world"
@@ -61,12 +62,12 @@ def broker(tmp_path, clock) -> Broker:
     config = broker_config(
         str(tmp_path), topics=topics, zookeeper=ZkConfig(connect="127.0.0.1:1", enabled=False)
     )
-    store = StoreManager(config, clock, executor=ManualExecutor())
-    broker = Broker(config, clock, store=store)
+    executor = ManualExecutor()
+    store = StoreManager(config, clock, executor=executor)
+    broker = closing_broker(Broker(config, clock, store=store), clock, executor)
     broker.ids = IdWorker(0, clock_ms=lambda: 1_900_000_000_000)
     broker.start(listen=False)
-    yield broker
-    broker.stop()
+    return broker
 
 
 def test_a_taken_put_is_stored_as_java_packs_the_message(broker):

@@ -19,6 +19,7 @@ from twisted.logger import globalLogPublisher
 from zope.interface import directlyProvides
 
 from meta.server import reactor as lean
+from tests.descriptors import closing_reactor
 from tests.integration.broker_process import run_python
 
 pytestmark = pytest.mark.skipif(lean.EPollReactor is None, reason="Linux only (epoll)")
@@ -80,7 +81,7 @@ def run_probes(reactor, messages: list[bytes]) -> list[Probe]:
 
 
 def test_echo_over_real_tcp():
-    reactor = lean.LeanEPollReactor()
+    reactor = closing_reactor(lean.LeanEPollReactor())
     payload = bytes(range(256)) * 400  # > one read: several events per connection
     (probe,) = run_probes(reactor, [payload])
     assert probe.received == payload
@@ -92,7 +93,7 @@ def test_a_protocol_exception_closes_only_its_connection_and_is_logged():
     events: list[dict] = []
     globalLogPublisher.addObserver(events.append)
     try:
-        reactor = lean.LeanEPollReactor()
+        reactor = closing_reactor(lean.LeanEPollReactor())
         bad, good = run_probes(reactor, [b"boom", b"hello"])
     finally:
         globalLogPublisher.removeObserver(events.append)
@@ -130,7 +131,7 @@ def test_an_error_escaping_the_dispatch_is_logged_and_the_loop_goes_on():
     globalLogPublisher.addObserver(events.append)
     read_end, write_end = os.pipe()
     try:
-        reactor = lean.LeanEPollReactor()
+        reactor = closing_reactor(lean.LeanEPollReactor())
         broken = BrokenReader(read_end)
         reactor.addReader(broken)
         os.write(write_end, b"x")
@@ -229,7 +230,7 @@ def poll_once(reactor, names: list[str]) -> tuple[list[str], list[Recorder]]:
 
 
 def test_calls_after_events_run_once_every_ready_descriptor_of_the_poll_was_handled():
-    reactor = lean.LeanEPollReactor()
+    reactor = closing_reactor(lean.LeanEPollReactor())
     log, _recorders = poll_once(reactor, ["a", "b"])
     first, second = log[0][5:], log[2][5:]
     assert {first, second} == {"a", "b"}
@@ -244,7 +245,7 @@ def test_calls_after_events_run_once_every_ready_descriptor_of_the_poll_was_hand
 
 
 def test_outside_a_poll_or_in_a_poll_of_one_event_a_call_after_events_runs_at_once():
-    reactor = lean.LeanEPollReactor()
+    reactor = closing_reactor(lean.LeanEPollReactor())
     ran: list[int] = []
     reactor.call_after_events(lambda: ran.append(1))
     assert ran == [1]
@@ -256,14 +257,14 @@ def test_a_reactor_without_call_after_events_gets_a_caller_that_calls_at_once():
     ran: list[int] = []
     lean.after_events_caller(object())(lambda: ran.append(1))
     assert ran == [1]
-    reactor = lean.LeanEPollReactor()
+    reactor = closing_reactor(lean.LeanEPollReactor())
     assert lean.after_events_caller(reactor) == reactor.call_after_events
 
 
 def test_a_failing_call_after_events_is_logged_and_the_others_still_run(monkeypatch):
     events: list[dict] = []
     globalLogPublisher.addObserver(events.append)
-    reactor = lean.LeanEPollReactor()
+    reactor = closing_reactor(lean.LeanEPollReactor())
     ran: list[str] = []
 
     def fail() -> None:
@@ -289,7 +290,7 @@ def test_a_call_from_another_thread_wakes_the_reactor_through_the_lean_waker():
     """Goal: ``LeanWaker`` wakes a reactor blocked in its poll. Method: the reactor polls
     with no timer due for far longer than the test waits; a thread's ``callFromThread``
     must run promptly, and a full pipe (many wake-ups) must not raise."""
-    reactor = lean.LeanEPollReactor()
+    reactor = closing_reactor(lean.LeanEPollReactor())
     assert isinstance(reactor.waker, lean.LeanWaker)
     ran: list[float] = []
 
@@ -345,7 +346,7 @@ def test_an_input_event_ends_a_selectable_as_twisteds_reactor_does(why):
     for reactor_class in (EPollReactor, lean.LeanEPollReactor):
         read_end, write_end = os.pipe()
         try:
-            reactor = reactor_class()
+            reactor = closing_reactor(reactor_class())
             selectable = Readable(read_end, None if why == "closed" else why)
             if why != "closed":
                 directlyProvides(selectable, IHalfCloseableDescriptor)
@@ -366,7 +367,7 @@ def test_an_input_event_ends_a_selectable_as_twisteds_reactor_does(why):
 def test_the_poll_timeout_is_twisteds_for_no_call_a_far_one_a_later_one_and_a_due_one():
     """Goal: the lean ``timeout`` answers as ``ReactorBase.timeout``. Method: a reactor on a
     frozen clock, timed calls added one by one, sooner each time; both answers compared."""
-    reactor = lean.LeanEPollReactor()
+    reactor = closing_reactor(lean.LeanEPollReactor())
     reactor.seconds = lambda: 1000.0
     twisted_timeout = lean.EPollReactor.timeout
     answers = [(reactor.timeout(), twisted_timeout(reactor))]
@@ -379,7 +380,7 @@ def test_the_poll_timeout_is_twisteds_for_no_call_a_far_one_a_later_one_and_a_du
 
 
 def test_timed_calls_run_when_due_and_not_before_with_the_lean_pass():
-    reactor = lean.LeanEPollReactor()
+    reactor = closing_reactor(lean.LeanEPollReactor())
     now = [1000.0]
     reactor.seconds = lambda: now[0]
     ran: list[str] = []

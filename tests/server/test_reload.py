@@ -28,6 +28,7 @@ from meta.server.registry import RegistryError
 from meta.store.lock import DataPathLock
 from meta.store.manager import StoreManager
 from tests.integration.broker_process import server_ini
+from tests.server.memory_broker import closing_broker
 from tests.store.conftest import ManualExecutor, RecordingFiles
 
 
@@ -95,7 +96,11 @@ class Setup:
         self.executor = ManualExecutor()
         store = StoreManager(config, self.clock, files=RecordingFiles(), executor=self.executor)
         self.registry = FakeRegistry(config)
-        self.broker = Broker(config, self.clock, registry=self.registry, store=store)
+        self.broker = closing_broker(
+            Broker(config, self.clock, registry=self.registry, store=store),
+            self.clock,
+            self.executor,
+        )
 
     def write(self, **ini: object) -> None:
         self.config_path.write_text(server_ini(0, self.data_path, **ini))

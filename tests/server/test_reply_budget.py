@@ -18,6 +18,7 @@ from meta.server.protocol import FILE_REPLY_COST_BYTES, BrokerProtocol
 from meta.server.replies import FileReply
 from meta.server.reply_budget import ReplyBudget
 from meta.store.manager import StoreManager
+from tests.server.memory_broker import closing_broker
 from tests.store.conftest import ManualExecutor, RecordingFiles, broker_config, topic_config
 
 
@@ -93,8 +94,9 @@ def make_broker(tmp_path, queued_reply_bytes_max: int) -> Broker:
         topics=(topic_config("test", str(tmp_path), num_partitions=1),),
         zookeeper=ZkConfig(connect="127.0.0.1:1", enabled=False),
     ).with_overrides(queued_reply_bytes_max=queued_reply_bytes_max)
-    store = StoreManager(config, clock, files=RecordingFiles(), executor=ManualExecutor())
-    broker = Broker(config, clock, store=store)
+    executor = ManualExecutor()
+    store = StoreManager(config, clock, files=RecordingFiles(), executor=executor)
+    broker = closing_broker(Broker(config, clock, store=store), clock, executor)
     broker.start(listen=False)
     return broker
 

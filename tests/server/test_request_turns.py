@@ -12,6 +12,7 @@ from meta.protocol.commands import Version
 from meta.server.broker import Broker
 from meta.server.protocol import TURN_REQUESTS_MAX, BrokerProtocol
 from meta.store.manager import StoreManager
+from tests.server.memory_broker import closing_broker
 from tests.store.conftest import ManualExecutor, RecordingFiles, broker_config, topic_config
 
 REQUESTS = 2 * TURN_REQUESTS_MAX + 10
@@ -24,8 +25,9 @@ def make_broker(tmp_path) -> tuple[Broker, Clock]:
         topics=(topic_config("test", str(tmp_path), num_partitions=1),),
         zookeeper=ZkConfig(connect="127.0.0.1:1", enabled=False),
     )
-    store = StoreManager(config, clock, files=RecordingFiles(), executor=ManualExecutor())
-    broker = Broker(config, clock, store=store)
+    executor = ManualExecutor()
+    store = StoreManager(config, clock, files=RecordingFiles(), executor=executor)
+    broker = closing_broker(Broker(config, clock, store=store), clock, executor)
     broker.start(listen=False)
     return broker, clock
 

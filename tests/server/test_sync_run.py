@@ -15,6 +15,7 @@ import meta.sync.gregor
 from meta.protocol.codec import NEED_DATA, Decoder, encode
 from meta.protocol.commands import Sync
 from meta.protocol.message import iter_messages
+from tests.server.memory_broker import closing_broker
 from tests.sync.test_gregor import Slave, replies
 
 
@@ -61,14 +62,20 @@ def test_a_run_of_syncs_stores_and_answers_as_one_sync_at_a_time(
     tmp_path, monkeypatch, queue_max, reads
 ):
     monkeypatch.setattr(meta.sync.gregor, "SYNCS_WAITING_MAX", queue_max)
-    batched = Slave(str(tmp_path / "batched"))
-    alone = Slave(str(tmp_path / "alone"))
+    batched = closing_slave(Slave(str(tmp_path / "batched")))
+    alone = closing_slave(Slave(str(tmp_path / "alone")))
     one_by_one = run_alone(alone, reads())
     assert run(batched, reads()) == one_by_one
     answered, stored = one_by_one
     assert {code for _opaque, code, _body in answered} >= {200, 500}
     assert len(stored[0]) + len(stored[1]) == (38 if queue_max > 40 else 2 * queue_max)
     assert batched.broker.sync.waiting("test", 0) == batched.broker.sync.waiting("test", 1) == 0
+
+
+def closing_slave(slave: Slave) -> Slave:
+    """``slave``, its broker stopped after the test."""
+    closing_broker(slave.broker, slave.clock, slave.executor)
+    return slave
 
 
 def run_alone(slave: Slave, reads: list[bytes]) -> tuple[list, dict]:

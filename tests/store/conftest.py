@@ -7,7 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -19,7 +19,9 @@ from meta.config import BrokerConfig, FlushMode, TopicConfig, ZkConfig
 from meta.protocol.message import pack_message
 from meta.store.files import Files
 from meta.store.group_commit import Flusher, FlushPolicy, SynchronousExecutor
+from meta.store.manager import StoreManager
 from meta.store.partition import PartitionLog
+from tests.descriptors import closers, guard_descriptors
 
 
 def short_name(path: str) -> str:
@@ -178,11 +180,12 @@ def open_partition(
     segment_bytes_max: int = 1024 * 1024,
     flusher: Flusher | None = None,
 ) -> PartitionLog:
-    """Open ``directory`` (created when missing) as partition ``test-0``."""
+    """Open ``directory`` (created when missing) as partition ``test-0``, closed after the
+    test (``tests.descriptors.closers``)."""
     os.makedirs(directory, exist_ok=True)
     if flusher is None:
         flusher = Flusher(executor if executor is not None else SynchronousExecutor())
-    return PartitionLog.open(
+    log = PartitionLog.open(
         "test",
         0,
         directory,
@@ -192,6 +195,8 @@ def open_partition(
         segment_bytes_max=segment_bytes_max,
         policy=policy(threshold, interval_ms),
     )
+    closers.add(log.close)
+    return log
 
 
 def collect(deferred: Deferred) -> list[Any]:
@@ -199,6 +204,24 @@ def collect(deferred: Deferred) -> list[Any]:
     box: list[Any] = []
     deferred.addBoth(box.append)
     return box
+
+
+def close_store(store: StoreManager, *executors: ManualExecutor) -> None:
+    """Close ``store`` by its own ``close``, stepping the manual ``executors`` that run its
+    last flush. A store the test made fail may refuse that flush: its partitions' files are
+    then closed directly, as ``close`` would have once its flusher was idle."""
+    closed = collect(store.close())
+    for executor in executors:
+        executor.run_all()
+    if closed != [None]:
+        for log in store.partitions():
+            log.close()
+
+
+def closing_store(store: StoreManager, *executors: ManualExecutor) -> StoreManager:
+    """``store``, closed (``close_store``) after the running test."""
+    closers.add(lambda: close_store(store, *executors))
+    return store
 
 
 def topic_config(name: str, data_path: str, **fields: Any) -> TopicConfig:
@@ -236,6 +259,12 @@ def broker_config(
     }
     values.update(fields)
     return BrokerConfig(data_path=data_path, topics=topics, **values)
+
+
+@pytest.fixture(autouse=True)
+def descriptors_closed() -> Iterator[None]:
+    """Fail a test that leaves a descriptor open (``tests.descriptors``)."""
+    yield from guard_descriptors()
 
 
 @pytest.fixture

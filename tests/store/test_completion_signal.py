@@ -14,6 +14,7 @@ import pytest
 from twisted.internet.task import Clock
 
 from meta.store.group_commit import CompletionSignal, ThreadExecutor, completion_signal
+from tests.descriptors import closing_reactor
 
 epollreactor = pytest.importorskip("twisted.internet.epollreactor")
 
@@ -29,7 +30,7 @@ def test_results_and_errors_reach_the_reactor_thread_through_the_eventfd():
     by the eventfd, once per submitted work, and the reactor's shutdown closes the eventfd.
     Method: a real epoll reactor whose ``callFromThread`` fails the test; it stops after the
     second result."""
-    reactor = epollreactor.EPollReactor()
+    reactor = closing_reactor(epollreactor.EPollReactor())
     reactor.callFromThread = no_thread_calls
     executor = ThreadExecutor(reactor)
     delivered: list[tuple[object, str | None, str]] = []
@@ -62,7 +63,7 @@ def test_results_and_errors_reach_the_reactor_thread_through_the_eventfd():
 def test_stop_delivers_the_results_left_and_closes_the_eventfd():
     """Goal: work finished after the reactor's last poll is still delivered, by ``stop``
     (on the reactor thread), before the eventfd is closed. Method: no poll runs at all."""
-    reactor = epollreactor.EPollReactor()
+    reactor = closing_reactor(epollreactor.EPollReactor())
     executor = ThreadExecutor(reactor)
     delivered: list[object] = []
     executor.submit(lambda: "a", lambda value, error: delivered.append(value))
@@ -73,7 +74,7 @@ def test_stop_delivers_the_results_left_and_closes_the_eventfd():
 
 
 def test_a_raising_completion_is_logged_and_the_next_one_still_runs(caplog):
-    reactor = epollreactor.EPollReactor()
+    reactor = closing_reactor(epollreactor.EPollReactor())
     signal = CompletionSignal(reactor)
     ran: list[int] = []
 

@@ -62,6 +62,8 @@ def test_a_refusal_keeps_the_roots_held_before_it(tmp_path):
     assert lock.roots == [os.path.normpath(tmp_path / "running")]
     with pytest.raises(StoreError):
         DataPathLock().acquire([tmp_path / "running"])
-    DataPathLock().acquire([tmp_path / "new"])  # not left locked by the refused call
+    fresh = DataPathLock()
+    fresh.acquire([tmp_path / "new"])  # not left locked by the refused call
+    fresh.release()
     lock.release()
     holder.release()

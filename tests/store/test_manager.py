@@ -11,7 +11,14 @@ from meta.config import FlushMode
 from meta.errors import DescriptorShortageError, InvalidTopicError, StoreError
 from meta.store.group_commit import SynchronousExecutor
 from meta.store.manager import StoreManager
-from tests.store.conftest import ManualExecutor, broker_config, collect, record, topic_config
+from tests.store.conftest import (
+    ManualExecutor,
+    broker_config,
+    closing_store,
+    collect,
+    record,
+    topic_config,
+)
 
 
 def make_partition_dir(root, name: str, data: bytes = b"") -> None:
@@ -21,11 +28,14 @@ def make_partition_dir(root, name: str, data: bytes = b"") -> None:
 
 
 def manager_for(config, clock, files=None, executor=None):
-    return StoreManager(
-        config,
-        clock,
-        files=files,
-        executor=executor if executor is not None else SynchronousExecutor(),
+    """A store on ``config``, closed after the test."""
+    return closing_store(
+        StoreManager(
+            config,
+            clock,
+            files=files,
+            executor=executor if executor is not None else SynchronousExecutor(),
+        )
     )
 
 

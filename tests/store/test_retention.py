@@ -24,7 +24,15 @@ from meta.store.group_commit import SynchronousExecutor
 from meta.store.manager import StoreManager
 from meta.store.retention import SegmentFacts, eligible_count
 from meta.store.segment import segment_name
-from tests.store.conftest import EIO, ManualExecutor, RecordingFiles, broker_config, record
+from tests.server.memory_broker import closing_broker
+from tests.store.conftest import (
+    EIO,
+    ManualExecutor,
+    RecordingFiles,
+    broker_config,
+    closing_store,
+    record,
+)
 from tests.store.conftest import topic_config as make_topic
 
 T0 = 1_700_000_000.0  # the test clock's "now": 2023-11-14 22:13:20 UTC
@@ -86,12 +94,14 @@ class Store:
         self.config = broker_config(self.root, topics=topics, segment_bytes_max=SEGMENT_BYTES)
         self.clock = Clock()
         self.clock.advance(T0)
-        self.store = StoreManager(
-            self.config,
-            self.clock,
-            files=files,
-            executor=flush_executor or SynchronousExecutor(),
-            background=background or SynchronousExecutor(),
+        self.store = closing_store(
+            StoreManager(
+                self.config,
+                self.clock,
+                files=files,
+                executor=flush_executor or SynchronousExecutor(),
+                background=background or SynchronousExecutor(),
+            )
         )
         self.store.load()
         self.store.start()
@@ -377,7 +387,7 @@ def test_a_get_streaming_a_segment_that_retention_removed_closes_only_that_conne
     clock = Clock()
     clock.advance(T0)
     store = StoreManager(config, clock, executor=SynchronousExecutor())
-    broker = Broker(config, clock, store=store)
+    broker = closing_broker(Broker(config, clock, store=store), clock)
     broker.start(listen=False)
     log = store.get_or_create("test", 0)
     for _ in range(2):
@@ -398,3 +408,5 @@ def test_a_get_streaming_a_segment_that_retention_removed_closes_only_that_conne
     other.makeConnection(other_transport)
     other.dataReceived(encode(Get("test", "g", 0, 0, 1024, 2)))
     assert decode_all(other_transport.value()) == [Result(301, b"200", 2)]
+    other.connectionLost()  # the client leaves before the broker stops (StringTransport
+    # cannot half-close, as a stopping broker would ask)

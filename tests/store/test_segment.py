@@ -13,11 +13,15 @@ from meta.errors import StoreError
 from meta.protocol.message import pack_message, scan_valid_prefix
 from meta.store.files import Files
 from meta.store.segment import Segment, parse_segment_name, segment_name
+from tests.descriptors import closers
 from tests.store.conftest import ENOSPC, RecordingFiles, record
 
 
 def open_segment(path, files=None, start=0):
-    return Segment.open(files or Files(), str(path), start, create=True)
+    """The segment file ``path`` (created), closed after the test."""
+    segment = Segment.open(files or Files(), str(path), start, create=True)
+    closers.add(segment.close)
+    return segment
 
 
 def write_file(path, data: bytes) -> None:

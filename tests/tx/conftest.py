@@ -4,13 +4,15 @@
 (checkpoints and journal files use both). ``TxBroker`` wires a real ``StoreManager`` and a
 ``TransactionManager`` on one data directory the way ``meta.server.broker`` does, with a
 ``task.Clock`` as the reactor; it can crash (close every descriptor with no flush and no last
-checkpoint) and start again on the same directories.
+checkpoint) and start again on the same directories; what it leaves open is closed after the
+test (``tests.descriptors.closers``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,6 +24,7 @@ from meta.store.manager import StoreManager
 from meta.tx.journal_location import JournalLocation
 from meta.tx.manager import TransactionManager
 from meta.tx.records import FILE_MAGIC, read_record
+from tests.descriptors import closers, guard_descriptors
 from tests.store.conftest import (
     ManualExecutor,
     RecordingFiles,
@@ -51,6 +54,12 @@ class EventFiles(RecordingFiles):
     def of(self, name: str) -> list[str]:
         """The kinds of the events on ``name``, in order."""
         return [kind for kind, target in self.events if target == name]
+
+
+@pytest.fixture(autouse=True)
+def descriptors_closed() -> Iterator[None]:
+    """Fail a test that leaves a descriptor open (``tests.descriptors``)."""
+    yield from guard_descriptors()
 
 
 @pytest.fixture
@@ -130,6 +139,7 @@ class TxBroker:
             executor=self.executor,
             background=background,
         )
+        closers.add(self.release)
         self.store.load()
         self.store.start()
         self.tx = TransactionManager(config, self.clock, self.store)
@@ -222,6 +232,14 @@ class TxBroker:
         """Crash, then open a new store and transactions on the same directories."""
         self.crash()
         return TxBroker(self.config, manual=isinstance(self.executor, ManualExecutor))
+
+    def release(self) -> None:
+        """Close what is still open, as after a crash (no flush); nothing when closed."""
+        for log in self.store.partitions():
+            for segment in log.segments:
+                segment.close()
+        if getattr(self, "tx", None) is not None:
+            self.tx.journal.close()
 
     def close(self) -> None:
         """The broker's clean stop: last checkpoint, store flushed and closed, journal closed."""

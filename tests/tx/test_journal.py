@@ -24,6 +24,7 @@ from meta.tx.records import (
     RollbackRecord,
     encode,
 )
+from tests.descriptors import closers
 from tests.store.conftest import EIO, ENOSPC, ManualExecutor, record
 from tests.tx.conftest import journal_records
 
@@ -50,7 +51,8 @@ def open_journal(
     start=None,
     background=None,
 ):
-    """Replay ``directory`` and start the journal; return it and what replay yielded."""
+    """Replay ``directory`` and start the journal; return it and what replay yielded. The
+    journal is closed after the test."""
     if flusher is None:
         flusher = Flusher(executor if executor is not None else SynchronousExecutor())
     journal = Journal(
@@ -62,6 +64,7 @@ def open_journal(
         flush_mode=journal_flush_mode(mode),
         background=background,
     )
+    closers.add(journal.close)
     replayed = list(journal.replay(start))
     journal.start()
     return journal, replayed

@@ -21,6 +21,7 @@ from meta.server.broker import Broker
 from meta.server.http.resource import ProtocolRequest, ProtocolSite
 from meta.server.protocol import BrokerProtocol
 from meta.store.manager import StoreManager
+from tests.server.memory_broker import closing_broker
 from tests.store.conftest import ManualExecutor, RecordingFiles, broker_config, topic_config
 
 PEER = IPv4Address("TCP", "127.0.0.1", 40000)
@@ -54,7 +55,7 @@ def setup(tmp_path, clock):
         message_bytes_max=1000,
     )
     store = StoreManager(config, clock, files=files, executor=executor)
-    broker = Broker(config, clock, store=store)
+    broker = closing_broker(Broker(config, clock, store=store), clock, executor)
     broker.start(listen=False)
     return broker, files, executor
 
