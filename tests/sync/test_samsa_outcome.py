@@ -17,82 +17,7 @@ from meta.protocol.sync_frame import encode_sync
 from meta.server.puts import pack_record
 from meta.sync.link_states import DIVERGED, OK
 from meta.sync.samsa import SamsaMaster
-from meta.sync.samsa_catchup import PartitionSync
 from meta.sync.samsa_outcome import PutOutcome
-
-
-class Master:
-    """What ``PutOutcome`` calls on its master, recorded."""
-
-    def __init__(self) -> None:
-        self.answered: list[bool] = []
-        self.differ: list[tuple[int, int]] = []
-
-    def slave_answered(self, ok: bool, sent_at_s: float, count: int = 1) -> None:
-        self.answered.append(ok)
-
-    def offsets_differ(self, state: PartitionSync, master: int, slave: int) -> None:
-        state.state = DIVERGED
-        self.differ.append((master, slave))
-
-
-def outcome_of(size: int = 25):
-    master, state, done = Master(), PartitionSync("test", 0), []
-    outcome = PutOutcome(master, state, size, lambda *result: done.append(result), 0.0)  # type: ignore[arg-type]
-    return outcome, master, state, done
-
-
-def test_a_reply_at_the_masters_offset_is_answered_200_and_moves_the_acknowledged_end():
-    outcome, master, state, done = outcome_of(size=25)
-    outcome.master_done(100, None)
-    assert done == []  # the slave has not answered yet
-    outcome.slave_done(200, b"7 0 100")
-    assert done == [(100, None, None)]
-    assert master.answered == [True] and master.differ == []
-    assert (state.acked_end, state.slave_end, state.state) == (125, 125, OK)
-
-
-def test_a_reply_ending_in_the_masters_offset_digits_at_another_offset_diverges():
-    """``1 0 15`` ends with the digits of 5 but not with the field `` 5``: compared as 15."""
-    outcome, master, state, done = outcome_of()
-    outcome.master_done(5, None)
-    outcome.slave_done(200, b"1 0 15")
-    assert master.differ == [(5, 15)]
-    assert done == [(5, None, None)]  # still answered 200 (§1.11)
-    assert state.acked_end == -1
-
-
-def test_a_reply_spelling_the_same_offset_otherwise_is_the_same_offset():
-    outcome, master, state, _done = outcome_of(size=10)
-    outcome.master_done(5, None)
-    outcome.slave_done(200, b"1 0 05")
-    assert master.differ == []
-    assert state.acked_end == 15
-
-
-def test_a_body_that_is_no_put_reply_compares_nothing():
-    outcome, master, state, done = outcome_of()
-    outcome.master_done(5, None)
-    outcome.slave_done(200, b"ok")
-    assert master.differ == [] and state.acked_end == -1
-    assert done == [(5, None, None)]
-
-
-def test_a_slave_reply_before_the_masters_write_waits_for_it():
-    outcome, master, state, done = outcome_of(size=25)
-    outcome.slave_done(200, b"7 0 0")
-    assert done == [] and master.answered == []
-    outcome.master_done(0, None)
-    assert done == [(0, None, None)]
-    assert state.acked_end == 25
-
-
-def test_a_slave_failure_is_answered_with_its_reason_and_counted():
-    outcome, master, _state, done = outcome_of()
-    outcome.master_done(5, None)
-    outcome.slave_done(500, b"no")
-    assert master.answered == [False]
-    assert done == [(5, None, "slave answered 500: no")]
 
 
 class Harness:
@@ -118,6 +43,68 @@ class Harness:
         for link in self.pending:
             link.flush_output()
         self.pending.clear()
+
+
+def outcome_of(size: int = 25):
+    """A put's outcome on a real master (the compiled build takes no other), its partition's
+    state and the put's answers."""
+    master, done = Harness().master, []
+    state = master._partition("test", 0)
+    outcome = PutOutcome(master, state, size, lambda *result: done.append(result), 0.0)
+    return outcome, master, state, done
+
+
+def test_a_reply_at_the_masters_offset_is_answered_200_and_moves_the_acknowledged_end():
+    outcome, master, state, done = outcome_of(size=25)
+    outcome.master_done(100, None)
+    assert done == []  # the slave has not answered yet
+    outcome.slave_done(200, b"7 0 100")
+    assert done == [(100, None, None)]
+    assert sum(master.latency_counts) == 1
+    assert (state.acked_end, state.slave_end, state.state) == (125, 125, OK)
+
+
+def test_a_reply_ending_in_the_masters_offset_digits_at_another_offset_diverges():
+    """``1 0 15`` ends with the digits of 5 but not with the field `` 5``: compared as 15."""
+    outcome, _master, state, done = outcome_of()
+    outcome.master_done(5, None)
+    outcome.slave_done(200, b"1 0 15")
+    assert (state.state, state.diverged_at) == (DIVERGED, 5)
+    assert done == [(5, None, None)]  # still answered 200 (§1.11)
+    assert state.acked_end == -1
+
+
+def test_a_reply_spelling_the_same_offset_otherwise_is_the_same_offset():
+    outcome, _master, state, _done = outcome_of(size=10)
+    outcome.master_done(5, None)
+    outcome.slave_done(200, b"1 0 05")
+    assert state.state == OK
+    assert state.acked_end == 15
+
+
+def test_a_body_that_is_no_put_reply_compares_nothing():
+    outcome, _master, state, done = outcome_of()
+    outcome.master_done(5, None)
+    outcome.slave_done(200, b"ok")
+    assert state.state == OK and state.acked_end == -1
+    assert done == [(5, None, None)]
+
+
+def test_a_slave_reply_before_the_masters_write_waits_for_it():
+    outcome, master, state, done = outcome_of(size=25)
+    outcome.slave_done(200, b"7 0 0")
+    assert done == [] and sum(master.latency_counts) == 0
+    outcome.master_done(0, None)
+    assert done == [(0, None, None)]
+    assert state.acked_end == 25
+
+
+def test_a_slave_failure_is_answered_with_its_reason_and_counted():
+    outcome, master, _state, done = outcome_of()
+    outcome.master_done(5, None)
+    outcome.slave_done(500, b"no")
+    assert master.consecutive_failures == 1
+    assert done == [(5, None, "slave answered 500: no")]
 
 
 class Log:
