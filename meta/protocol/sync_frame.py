@@ -21,6 +21,20 @@ from meta.protocol.encoding import encode
 SYNC_FORMAT = b"sync %s %d %d %d %d %d %d\r\n"
 """topic (bytes), partition, body length, flag, message id, checksum, opaque."""
 
+
+def partition_sync_format(topic: bytes, partition: int) -> bytes:
+    """``SYNC_FORMAT`` with one partition's topic and partition filled in: the format of
+    its syncs' body length, flag, message id, checksum and opaque (a put's sync then
+    formats five fields, not seven).
+
+    Args:
+        topic: the topic name as ASCII bytes.
+        partition: the partition (never -1).
+    """
+    verb, _topic, _partition, rest = SYNC_FORMAT.split(b" ", 3)
+    return b" ".join((verb, topic.replace(b"%", b"%%"), b"%d" % partition, rest))
+
+
 STATUS_TEST_TOPIC = "_metaq_slave_status_test"
 """The topic a gregor slave creates at start-up and a master probes (Java's default name)."""
 
@@ -54,5 +68,14 @@ def encode_status_probe(msg_id: int, opaque: int) -> bytes:
     )
 
 
-# The hot-path format must stay the generic encoder's 8-token form (STYLE 6, at import time).
+# The hot-path formats must stay the generic encoder's 8-token form (STYLE 6, at import time).
 assert encode_sync(b"t", 1, 2, -3, 4, 5, b"ab") == encode(Sync("t", 1, b"ab", 2, -3, 5, 4))
+assert partition_sync_format(b"t%", 1) % (2, 3, -4, 5, 6) == SYNC_FORMAT % (
+    b"t%",
+    1,
+    2,
+    3,
+    -4,
+    5,
+    6,
+)

@@ -9,8 +9,8 @@ The rules are those of ``meta.server.puts`` and the replies those of
 ``meta.protocol.put_reply``, bound to module names; checksums are checked per stretch of
 puts by ``puts.accepted_crcs``, and a single put's by ``puts.accepted_crc``, the rule itself.
 A read holding one put (a synchronous producer's) takes ``handle_single_put``: the same rules
-for a stretch of one, without a batch (on a samsa master, ``replicated_put``'s forward and
-stage, answered by ``puts.replicated_done``).
+for a stretch of one, without a batch (on a samsa master, the role's ``ready`` check first,
+then its ``forward`` of the record, answered by ``puts.replicated_done``).
 
 Invariants (tests/server/test_put_run.py checks them against ``handle_put``):
     * The fast path only takes puts whose outcome is plain: the partition exists and takes
@@ -273,8 +273,11 @@ def handle_single_put(
     topic: str = target[1]
     partition: int = target[2]
     sync = broker.sync
-    if sync is not None and not sync.takes_run(topic, partition):
-        return _handle_one(broker, fields, connection)  # a refusal, or a wait for the slave
+    state = None  # a samsa master's state of the partition (``ready``)
+    if sync is not None:
+        state = sync.ready(topic, partition)
+        if state is None:  # a refusal, or a wait for the slave
+            return _handle_one(broker, fields, connection)
     # The rule for one put, without a run's slice and list; by its own name, not a module
     # global's: a direct call when compiled.
     crc = accepted_crc(body, checksum)
@@ -286,8 +289,10 @@ def handle_single_put(
     broker.record_put(topic, partition, size)
     record = _pack_header(size, crc, msg_id, flag) + body
     if sync is not None:  # synchronous replication: the replicated rule
-        done = replicated_done(broker, sync, connection, topic, partition, msg_id, int(opaque))
-        sync.replicate(topic, partition, partition_log, record, done)
+        done = replicated_done(
+            broker, sync, connection, topic, partition, msg_id, partition_bytes, opaque
+        )
+        sync.forward(state, partition_log, record, done)
         return 1
 
     def acknowledged(offset: int | None, error: BaseException | None) -> None:

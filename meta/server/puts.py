@@ -50,7 +50,7 @@ from meta.protocol.codec import encode_result
 from meta.protocol.commands import BodyTooLarge, Put
 from meta.protocol.crc import crc32 as _crc32
 from meta.protocol.message import CHECKSUM_MASK, HEADER, HEADER_SIZE
-from meta.protocol.put_reply import PUT_REPLY, PUT_REPLY_BODY, encode_put_reply
+from meta.protocol.put_reply import PUT_REPLY, PUT_REPLY_BODY
 from meta.server.replies import PENDING
 from meta.server.services import BrokerServices
 from meta.store.partition import PartitionLog
@@ -302,6 +302,16 @@ class ReplicationRole(Protocol):
 
     def takes_run(self, topic: str, partition: int) -> bool: ...
 
+    def ready(self, topic: str, partition: int) -> Any | None: ...
+
+    def forward(
+        self,
+        state: Any,
+        partition_log: PartitionLog,
+        record: bytes,
+        done: Callable[[int | None, BaseException | None, str | None], None],
+    ) -> None: ...
+
     def replicate_run(
         self,
         topic: str,
@@ -333,7 +343,9 @@ def replicated_put(broker: BrokerServices, command: Put, connection) -> bytes | 
         broker.record_put_failed(topic, partition)
         return encode_result(500, refusal.encode(), opaque)
     broker.record_put(topic, partition, len(data))
-    done = replicated_done(broker, role, connection, topic, partition, msg_id, opaque)
+    done = replicated_done(
+        broker, role, connection, topic, partition, msg_id, b"%d" % partition, b"%d" % opaque
+    )
     role.replicate(topic, partition, taken.partition_log, taken.record, done)
     return PENDING
 
@@ -345,19 +357,25 @@ def replicated_done(
     topic: str,
     partition: int,
     msg_id: int,
-    opaque: int,
+    partition_text: bytes,
+    opaque_text: bytes,
 ) -> Callable[[int | None, BaseException | None, str | None], None]:
     """The ``done`` a taken put hands to ``role.replicate``: it answers the put once both
-    copies are known, 200 when both are stored, else the master's or the slave's 500."""
+    copies are known, 200 when both are stored, else the master's or the slave's 500.
+    ``partition_text`` and ``opaque_text`` are the put's partition and opaque as decimal
+    ASCII (a put header's digits), which the 200 carries as they are."""
 
     def done(offset: int | None, error: BaseException | None, slave_failure: str | None) -> None:
         if error is not None:
+            opaque = int(opaque_text)
             connection.respond(master_failed(error, broker, topic, partition, opaque))
         elif slave_failure is not None:
+            opaque = int(opaque_text)
             connection.respond(slave_failed(broker, role, topic, partition, opaque, slave_failure))
         else:
             assert offset is not None  # the master stored it
-            connection.respond(encode_put_reply(msg_id, partition, offset, opaque))
+            text = PUT_REPLY_BODY % (msg_id, partition_text, offset)
+            connection.respond(PUT_REPLY % (len(text), opaque_text, text))
 
     return done
 

@@ -39,7 +39,7 @@ from meta.server.puts import (
 )
 from meta.server.replies import PENDING
 from meta.server.services import BrokerServices
-from meta.sync.gregor import POOL_BUSY
+from meta.sync.gregor import POOL_BUSY, GregorSlave
 
 _POOL_BUSY = POOL_BUSY.encode()
 _BUSY_FORMAT = b"result 503 %d %s\r\n%s"
@@ -93,7 +93,9 @@ def _handle_single(broker: BrokerServices, fields: SyncFields, connection, targe
     if crc is None:  # a wrong checksum: handle_sync answers it
         return _handle_one(broker, fields, connection)
     partition_log, topic, partition = target
-    gregor = broker.sync
+    # Typed: the compiled build calls the role's methods directly (syncs reach this module
+    # only on a gregor slave).
+    gregor: GregorSlave = broker.sync
     broker.counters.cmd_put += 1
     size = len(body)
     waiting = gregor.admit_one(topic, partition, size, connection)

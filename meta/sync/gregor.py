@@ -98,7 +98,11 @@ class GregorSlave:
     def admit_one(self, topic: str, partition: int, size: int, connection: Any) -> list | None:
         """``admit``, for a caller that ends the sync with ``finished_one``: the partition's
         waiting counts to hand it, or None when the queue is full (nothing was counted)."""
-        waiting = self._waiting_of(topic, partition, connection)
+        waiting = None
+        if connection is self._master_connection:  # the usual sync: no call for the lookup
+            waiting = self._waiting.get((topic, partition))
+        if waiting is None:
+            waiting = self._waiting_of(topic, partition, connection)
         count, size_total = waiting[0], waiting[1]
         if not _takes(count, size_total, size):
             return None

@@ -34,7 +34,7 @@ from typing import Any
 
 from meta.config import SamsaConfig
 from meta.protocol.message import HEADER, HEADER_SIZE
-from meta.protocol.sync_frame import SYNC_FORMAT, encode_status_probe
+from meta.protocol.sync_frame import encode_status_probe
 from meta.sync.link_states import CATCHING_UP, COMPARE, DIVERGED, OK, UNKNOWN
 from meta.sync.samsa_catchup import CatchUp, PartitionSync, detect_slave
 from meta.sync.samsa_outcome import SLAVE_DISCONNECTED, Done, PutOutcome, RunDone, RunOutcome
@@ -42,7 +42,22 @@ from meta.sync.slave_link import DISCONNECTED, TIMED_OUT, SendNow, SlaveLink, se
 
 log = logging.getLogger("meta.sync")
 
-LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# A variadic tuple: the compiled build keeps it one object (a fixed-length tuple type would
+# be boxed into a new one for every ``bisect_left``).
+LATENCY_BUCKETS_S: tuple[float, ...] = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+)
 """Upper bounds of the ``metaq_sync_latency_seconds`` buckets (a last one is +Inf)."""
 
 
@@ -143,34 +158,43 @@ class SamsaMaster:
             entry = (partition_log, record, done)
             state.wait(self._reactor, self._timeout_s, entry, self.broker.end_of_batch)
             return
-        self._forward(state, partition_log, record, done)
+        self.forward(state, partition_log, record, done)
 
-    def _forward(self, state: PartitionSync, partition_log: Any, record: bytes, done: Done) -> None:
+    def forward(self, state: PartitionSync, partition_log: Any, record: bytes, done: Done) -> None:
+        """Forward ``record`` (a put's, taken) to the slave and stage it here, at once:
+        ``replicate`` without its wait, for a caller that ``ready`` gave ``state``."""
         length, crc, msg_id, flag = HEADER.unpack_from(record)
         now_s = self._reactor.seconds()
         outcome = PutOutcome(self, state, length + HEADER_SIZE, done, now_s)
-        topic_bytes = state.topic_bytes
-        partition = state.partition
-
-        def build(opaque: int) -> bytes:
-            # ``encode_sync``'s frame, its header format bound here: one call less per put.
-            head = SYNC_FORMAT % (topic_bytes, partition, length, flag, msg_id, crc, opaque)
-            return head + record[HEADER_SIZE:]
-
-        if not self.link.send(build, outcome.slave_done, True, now_s):
+        link = self.link
+        # The link's ``send`` without its ``build`` closure: the frame needs the opaque only.
+        opaque = link.open_request(outcome.slave_done, now_s)
+        if opaque:
+            head = state.sync_format % (length, flag, msg_id, crc, opaque)
+            link.gather_batched(head + record[HEADER_SIZE:])
+        else:
             outcome.slave_done(DISCONNECTED, b"")
         partition_log.stage(record, outcome.master_done)
 
-    def takes_run(self, topic: str, partition: int) -> bool:
-        """Whether puts to the partition may be replicated as a run (``replicate_run``) now:
+    def ready(self, topic: str, partition: int) -> PartitionSync | None:
+        """The partition's state when a put to it may be forwarded at once (``forward``):
         the link is up and below ``maxSyncsInFlight``, the slave's kind is known, the
-        partition is neither being caught up nor refusing puts. Otherwise each put takes
-        ``replicate``'s way. A run may take the link past the bound by its own length
-        (at most one read's puts)."""
+        partition is neither being caught up nor refusing puts; else None (the put takes
+        ``refusal`` and ``replicate``'s way)."""
         if self._detecting or not self.link.has_room(self._in_flight_max):
-            return False
+            return None
         state = self.partitions.get((topic, partition))
-        return state is None or not (state.gated or state.refusing)
+        if state is None:
+            return self._partition(topic, partition)
+        if state.gated or state.refusing:
+            return None
+        return state
+
+    def takes_run(self, topic: str, partition: int) -> bool:
+        """Whether puts to the partition may be replicated as a run (``replicate_run``) now
+        (``ready`` says so). Otherwise each put takes ``replicate``'s way. A run may take
+        the link past the bound by its own length (at most one read's puts)."""
+        return self.ready(topic, partition) is not None
 
     def replicate_run(
         self, topic: str, partition: int, partition_log: Any, parts: list, done: RunDone
@@ -182,14 +206,14 @@ class SamsaMaster:
         state = self._partition(topic, partition)
         headers, bodies = parts[0::2], parts[1::2]
         outcome = RunOutcome(self, state, bodies, done, self._reactor.seconds())
-        topic_bytes, unpack, sync_format = state.topic_bytes, HEADER.unpack, SYNC_FORMAT
+        unpack, sync_format = HEADER.unpack, state.sync_format
 
         def build(opaques: list[int]) -> bytes:
             frames: list[bytes] = []
             append = frames.append
             for header, body, opaque in zip(headers, bodies, opaques, strict=True):
                 length, crc, msg_id, flag = unpack(header)
-                append(sync_format % (topic_bytes, partition, length, flag, msg_id, crc, opaque))
+                append(sync_format % (length, flag, msg_id, crc, opaque))
                 append(body)
             return b"".join(frames)
 
@@ -211,7 +235,7 @@ class SamsaMaster:
             if state.refusing:
                 done(None, None, f"slave diverged at {state.diverged_at}")
             else:
-                self._forward(state, partition_log, record, done)
+                self.forward(state, partition_log, record, done)
         if released:
             # Also from timers and store callbacks, which commit and flush nothing themselves.
             self.broker.end_of_batch()

@@ -28,7 +28,7 @@ from meta.protocol.commands import Stats
 from meta.protocol.encoding import encode
 from meta.protocol.message import HEADER, HEADER_SIZE
 from meta.protocol.put_reply import decode_put_reply
-from meta.protocol.sync_frame import encode_sync
+from meta.protocol.sync_frame import encode_sync, partition_sync_format
 from meta.sync.link_states import CAUGHT_UP, COMPARE, DIFFERS, OK, next_state
 from meta.sync.slave_link import DISCONNECTED, TIMED_OUT, SlaveLink
 
@@ -52,6 +52,7 @@ class PartitionSync:
         refusing: puts are refused (the catch-up found the copies diverged).
         diverged_at: the first offset where the copies are known to differ.
         gated: new puts wait (a catch-up runs).
+        sync_format: the format of the partition's syncs (``partition_sync_format``).
     """
 
     __slots__ = (
@@ -63,6 +64,7 @@ class PartitionSync:
         "slave_end",
         "acked_end",
         "state",
+        "sync_format",
         "topic",
         "topic_bytes",
         "waiting",
@@ -72,6 +74,7 @@ class PartitionSync:
         self.topic = topic
         self.partition = partition
         self.topic_bytes = topic.encode("ascii")  # legal topic names are ASCII
+        self.sync_format = partition_sync_format(self.topic_bytes, partition)
         self.key = (topic, partition)
         self.state = OK
         self.slave_end = -1

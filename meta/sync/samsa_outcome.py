@@ -17,6 +17,7 @@ from meta.protocol.message import HEADER_SIZE
 from meta.sync.slave_link import DISCONNECTED, TIMED_OUT
 
 if TYPE_CHECKING:
+    from meta.sync.samsa import SamsaMaster
     from meta.sync.samsa_catchup import PartitionSync
 
 SLAVE_DISCONNECTED = "Slave is disconnected "
@@ -44,7 +45,7 @@ class PutOutcome:
     )
 
     def __init__(
-        self, master: Any, state: PartitionSync, size: int, done: Done, sent_at_s: float
+        self, master: SamsaMaster, state: PartitionSync, size: int, done: Done, sent_at_s: float
     ) -> None:
         self._sent_at_s = sent_at_s
         self._master = master
@@ -59,16 +60,17 @@ class PutOutcome:
     def master_done(self, offset: int | None, error: BaseException | None) -> None:
         self.offset, self.error = offset, error
         self._master_in = True
-        if self.slave is not None:
-            self._finish()
+        slave = self.slave
+        if slave is not None:
+            self._finish(slave[0], slave[1])
 
     def slave_done(self, code: int, body: bytes) -> None:
-        self.slave = (code, body)
-        if self._master_in:
-            self._finish()
+        if self._master_in:  # the usual order: the master's write came first
+            self._finish(code, body)
+        else:
+            self.slave = (code, body)
 
-    def _finish(self) -> None:
-        code, body = self.slave  # type: ignore[misc]
+    def _finish(self, code: int, body: bytes) -> None:
         master = self._master
         if code != 200:
             master.slave_answered(False, self._sent_at_s)
@@ -77,13 +79,13 @@ class PutOutcome:
         master.slave_answered(True, self._sent_at_s)
         offset = self.offset
         # Compare the copies; a body that is no put reply has nothing to compare.
-        slave_offset = None if offset is None else _reply_offset(body, None)
-        if slave_offset is not None:
+        slave_offset = None if offset is None else _reply_offset_at(body, offset)
+        if offset is not None and slave_offset is not None:
             state = self._state
             if slave_offset != offset:
                 master.offsets_differ(state, offset, slave_offset)
             else:
-                end = slave_offset + self._size
+                end = offset + self._size
                 state.acked_end = end
                 if state.slave_end < end:
                     state.slave_end = end
@@ -178,6 +180,14 @@ def _reply_offset(reply: bytes, otherwise: int | None) -> int | None:
         return int(reply[reply.rindex(b" ") + 1 :])
     except ValueError:
         return otherwise
+
+
+def _reply_offset_at(reply: bytes, offset: int) -> int | None:
+    """``_reply_offset(reply, None)`` for a record the master stored at ``offset``: a reply
+    that ends with that offset (the usual one: the copies agree) gives it without a parse."""
+    if reply.endswith(b" %d" % offset):
+        return offset
+    return _reply_offset(reply, None)
 
 
 def failure_reason(code: int, body: bytes) -> str:

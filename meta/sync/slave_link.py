@@ -185,23 +185,42 @@ class SlaveLink:
         Returns:
             False when the link is down: nothing was sent and ``done`` will not be called.
         """
-        link = self._protocol
-        if link is None:
-            return False
-        opaque = self._opaque = self._opaque + 1 if self._opaque < OPAQUE_MAX else 1
         if now_s is None:
             now_s = self._reactor.seconds()
-        self._in_flight[opaque] = (now_s + self._timeout_s, done)
-        if self._timer is None:
-            self._timer = self._reactor.callLater(self._timeout_s, self._expire)
-        if batched:  # ``_gather`` inlined for a put's sync: one call less per put
-            out = self._out
-            out.append(build(opaque))
-            if len(out) == 1:
-                self._on_output(self)
+        opaque = self.open_request(done, now_s)
+        if not opaque:
+            return False
+        if batched:
+            self.gather_batched(build(opaque))
         else:
             self._gather(build(opaque), False)
         return True
+
+    def open_request(self, done: Done, now_s: float) -> int:
+        """The first half of ``send``, for a caller that builds its frame itself: take an
+        opaque and put ``done`` in flight, its deadline counted from ``now_s`` (the reactor's
+        ``seconds()``). The caller then hands the frame carrying that opaque to
+        ``gather_batched`` before it returns to the reactor.
+
+        Returns:
+            The opaque, or 0 when the link is down (nothing is in flight; ``done`` will not
+            be called).
+        """
+        if self._protocol is None:
+            return 0
+        opaque = self._opaque = self._opaque + 1 if self._opaque < OPAQUE_MAX else 1
+        self._in_flight[opaque] = (now_s + self._timeout_s, done)
+        if self._timer is None:
+            self._timer = self._reactor.callLater(self._timeout_s, self._expire)
+        return opaque
+
+    def gather_batched(self, data: bytes) -> None:
+        """Add ``data`` to the next ``flush_output``, which the caller's batch end makes (a
+        put's ``sync``: no late flush is armed)."""
+        out = self._out
+        out.append(data)
+        if len(out) == 1:
+            self._on_output(self)
 
     def send_many(
         self, build: Callable[[list[int]], bytes], dones: list[Done], batched: bool = False
@@ -232,10 +251,7 @@ class SlaveLink:
 
     def _gather(self, data: bytes, batched: bool) -> None:
         """Add ``data`` to the next ``flush_output``."""
-        out = self._out
-        out.append(data)
-        if len(out) == 1:
-            self._on_output(self)
+        self.gather_batched(data)
         if not batched and self._flush_late_call is None:
             self._flush_late_call = self._reactor.callLater(FLUSH_LATE_S, self._flush_late)
 
@@ -255,17 +271,20 @@ class SlaveLink:
             return
         data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
-        link = self._protocol
-        if link is None:
-            return  # lost meanwhile: its requests already failed with DISCONNECTED
-        transport: Any = link.transport
+        # A socket is known only while connected (``_disconnected`` forgets it).
         socket = self._socket
         if socket is not None:  # nothing buffered: ``send_now``'s send, without its checks
             try:
                 sent = socket.send(data)
             except OSError:  # full, or broken: ``write`` buffers it, or meets the error
                 sent = 0
-        else:
+            if sent == len(data):  # the usual write: taken whole
+                return
+        link = self._protocol
+        if link is None:
+            return  # lost meanwhile: its requests already failed with DISCONNECTED
+        transport: Any = link.transport
+        if socket is None:
             sent = self._send_now(transport, data)
         if sent < len(data):
             self._socket = None  # the transport holds bytes now: ask it from here on

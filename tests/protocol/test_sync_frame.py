@@ -11,6 +11,7 @@ from meta.protocol.sync_frame import (
     STATUS_TEST_CHECKSUM,
     encode_status_probe,
     encode_sync,
+    partition_sync_format,
 )
 
 
@@ -41,3 +42,11 @@ def test_the_decoder_reads_back_every_field_byte_by_byte():
         if isinstance(command, Sync):
             commands.append(command)
     assert commands == [Sync("test", 2, b"hello", 1, 123456789, 11, 907060870)]
+
+
+def test_a_partitions_sync_format_gives_encode_syncs_header():
+    head = partition_sync_format(b"t.x", 3) % (5, 1, -4611686018427387904, -1, 2147483647)
+    assert head + b"hello" == encode_sync(
+        b"t.x", 3, 1, -4611686018427387904, -1, 2147483647, b"hello"
+    )
+    assert head == b"sync t.x 3 5 1 -4611686018427387904 -1 2147483647\r\n"

@@ -308,3 +308,20 @@ def test_without_send_now_the_link_never_writes_to_the_socket_itself():
     harness.send("a")
     harness.link.flush_output()
     assert socket.sent == [] and transport.value().startswith(b"sync test 0 5 0 5 907060870 1")
+
+
+def test_an_opened_request_is_in_flight_and_its_gathered_frame_waits_for_the_flush():
+    harness = Harness()
+    assert harness.link.open_request(lambda code, reply: None, 0.0) == 0  # down: refused
+    assert harness.link.in_flight == 0
+    protocol, transport = harness.connect()
+    answers: list = []
+    opaque = harness.link.open_request(lambda code, reply: answers.append((code, reply)), 0.0)
+    assert opaque == 1 and harness.link.in_flight == 1
+    harness.link.gather_batched(encode_sync(b"test", 0, 0, 5, 907060870, opaque, b"hi"))
+    harness.reactor.advance(FLUSH_LATE_S)  # batched: no late flush
+    assert transport.value() == b""
+    harness.link.flush_output()
+    assert transport.value() == b"sync test 0 2 0 5 907060870 1\r\nhi"
+    protocol.dataReceived(encode_result(200, b"5 0 0", opaque))
+    assert answers == [(200, b"5 0 0")]

@@ -77,6 +77,9 @@ def test_on_a_samsa_master_an_http_put_is_answered_once_replicated(tmp_path):
         takes_run=lambda topic, partition: True,
         refusal=lambda topic, partition: None,
         replicate=lambda *arguments: forwarded.append(arguments),
+        # The single put's way: ``ready`` gives a state that ``forward`` gets back.
+        ready=lambda topic, partition: (topic, partition),
+        forward=lambda state, *arguments: forwarded.append((*state, *arguments)),
     )
     broker.start(listen=False)
     site = ProtocolSite(broker, Clock())
