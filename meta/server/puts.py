@@ -50,7 +50,7 @@ from meta.protocol.codec import encode_result
 from meta.protocol.commands import BodyTooLarge, Put
 from meta.protocol.crc import crc32 as _crc32
 from meta.protocol.message import CHECKSUM_MASK, HEADER, HEADER_SIZE
-from meta.protocol.put_reply import PUT_REPLY, PUT_REPLY_BODY
+from meta.protocol.put_reply import PUT_REPLY, PUT_REPLY_BODY, put_reply
 from meta.server.replies import PENDING
 from meta.server.services import BrokerServices
 from meta.store.partition import PartitionLog
@@ -374,8 +374,7 @@ def replicated_done(
             connection.respond(slave_failed(broker, role, topic, partition, opaque, slave_failure))
         else:
             assert offset is not None  # the master stored it
-            text = PUT_REPLY_BODY % (msg_id, partition_text, offset)
-            connection.respond(PUT_REPLY % (len(text), opaque_text, text))
+            connection.respond(put_reply(msg_id, partition_text, offset, opaque_text))
 
     return done
 

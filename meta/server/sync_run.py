@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from meta.protocol.codec import SyncFields
 from meta.protocol.commands import Sync
-from meta.protocol.put_reply import PUT_REPLY, PUT_REPLY_BODY
+from meta.protocol.put_reply import PUT_REPLY, PUT_REPLY_BODY, put_reply
 from meta.server.handlers import handle_sync
 from meta.server.puts import (
     RECORD_HEADER_BYTES,
@@ -107,8 +107,8 @@ def _handle_single(broker: BrokerServices, fields: SyncFields, connection, targe
     def acknowledged(offset: int | None, error: BaseException | None) -> None:
         gregor.finished_one(waiting, size, error is None)
         if error is None:
-            text = PUT_REPLY_BODY % (msg_id, partition_bytes, offset)
-            connection.respond(PUT_REPLY % (len(text), opaque, text))
+            assert offset is not None  # the store appended the record
+            connection.respond(put_reply(msg_id, partition_bytes, offset, opaque))
         else:
             connection.respond(append_failed(error, broker, topic, partition, int(opaque)))
 
