@@ -38,6 +38,6 @@ def extensions() -> list:
 
 
 RECORD_CHECK = Extension("meta.slave._record_crc", ["meta/slave/_record_crc.c"], libraries=["isal"])
-"""The slave's CRC check of a batch without the GIL (``meta.slave.record_check``)."""
+"""The slave's walk of a batch and its CRC check without the GIL (``meta.slave.record_check``)."""
 
 setup(ext_modules=extensions())

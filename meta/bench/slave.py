@@ -11,7 +11,15 @@
    same loop ``tools/bench consume`` uses. That loop checks only the length fields (at C
    speed); for context the same loop is also timed with every record's CRC checked as the
    slave does (``run_checked_consume``, reported as ``checked_consume``);
-3. starts the async slave (same ``brokerId``, ``--slave`` with ``slaveMaxDelayInMills =
+3. **durable write floor**: receives the backlog's size over 127.0.0.1 TCP in a separate
+   receiver process (1 MiB reads into a reused buffer, ``pwrite`` into a new file in the
+   slave's data directory, a flusher thread group-committing ``fdatasync``: with
+   ``--unflush-threshold`` N >= 1, once N messages' bytes are unflushed), sent from this
+   thread (``meta.bench.slave_floor``): its rate (and fraction of the raw consume rate) and the
+   receiver process's CPU per MiB, user and system apart. The slave's replay is reported as
+   fractions of it (``fraction_of_floor``: rate; ``cpu_times_floor``: CPU per MiB), so each
+   run's figures can be read against what this machine's loopback and disk allowed then;
+4. starts the async slave (same ``brokerId``, ``--slave`` with ``slaveMaxDelayInMills =
    --slave-max-delay-ms``) once the master is serving, and times its catch-up: from the
    moment the slave answers until its end (the ``offset`` command at ``Long.MAX_VALUE``,
    polled every ``CATCH_UP_POLL_S``) reaches the master's end. Replay rate = backlog bytes / that
@@ -27,19 +35,19 @@
    system time apart (``slave_threads``; not with ``--profile-slave``). ``--slave-code DIR``
    runs the slave from another checkout (the master and the loops stay this one's), so two
    versions of the slave can be compared on one machine in turns;
-4. **lag**: a paced producer puts ``--rate`` messages/s for ``--seconds`` seconds (batches
+5. **lag**: a paced producer puts ``--rate`` messages/s for ``--seconds`` seconds (batches
    every ``TICK_S``, replies read as they come, each put's offset and ack time recorded)
    while a second thread polls the slave's end every ``POLL_S``. A message's lag is the
    time from its ack on the producer to the first poll that saw the slave's end cover it
    (0 if the slave had it before the ack arrived). p50/p99/max are reported and p99 is
    compared with ``slaveMaxDelayInMills`` + one fetch round trip (the mean time of one
    1 MiB get in step 2);
-5. prints a table, or JSON with ``--json``.
+6. prints a table, or JSON with ``--json``.
 
-The probes of steps 3 and 4 (the slave's end, the paced producer) live in
+The probes of steps 4 and 5 (the slave's end, the paced producer) live in
 ``meta.bench.slave_lag``. Everything it starts is stopped on exit (slave, master,
 ZooKeeper); the temporary directory is removed unless ``--keep``. Every wait has a
-deadline. Runs on the caller's thread plus one polling thread during step 4; only 127.0.0.1.
+deadline. Runs on the caller's thread plus one polling thread during step 5; only 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -62,6 +70,7 @@ from meta.bench.load import (
     run_consume,
     run_pipelined,
 )
+from meta.bench.slave_floor import measure_floor
 from meta.bench.slave_lag import (
     POLL_S,
     TOPIC,
@@ -75,6 +84,7 @@ from meta.bench.slave_lag import (
 from meta.bench.spark import ZooKeeper, rates
 from meta.bench.thread_cpu import Sample, naming_command, per_thread, task_times
 from meta.protocol.codec import HEADER_BYTES_MAX
+from meta.protocol.message import HEADER_SIZE
 from meta.slave.record_check import check_records, record_ends
 
 BROKER_ID = 1
@@ -194,7 +204,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace, work: Path) -> dict:
-    """Steps 1-4 of the module docstring; returns the report."""
+    """Steps 1-5 of the module docstring; returns the report."""
     messages = max(1, args.megabytes * 1_000_000 // args.message_bytes)
     frames = PutFrames(TOPIC, args.message_bytes)
     with ZooKeeper(work / "zookeeper") as zookeeper:
@@ -217,6 +227,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                 python_path=str(args.slave_code or REPO),
                 **common,
             )
+            floor = measure_floor(slave.data_path, backlog_end, floor_flush_bytes(args))
             with slave:
                 replay_s, slave_cpu_s, threads = measure_catch_up(slave, backlog_end)
                 lag_report = measure_lag(args, master, slave, frames)
@@ -226,17 +237,13 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     raw_rates = rates(messages, args.message_bytes, raw["seconds"])
     replay = rates(messages, args.message_bytes, replay_s)
     checked_rates = rates(messages, args.message_bytes, checked["seconds"])
-    replay["fraction_of_raw"] = round(replay["msg_per_s"] / max(raw_rates["msg_per_s"], 1), 2)
-    replay["fraction_of_checked"] = round(
-        replay["msg_per_s"] / max(checked_rates["msg_per_s"], 1), 2
-    )
-    replay["times_produce"] = round(replay["msg_per_s"] / max(produce["msg_per_s"], 1), 2)
-    replay["meets_target"] = replay["fraction_of_raw"] >= TARGET_FRACTION
-    replay["meets_produce_target"] = replay["times_produce"] >= TARGET_PRODUCE_MULTIPLE
+    replay.update(replay_shares(replay, raw_rates, checked_rates, produce))
     raw_rates["cpu_ms_per_mib"] = cpu_ms_per_mib(raw["cpu_s"], backlog_end)
     checked_rates["cpu_ms_per_mib"] = cpu_ms_per_mib(checked["cpu_s"], backlog_end)
     replay["cpu_ms_per_mib"] = cpu_ms_per_mib(slave_cpu_s, backlog_end)
     slave_threads = per_thread(*threads, backlog_end)
+    floor_rates = floor_report(floor, messages, args.message_bytes, raw_rates)
+    replay.update(against_floor(replay, floor_rates))
     replay["meets_cpu_target"] = (
         replay["cpu_ms_per_mib"] is not None and replay["cpu_ms_per_mib"] <= TARGET_CPU_MS_PER_MIB
     )
@@ -255,6 +262,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         "produce": produce,
         "raw_consume": raw_rates,
         "checked_consume": checked_rates,
+        "floor": floor_rates,
         "slave_replay": replay,
         "slave_threads": slave_threads,
         "slave_code": str(args.slave_code or REPO),
@@ -263,6 +271,48 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         "target_produce_multiple": TARGET_PRODUCE_MULTIPLE,
         "target_cpu_ms_per_mib": TARGET_CPU_MS_PER_MIB,
     }
+
+
+def floor_flush_bytes(args: argparse.Namespace) -> int:
+    """The floor's flush rule for ``--unflush-threshold``: 0 (a flush asked for after every
+    write, group commit), else the bytes of that many stored messages."""
+    return max(args.unflush_threshold, 0) * (args.message_bytes + HEADER_SIZE)
+
+
+def floor_report(floor: dict, messages: int, message_bytes: int, raw_rates: dict) -> dict:
+    """Step 3's row: the floor's rates, its fraction of the raw consume rate, and the
+    receiver's CPU per MiB (user and system apart)."""
+    row = rates(messages, message_bytes, floor["seconds"])
+    row["fraction_of_raw"] = round(row["msg_per_s"] / max(raw_rates["msg_per_s"], 1), 2)
+    row["user_ms_per_mib"] = cpu_ms_per_mib(floor["user_s"], floor["bytes"])
+    row["system_ms_per_mib"] = cpu_ms_per_mib(floor["system_s"], floor["bytes"])
+    row["cpu_ms_per_mib"] = cpu_ms_per_mib(floor["user_s"] + floor["system_s"], floor["bytes"])
+    row["fdatasyncs"] = floor["fdatasyncs"]
+    return row
+
+
+def replay_shares(replay: dict, raw_rates: dict, checked_rates: dict, produce: dict) -> dict:
+    """The replay's rate against the two consume loops' and the pipelined put rate, and the
+    verdicts on its rate targets."""
+    shares = {
+        "fraction_of_raw": round(replay["msg_per_s"] / max(raw_rates["msg_per_s"], 1), 2),
+        "fraction_of_checked": round(replay["msg_per_s"] / max(checked_rates["msg_per_s"], 1), 2),
+        "times_produce": round(replay["msg_per_s"] / max(produce["msg_per_s"], 1), 2),
+    }
+    shares["meets_target"] = shares["fraction_of_raw"] >= TARGET_FRACTION
+    shares["meets_produce_target"] = shares["times_produce"] >= TARGET_PRODUCE_MULTIPLE
+    return shares
+
+
+def against_floor(replay: dict, floor_rates: dict) -> dict:
+    """The replay's rate as a fraction of the floor's (``fraction_of_floor``) and its CPU
+    per MiB as a multiple of the floor receiver's (``cpu_times_floor``, when both are known)."""
+    shares = {"fraction_of_floor": round(replay["msg_per_s"] / max(floor_rates["msg_per_s"], 1), 2)}
+    if replay["cpu_ms_per_mib"] is not None and floor_rates["cpu_ms_per_mib"] > 0:
+        shares["cpu_times_floor"] = round(
+            replay["cpu_ms_per_mib"] / floor_rates["cpu_ms_per_mib"], 2
+        )
+    return shares
 
 
 def measure_consumes(address: tuple[str, int], messages: int) -> tuple[dict, dict]:
@@ -340,13 +390,15 @@ def format_report(report: dict) -> str:
         f"{report['unflush_threshold']}, one 1 MiB fetch round trip "
         f"{report['fetch_round_trip_ms']} ms",
     ]
-    for name in ("produce", "raw_consume", "checked_consume", "slave_replay"):
+    for name in ("produce", "raw_consume", "checked_consume", "floor", "slave_replay"):
         row = report[name]
         line = f"{name:15} {row['msg_per_s']:>10} msg/s {row['mb_per_s']:>8} MB/s"
         line += f" {row['seconds']:>8} s"
         if row.get("cpu_ms_per_mib") is not None:
             line += f" {row['cpu_ms_per_mib']:>7.3f} ms CPU/MiB"
-        if "fraction_of_raw" in row:
+        if name == "floor":
+            line += floor_columns(row)
+        elif "fraction_of_raw" in row:
             verdict = "meets" if row["meets_target"] else "MISSES"
             line += (
                 f"  {row['fraction_of_raw']:.0%} of raw ({verdict} the target >= "
@@ -366,15 +418,25 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
+def floor_columns(row: dict) -> str:
+    """The floor row's own columns: its share of the raw rate and its CPU split."""
+    return (
+        f"  {row['fraction_of_raw']:.0%} of raw (user {row['user_ms_per_mib']:.3f}, system "
+        f"{row['system_ms_per_mib']:.3f}; {row['fdatasyncs']} fdatasyncs)"
+    )
+
+
 def replay_targets_line(report: dict) -> str:
-    """The replay's produce-rate and CPU targets, on a line of their own."""
+    """The replay's produce-rate and CPU targets, then its share of the floor, on two lines."""
     replay = report["slave_replay"]
     produce_verdict = "meets" if replay["meets_produce_target"] else "MISSES"
     cpu_verdict = "meets" if replay["meets_cpu_target"] else "MISSES"
     return (
         f"{'':15} replay {replay['times_produce']}x the pipelined put rate ({produce_verdict} "
         f"the target >= {report['target_produce_multiple']:g}x); {cpu_verdict} the target "
-        f"<= {report['target_cpu_ms_per_mib']:g} ms CPU/MiB"
+        f"<= {report['target_cpu_ms_per_mib']:g} ms CPU/MiB\n"
+        f"{'':15} replay {replay['fraction_of_floor']:.0%} of the floor's rate, "
+        f"{replay.get('cpu_times_floor', float('nan')):g}x the floor's CPU/MiB"
     )
 
 

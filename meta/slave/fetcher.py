@@ -7,14 +7,15 @@ batch: instead of decoding messages for a listener, it checks every complete rec
 and CRC, as ``iter_messages`` does), hands the record bytes **verbatim** to the reactor
 thread (``callFromThread``) as one write (or two around a segment boundary, below), and
 fetches the next batch from the end of this one while the reactor writes it. The check is
-two passes (``meta.slave.record_check``): ``record_ends`` reads the length fields, then
-the get for the batch's end is sent (``_prefetch``; ``send`` gives its future to the next
-fetch asking exactly that get), then ``check_records`` checks the CRCs while that reply
-travels; a bad record still stops
-the partition before anything of its batch is handed off (and cancels the get sent ahead).
-Where the optional build made its C extension, ``check_records`` checks all of a batch's CRCs
-in one call that releases the GIL, so the socket reader, the reactor's write and the get
-writer run meanwhile; the call holds the reply's buffer, which is not reused before it ends.
+two passes (``meta.slave.record_check``): ``frame_records`` reads the length fields (how many
+complete records, where the last starts and ends; no list of ends unless a batch reaches
+the local roll size or the layout is unknown), then the get for the batch's end is sent
+(``_prefetch``; ``send`` gives its future to the next fetch asking exactly that get), then
+``check_frame`` checks the CRCs while that reply travels; a bad record still stops the
+partition before anything of its batch is handed off (and cancels the get sent ahead).
+Where the optional build made its C extension, the walk is one C call and the check
+another that releases the GIL, so the socket reader, the reactor's write and the get writer
+run meanwhile; the call holds the reply's buffer, which is not reused before it ends.
 At most ``APPENDS_IN_FLIGHT_MAX`` batches of a partition are handed off and not yet written
 (the fetch thread waits for the oldest, at most ``APPEND_WAIT_S``), so memory stays bounded;
 ``stop`` waits until every handed-off batch is written and cancels the gets sent ahead. The
@@ -86,7 +87,7 @@ from twisted.internet import defer
 from meta.client.fetch.manager import FETCH_BYTES_MAX, FetchManager, FetchRequest, FetchSettings
 from meta.errors import ClientError, InvalidRecordError, MetaError
 from meta.protocol.commands import Get, Offset
-from meta.slave.record_check import check_records, record_ends
+from meta.slave.record_check import Frame, check_frame, frame_ends, frame_records
 
 log = logging.getLogger("meta.slave")
 
@@ -214,29 +215,28 @@ class SlaveFetchManager(FetchManager):
         """Append the batch's complete records and move on past them (a fetch thread)."""
         base = request.next_offset
         try:
-            ends = record_ends(data, base)
+            frame = frame_records(data, base)
         except InvalidRecordError as error:
             self._stop_partition(request, f"the master sent a bad record: {error}")
             return
-        if not ends:
+        if not frame.count:
             self.backoff(request)
             self.grow(request, data)  # a record larger than the fetch size: ask for it whole
             return
-        planned = self._plan(request, data, base, ends)
+        planned = self._plan(request, data, base, frame)
         if planned is None:
             return  # the master's segment end is not known yet: fetched again
-        entries, counts = planned
-        consumed = sum(entries)
+        entries, counts, last_start = planned
+        consumed = entries[0] if len(entries) == 1 else sum(entries)
         next_size = next_fetch_size(request, len(data))
-        if consumed == ends[-1]:
+        if consumed == frame.end:
             self._prefetch(request, base + consumed, next_size)
         try:
-            check_records(data, ends, base)
+            check_frame(data, frame, base)
         except InvalidRecordError as error:
             self._stop_partition(request, f"the master sent a bad record: {error}")
             return
-        count = sum(counts)
-        expected = self._expected_layout(request.key, base, entries)
+        expected = self._expected_layout(request.key, base + consumed)
         try:
             records = memoryview(data)[:consumed]
             self._hand_off(request, base, records, entries, counts, expected)
@@ -245,7 +245,7 @@ class SlaveFetchManager(FetchManager):
             return
         request.offset = base + consumed
         request.tmp_offset = -1
-        request.msg_id = MSG_ID.unpack_from(data, ends[count - 2] if count > 1 else 0)[0]
+        request.msg_id = MSG_ID.unpack_from(data, last_start)[0]
         request.retries = 0
         request.delay_ms = 0
         request.max_size = next_size
@@ -277,13 +277,28 @@ class SlaveFetchManager(FetchManager):
         return super().send(request, command)
 
     def _plan(
-        self, request: FetchRequest, data: bytes, base: int, ends: list[int]
-    ) -> tuple[list[int], list[int]] | None:
-        """The entries to stage and how many records each covers; None: append nothing now.
+        self, request: FetchRequest, data: bytes, base: int, frame: Frame
+    ) -> tuple[list[int], list[int], int] | None:
+        """The entries to stage, how many records each covers and where the last record
+        staged starts; None: append nothing now.
 
         See "Segment boundaries" in the module docstring.
         """
         layout = self._layouts.get(request.key)
+        if layout is not None and base + frame.end < layout[0] + layout[1]:
+            return [frame.end], [frame.count], frame.last_start  # the common case: one write
+        ends = frame_ends(data, frame, base)
+        planned = self._plan_ends(request, data, base, ends, layout)
+        if planned is None:
+            return None
+        entries, counts = planned
+        count = sum(counts)
+        return entries, counts, ends[count - 2] if count > 1 else 0
+
+    def _plan_ends(
+        self, request: FetchRequest, data: bytes, base: int, ends: list[int], layout: Layout | None
+    ) -> tuple[list[int], list[int]] | None:
+        """``_plan`` for a batch without a layout or reaching the local roll size."""
         count = len(ends)
         if layout is None:  # unknown layout: record by record, as the master
             return [end - start for start, end in itertools.pairwise([0, *ends])], [1] * count
@@ -318,16 +333,12 @@ class SlaveFetchManager(FetchManager):
         )  # fmt: skip
         return [ends[-1]], [count]
 
-    def _expected_layout(
-        self, key: tuple[str, str], base: int, entries: list[int]
-    ) -> Layout | None:
-        """The local layout after staging ``entries`` at ``base`` (the store's roll rule: it
-        rolls after a write that fills the segment); None while unknown."""
+    def _expected_layout(self, key: tuple[str, str], end: int) -> Layout | None:
+        """The local layout after staging records up to offset ``end`` (the store's roll
+        rule: it rolls after a write that fills the segment); None while unknown."""
         layout = self._layouts.get(key)
-        if layout is not None:
-            end = base + sum(entries)
-            if end >= layout[0] + layout[1]:
-                layout = (end, layout[1])
+        if layout is not None and end >= layout[0] + layout[1]:
+            layout = (end, layout[1])
             self._layouts[key] = layout
         return layout
 

@@ -13,12 +13,16 @@ and the CRC-32 call (``check_uniform``); anything else is walked and checked one
 time (``walk_ends``, ``check_each``), with the same results. Pure functions over the batch;
 thread-safe.
 
-The CRCs of a batch are checked in one C call that releases the GIL when the optional
-extension ``meta.slave._record_crc`` is built (``setup.py``, ``METAQ_COMPILE=1``; it calls
-ISA-L's ``crc32_gzip_refl``, the same CRC-32): the slave's other threads (the socket reader,
-the reactor's write, the get writer) then run while a batch is checked. Without it,
-``check_records`` is the Python loop above, with the same results. ``IMPLEMENTATION`` says
-which check runs.
+The fetch thread uses the same two passes without a list of ends: ``frame_records`` finds
+how many complete records a batch holds and where the last one starts and ends
+(``Frame``), ``check_frame`` checks their CRCs. With the optional extension
+``meta.slave._record_crc`` built (``setup.py``, ``METAQ_COMPILE=1``; it calls ISA-L's
+``crc32_gzip_refl``, the same CRC-32), the walk is one C call that builds no object per
+record and the check one C call that releases the GIL, so the slave's other threads (the
+socket reader, the reactor's write, the get writer) run while a batch is checked; the list
+API's ``check_records`` is one such call too. Without it, both are the Python loops above,
+with the same results and the same errors (``negative_length``, ``checksum_mismatch``: one
+text each). ``IMPLEMENTATION`` says which check runs.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import struct
 import sys
 from array import array
 from types import ModuleType
+from typing import NamedTuple
 
 from meta.errors import InvalidRecordError
 from meta.protocol.crc import crc32 as _crc32
@@ -50,6 +55,34 @@ IMPLEMENTATION = NATIVE_CHECK if EXTENSION is not None else "pure Python"
 LENGTH = struct.Struct(">i")
 CHECKSUM = struct.Struct(">4xi")
 """Fields of a record header (``meta.protocol.message.HEADER``) read one at a time."""
+
+
+class Frame(NamedTuple):
+    """The complete records at the start of a batch (``frame_records``).
+
+    Attributes:
+        count: how many (0: not one complete record).
+        end: where the last of them ends (0 if none): the bytes they take.
+        last_start: where the last of them starts (0 if none).
+        ends: every record's end, when the pure walk found them (None from the extension,
+            which builds no list: ``frame_ends`` makes one when wanted).
+    """
+
+    count: int
+    end: int
+    last_start: int
+    ends: list[int] | None = None
+
+
+def negative_length(length: int, offset: int) -> InvalidRecordError:
+    """The error for a complete record header at ``offset`` with a negative length."""
+    return InvalidRecordError(f"negative payload length {length} at offset {offset}")
+
+
+def checksum_mismatch(offset: int) -> InvalidRecordError:
+    """The error for a record at ``offset`` whose payload does not match its checksum."""
+    return InvalidRecordError(f"checksum mismatch at offset {offset}")
+
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
 _CLEAR_TOP_BIT = bytes(byte & (CHECKSUM_MASK >> 24) for byte in range(256))
@@ -127,9 +160,7 @@ def walk_ends(
         end = position + HEADER_SIZE + length
         if end > total or length < 0:  # one test per record for both rare cases
             if length < 0:
-                raise InvalidRecordError(
-                    f"negative payload length {length} at offset {base + position}"
-                )
+                raise negative_length(length, base + position)
             break
         add(end)
         position = end
@@ -156,6 +187,78 @@ def check_records(data: bytes | bytearray | memoryview, ends: list[int], base: i
         check_pure(data, ends, base)
 
 
+def frame_records(data: bytes | bytearray | memoryview, base: int) -> Frame:
+    """The complete records at the start of a get reply (``record_ends``'s walk): with the
+    extension, one C call (``frame_native``), else the pure walk, which keeps its ends.
+
+    Raises:
+        InvalidRecordError: a complete header has a negative payload length.
+    """
+    if EXTENSION is not None:
+        return frame_native(EXTENSION, data, base)
+    return frame_pure(data, base)
+
+
+def frame_native(native: ModuleType, data: bytes | bytearray | memoryview, base: int) -> Frame:
+    """``frame_records`` by the extension ``native``: its walk, ``walk_ends``' error.
+
+    Raises:
+        InvalidRecordError: a complete header has a negative payload length.
+    """
+    count, end, last_start, negative = native.frame(data)
+    if negative >= 0:
+        raise negative_length(LENGTH.unpack_from(data, negative)[0], base + negative)
+    return Frame(count, end, last_start)
+
+
+def frame_pure(data: bytes | bytearray | memoryview, base: int) -> Frame:
+    """``frame_records`` in Python: ``record_ends``, summed up.
+
+    Raises:
+        InvalidRecordError: a complete header has a negative payload length.
+    """
+    ends = record_ends(data, base)
+    if not ends:
+        return Frame(0, 0, 0, ends)
+    return Frame(len(ends), ends[-1], ends[-2] if len(ends) > 1 else 0, ends)
+
+
+def frame_ends(data: bytes | bytearray | memoryview, frame: Frame, base: int) -> list[int]:
+    """Every end of ``frame``'s records (the pure walk's list, else walked now in Python:
+    for the rare batch that needs them, such as one reaching a segment's roll size)."""
+    if frame.ends is not None:
+        return frame.ends
+    return record_ends(memoryview(data)[: frame.end], base)
+
+
+def check_frame(data: bytes | bytearray | memoryview, frame: Frame, base: int) -> None:
+    """Check the CRC of every record of ``frame``, as ``check_records`` does: with the
+    extension in one C call that walks them again and releases the GIL
+    (``check_frame_native``), else the pure check of the frame's ends.
+
+    Raises:
+        InvalidRecordError: a record's payload does not match its CRC.
+    """
+    if EXTENSION is not None:
+        check_frame_native(EXTENSION, data, frame, base)
+    else:
+        check_pure(data, frame_ends(data, frame, base), base)
+
+
+def check_frame_native(
+    native: ModuleType, data: bytes | bytearray | memoryview, frame: Frame, base: int
+) -> None:
+    """``check_frame`` by the extension ``native`` (``first_bad_before``): the same error as
+    ``check_each``'s.
+
+    Raises:
+        InvalidRecordError: a record's payload does not match its CRC.
+    """
+    bad = native.first_bad_before(data, frame.end)
+    if bad >= 0:
+        raise checksum_mismatch(base + bad)
+
+
 def check_native(
     native: ModuleType, data: bytes | bytearray | memoryview, ends: list[int], base: int
 ) -> None:
@@ -167,8 +270,7 @@ def check_native(
     """
     bad = native.first_bad(data, ends)
     if bad >= 0:
-        start = ends[bad - 1] if bad else 0
-        raise InvalidRecordError(f"checksum mismatch at offset {base + start}")
+        raise checksum_mismatch(base + (ends[bad - 1] if bad else 0))
 
 
 def check_pure(data: bytes | bytearray | memoryview, ends: list[int], base: int) -> None:
@@ -215,7 +317,7 @@ def check_each(view: memoryview, ends: list[int], base: int) -> None:
     start = 0
     for end in ends:
         if crc32(view[start + HEADER_SIZE : end]) & CHECKSUM_MASK != unpack(view, start)[0]:
-            raise InvalidRecordError(f"checksum mismatch at offset {base + start}")
+            raise checksum_mismatch(base + start)
         start = end
 
 

@@ -38,6 +38,12 @@ def test_bench_runs_end_to_end_and_reports_lag_and_replay(tmp_path):
     replay = report["slave_replay"]
     assert replay["times_produce"] == round(replay["msg_per_s"] / report["produce"]["msg_per_s"], 2)
     assert replay["meets_cpu_target"] == (replay["cpu_ms_per_mib"] <= 1.3)
+    floor = report["floor"]  # the durable write floor of the same backlog size
+    assert floor["messages"] == messages and floor["fdatasyncs"] >= 1
+    assert floor["cpu_ms_per_mib"] >= 0 and floor["user_ms_per_mib"] >= 0
+    assert replay["fraction_of_floor"] == round(replay["msg_per_s"] / floor["msg_per_s"], 2)
+    assert "of the floor's rate" in text and "fdatasyncs" in text
+    assert list((tmp_path / "slave" / "data").glob("durable-write-floor*")) == []
     threads = report["slave_threads"]  # named by the bench's bootstrap
     assert {"reactor", "meta-fetch-0", "meta-store-flus"} <= set(threads)
     assert any(name.startswith("metaq-reader") for name in threads)

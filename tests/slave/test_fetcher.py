@@ -24,10 +24,9 @@ from meta.slave.fetcher import (
     UNCONFIRMED_TRIES_MAX,
     ReplicationHalted,
     SlaveFetchManager,
-    check_records,
     first_reaching,
-    record_ends,
 )
+from meta.slave.record_check import check_records, record_ends
 
 RECORDS = [pack_message(-5, 0, b"a"), pack_message(7, 1, b"\0\0\0\1kdata"), pack_message(9, 6, b"")]
 

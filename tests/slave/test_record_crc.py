@@ -1,5 +1,5 @@
-"""The slave's batch check in C (``meta.slave._record_crc``) gives exactly the pure check's
-results, and releases the GIL while it runs.
+"""The slave's batch walk and check in C (``meta.slave._record_crc``) give exactly the pure
+walk's and check's results and errors, and the check releases the GIL while it runs.
 
 The extension under test is the checkout's when the optional build made it, else one built
 from the same source into a scratch directory for this module (a second or so), so both
@@ -22,7 +22,15 @@ import pytest
 from meta.errors import InvalidRecordError
 from meta.protocol.message import CHECKSUM_MASK, HEADER, HEADER_SIZE, pack_message
 from meta.slave import record_check
-from meta.slave.record_check import check_native, check_pure, record_ends
+from meta.slave.record_check import (
+    Frame,
+    check_frame_native,
+    check_native,
+    check_pure,
+    frame_native,
+    frame_pure,
+    record_ends,
+)
 
 SOURCE = Path(record_check.__file__).with_name("_record_crc.c")
 BUILD_SCRIPT = """\
@@ -72,9 +80,33 @@ def outcome(check, native: ModuleType, data: bytes | bytearray, base: int = 1000
     return ends
 
 
+def frame_outcome(native: ModuleType | None, data: bytes | bytearray, base: int = 1000) -> object:
+    """What the fetch thread's two passes say of ``data``: C (``native``) or pure (None);
+    the frame without its list of ends, or the error."""
+    try:
+        if native is None:
+            frame = frame_pure(data, base)
+            check_pure(data, frame.ends, base)
+        else:
+            frame = frame_native(native, data, base)
+            check_frame_native(native, data, frame, base)
+    except InvalidRecordError as error:
+        return f"InvalidRecordError: {error}"
+    return frame._replace(ends=None)
+
+
 def same_outcome(native: ModuleType, data: bytes | bytearray) -> object:
+    """Both checks of a list of ends agree, and so do both frame walks and checks; returns
+    the ends or the error."""
     found = outcome(check_native, native, data)
     assert found == outcome(check_pure, native, data)
+    framed = frame_outcome(native, data)
+    assert framed == frame_outcome(None, data)
+    if isinstance(found, str):
+        assert framed == found  # the same error text, whichever pass found it
+    else:
+        last_start = found[-2] if len(found) > 1 else 0
+        assert framed == Frame(len(found), found[-1] if found else 0, last_start)
     return found
 
 
@@ -151,12 +183,36 @@ def test_ends_that_are_not_records_of_the_batch_are_refused(native):
     assert native.first_bad(b"", []) == -1
 
 
+def test_a_frame_of_a_view_and_of_an_empty_or_partial_batch(native):
+    data = records([10, 10, 10])
+    assert native.frame(memoryview(data)) == (3, 90, 60, -1)
+    assert native.frame(b"") == (0, 0, 0, -1)
+    assert native.frame(data[:29]) == (0, 0, 0, -1)
+    assert native.frame(data[:31]) == (1, 30, 0, -1)
+    with pytest.raises(TypeError):
+        native.frame("text")
+
+
+def test_a_check_before_an_end_that_is_not_a_record_boundary_is_refused(native):
+    data = records([10, 10])
+    for end in (61, 29, 31, 59, -1):
+        with pytest.raises(ValueError, match="not a record boundary"):
+            native.first_bad_before(data, end)
+    assert native.first_bad_before(data, 0) == -1
+    assert native.first_bad_before(memoryview(data), 60) == -1
+    bad = bytearray(data)
+    bad[30 + 4] ^= 0x01
+    assert native.first_bad_before(bad, 30) == -1  # the bad record is past the end
+    assert native.first_bad_before(bad, 60) == 30
+
+
 def test_the_implementation_says_whether_the_extension_runs():
     built = record_check.EXTENSION is not None
     assert record_check.IMPLEMENTATION.startswith("C (" if built else "pure Python")
 
 
-def test_another_thread_runs_while_a_large_batch_is_checked(native):
+@pytest.mark.parametrize("call", ["first_bad", "first_bad_before"])
+def test_another_thread_runs_while_a_large_batch_is_checked(native, call):
     """Goal: the GIL is released during the C check. Method: with a switch interval of 10 s
     (a thread that holds the GIL keeps it), a worker checks a 16 MiB batch up to 20 times,
     timing each call; the main thread notes the time in a loop of short sleeps. Only if the
@@ -170,7 +226,10 @@ def test_another_thread_runs_while_a_large_batch_is_checked(native):
     def check() -> None:
         for _ in range(20):
             started = time.perf_counter()
-            assert native.first_bad(data, ends) == -1
+            if call == "first_bad":
+                assert native.first_bad(data, ends) == -1
+            else:
+                assert native.first_bad_before(data, ends[-1]) == -1
             calls.append((started, time.perf_counter()))
             if sum(started < note < ended for note in notes for started, ended in calls) >= 5:
                 break
