@@ -40,7 +40,7 @@ GRANDFATHERED: dict[str, tuple[int, str]] = {
         "checksum, rejected head) is what moves out when it grows",
     ),
     "meta/protocol/codec.py": (
-        600,
+        640,
         "one concept, the sans-I/O decoder and encoder of every command; h11's codec, the "
         "model, is about 800 lines (STYLE 16)",
     ),

@@ -7,7 +7,10 @@ ZooKeeper and dashboard off, 127.0.0.1), and for each shape: puts a warm-up of
 ``--messages`` messages with that shape, switches counting off and dumps, then reads the
 dump's ``totals:`` line. Instructions are user space only (the kernel's work is not counted)
 and, unlike seconds and CPU time on a shared machine, repeat to within about 1% between
-runs, so they compare two builds of the broker where rates cannot.
+runs, so they compare two builds of the broker where rates cannot. The broker runs with
+``PYTHONHASHSEED`` fixed (``HASH_SEED``): CPython's type attribute cache is indexed by the
+hashes of attribute names, which are randomised per process, so with a random seed the same
+build's count moved by up to about 2% between runs as names collided in the cache or not.
 
 Shapes (the client is ``meta.bench.load``'s, 1 KB puts on one partition): ``sync`` (one
 connection, one put at a time), ``concurrent`` (``--connections`` connections of this
@@ -51,6 +54,14 @@ START_TIMEOUT_S = 300.0  # a broker under valgrind starts in tens of seconds
 STOP_TIMEOUT_S = 300.0  # and writes its dump on the way out
 SHAPE_TIMEOUT_S = 3600.0
 WINDOW = 1000
+HASH_SEED = "0"  # PYTHONHASHSEED of every broker counted (see the module doc)
+
+
+def launcher(out: Path) -> tuple[str, ...]:
+    """The command a counted broker's interpreter runs under: ``valgrind`` writing its dumps
+    to ``out`` (``out.1``, ``out.2``, ...), counting off at start, with ``HASH_SEED``."""
+    valgrind = ("valgrind", "--tool=callgrind", "--instr-atstart=no")
+    return ("env", f"PYTHONHASHSEED={HASH_SEED}", *valgrind, f"--callgrind-out-file={out}")
 
 
 def run_concurrent(address: tuple[str, int], frames: PutFrames, connections: int, total: int):
@@ -115,8 +126,7 @@ def measure(arguments: argparse.Namespace, work: Path) -> list[dict]:
     ini = server_ini(port, work / "data", arguments.threshold, 10000)
     (work / "server.ini").write_text(ini.replace("dashboardHttpPort=0", "dashboardHttpPort=-1"))
     out = work / "callgrind.out"
-    command = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
-    command += [f"--callgrind-out-file={out}", sys.executable, "-m", "meta.server"]
+    command = [*launcher(out), sys.executable, "-m", "meta.server"]
     command += ["-f", str(work / "server.ini")]
     with open(work / "broker.log", "wb") as log:
         process = subprocess.Popen(

@@ -18,7 +18,9 @@ about 1% from run to run whatever else the machine runs, so they compare two ver
 two builds where rates and CPU seconds cannot. ``--no-plain`` skips the plain broker.
 
 Every wait is bounded (the starts, the puts, the exits) and every process it starts is
-stopped (``BenchBroker.stop``). Needs ``valgrind`` and ``callgrind_control`` on the PATH.
+stopped (``BenchBroker.stop``). Every broker runs with ``PYTHONHASHSEED`` fixed, as in
+``meta.bench.callgrind`` (why: its module doc). Needs ``valgrind`` and ``callgrind_control``
+on the PATH.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 
 from meta.bench.broker import BenchBroker, report_in_work_directory
 from meta.bench.callgrind import START_TIMEOUT_S, check_counts, control, dump_totals
+from meta.bench.callgrind import launcher as callgrind_launcher
 from meta.bench.load import PutFrames, run_sync
 from meta.bench.sync_repl import GregorBenchBroker, SamsaBenchBroker, wait_replicating
 
@@ -38,9 +41,9 @@ ROLES = ("plain", "master", "slave")
 
 
 def launcher(directory: Path) -> tuple[str, ...]:
-    """valgrind's command line for a broker in ``directory``, counting off at start."""
-    out = directory / "callgrind.out"
-    return ("valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}")
+    """valgrind's command line for a broker in ``directory``, counting off at start, with
+    ``meta.bench.callgrind``'s fixed ``PYTHONHASHSEED``."""
+    return callgrind_launcher(directory / "callgrind.out")
 
 
 def count_puts(target: BenchBroker, counted: list[BenchBroker], frames: PutFrames, args) -> list:

@@ -39,6 +39,7 @@ the unread tail of what the caller fed in. Not thread-safe: one decoder per conn
 from __future__ import annotations
 
 from collections.abc import Callable
+from re import Match
 from typing import Any, cast
 
 from meta.errors import LocalProtocolError
@@ -107,6 +108,32 @@ checksum (None when absent) and the body (the decoder's are ``bytearray``, an HT
 SyncFields = tuple[bytes, bytes, int, int | None, bytes, bytes | bytearray, int]
 """One sync of a run: ``PutFields``' layout (topic, partition, flag, checksum, opaque, body),
 then the master's message id."""
+
+
+def _sync_fields(
+    found: Match[bytes], buffer: bytes | bytearray, available: int, body_max: int
+) -> SyncFields | None:
+    """The ``SyncFields`` of one ``patterns.SYNC_RUN`` match ``found`` in ``buffer`` (whose
+    first ``available`` bytes are received), or None when its body is not all there, is
+    larger than ``body_max``, or a field is out of the range ``next_command`` takes (a
+    checksum beyond an int, an id beyond a long): ``next_command`` then decides.
+
+    The one rule of a sync taken without a ``Sync`` object (``Decoder.next_sync_run``,
+    ``Decoder.one_sync``): every field equals what ``next_command`` would have put in it.
+    """
+    topic, partition, length, flag, msg_id, checksum, opaque = found.groups()
+    body_start = found.end()
+    body_end = body_start + int(length)
+    if body_end > available or body_end - body_start > body_max:
+        return None
+    if checksum is not None:
+        checksum = int(checksum)
+        if not INT_MIN <= checksum <= INT_MAX:
+            return None
+    msg_id = int(msg_id)
+    if not LONG_MIN <= msg_id <= LONG_MAX:
+        return None
+    return (topic, partition, int(flag), checksum, opaque, buffer[body_start:body_end], msg_id)
 
 
 class Decoder:
@@ -401,30 +428,46 @@ class Decoder:
         available = len(buffer)
         body_max = self.body_bytes_max
         match = SYNC_RUN.match
-        append = syncs.append
+        append = syncs.append  # a list's own append: no per-sync method lookup
         for _ in range(limit):
             if position == available:  # the usual end: no match tried on nothing
                 break
             found = match(buffer, position)
             if found is None:
                 break
-            topic, partition, length, flag, msg_id, checksum, opaque = found.groups()
-            body_start = found.end()
-            body_end = body_start + int(length)
-            if body_end > available or body_end - body_start > body_max:
+            fields = _sync_fields(found, buffer, available, body_max)
+            if fields is None:
                 break
-            if checksum is not None:
-                checksum = int(checksum)
-                if not INT_MIN <= checksum <= INT_MAX:
-                    break
-            msg_id = int(msg_id)
-            if not LONG_MIN <= msg_id <= LONG_MAX:
-                break
-            body = buffer[body_start:body_end]
-            append((topic, partition, int(flag), checksum, opaque, body, msg_id))
-            position = body_end
+            append(fields)
+            position = found.end() + len(fields[5])
         self._position = position
         return syncs
+
+    def one_sync(self, data: bytes) -> SyncFields | None:
+        """The fields of ``data`` when it is exactly one whole ``sync`` frame that
+        ``next_sync_run`` would take, and the decoder holds nothing; else None, having
+        buffered nothing (the caller then hands ``data`` to ``receive_data``).
+
+        A gregor slave's read of a master replicating one synchronous producer's put: the
+        frame is taken with one match of ``patterns.SYNC_RUN``, its fields checked by
+        ``_sync_fields`` (the rule ``next_sync_run`` applies), and its body is a slice of
+        ``data``.
+        """
+        if (
+            self._position != len(self._buffer)
+            or self._error is not None
+            or self._skip_bytes
+            or self._pending is not None
+        ):
+            return None
+        found = SYNC_RUN.match(data)
+        if found is None:
+            return None
+        available = len(data)
+        fields = _sync_fields(found, data, available, self.body_bytes_max)
+        if fields is None or found.end() + len(fields[5]) != available:
+            return None
+        return fields
 
     def next_result_run(self, limit: int) -> list[tuple[int, int, bytes]]:
         """Decode up to ``limit`` consecutive ``result`` frames at once: ``(code, opaque, body)``.

@@ -5,7 +5,8 @@ queues the replies; consecutive plain puts go to ``put_run.handle_put_run`` in o
 and consecutive puts of one transaction to ``tx_handlers.handle_tx_put_run``, both found by
 ``Decoder.next_put_run``, with the same effects and replies as one ``handle_put`` each; on a
 gregor slave, consecutive syncs go to ``sync_run.handle_sync_run`` (``next_sync_run``), as
-one ``handle_sync`` each.
+one ``handle_sync`` each, and a read that is exactly one whole sync (``Decoder.one_sync``)
+to ``sync_run.handle_single_sync`` without passing through the decoder's buffer.
 Replies may leave in a different order from the requests (a put waits for its fsync, a get
 does not); each carries its request's opaque.
 
@@ -59,7 +60,7 @@ from meta.server.log_limits import PROTOCOL_WARNINGS
 from meta.server.put_run import handle_put_run
 from meta.server.replies import PENDING, FileReply
 from meta.server.services import BrokerServices
-from meta.server.sync_run import handle_sync_run
+from meta.server.sync_run import handle_single_sync, handle_sync_run
 from meta.server.transport import BrokerTransport
 from meta.server.tx_handlers import handle_tx_put_run
 
@@ -143,13 +144,22 @@ class BrokerProtocol(Protocol):
         if self._requests_stopped:
             return
         decoder = self._decoder
-        decoder.receive_data(data)
         broker = self._broker
-        # Plain puts take the batch fast path (``put_run``); a slave answers every put 403.
-        put_runs = self.put_runs and not broker.refuses_puts
-        # A gregor slave's syncs take theirs (``sync_run``).
+        # A gregor slave's syncs take their batch path (``sync_run``).
         sync = broker.sync
         sync_runs = self.put_runs and sync is not None and sync.role == "gregor"
+        if sync_runs and not self._closed:
+            # A read that is one whole sync (a master replicating a synchronous producer's
+            # put) is taken without the decoder's buffer, by the same rules.
+            fields = decoder.one_sync(data)
+            if fields is not None:
+                self._inflight += handle_single_sync(broker, fields, self, self._put_targets)
+                broker.end_of_batch()
+                self._update_reading()
+                return
+        decoder.receive_data(data)
+        # Plain puts take the batch fast path (``put_run``); a slave answers every put 403.
+        put_runs = self.put_runs and not broker.refuses_puts
         handled = 0
         while not self._closed:
             if sync_runs:

@@ -51,6 +51,8 @@ from collections.abc import Callable
 from twisted.logger import Logger
 from twisted.python import log as legacy_log
 
+from meta.server.reply_batch import AfterEvents
+
 log = logging.getLogger("meta.server")
 _twisted_log = Logger(namespace="meta.server.reactor")
 
@@ -107,28 +109,21 @@ if EPollReactor is not None:
 
         def __init__(self) -> None:
             super().__init__()
-            # Calls asked for while the events of a poll are dispatched; None between polls.
-            self._after_events: dict[Callable[[], object], None] | None = None
+            # Calls asked for while the events of a poll are dispatched (its ``pending``).
+            self._after_events = AfterEvents()
+            # Call ``function()`` once the events of the current poll are handled. A
+            # function asked for several times in one poll runs once, in the order of its
+            # first asking. It runs at once when no poll's events are being dispatched (a
+            # timed call, a thread's call) or the poll found one ready descriptor only.
+            # Reactor thread only. ``AfterEvents.call``: compiled in the compiled build,
+            # where the broker asks for its end of batch after every read.
+            self.call_after_events: Callable[[Callable[[], object]], None] = self._after_events.call
 
         def _wakerFactory(self):  # noqa: N802 - Twisted's spelling
             """``LeanWaker`` where this Twisted has the waker it derives from."""
             if _UnixWaker is None:
                 return super()._wakerFactory()
             return LeanWaker()
-
-        def call_after_events(self, function: Callable[[], object]) -> None:
-            """Call ``function()`` once the events of the current poll are handled.
-
-            A function asked for several times in one poll runs once, in the order of its
-            first asking. It runs at once when no poll's events are being dispatched (a
-            timed call, a thread's call) or the poll found one ready descriptor only.
-            Reactor thread only.
-            """
-            after = self._after_events
-            if after is None:
-                function()
-            else:
-                after[function] = None
 
         def runUntilCurrent(self) -> None:  # noqa: N802 - Twisted's spelling
             """Twisted's, after a check that ends the usual pass at once: no call from a
@@ -167,7 +162,8 @@ if EPollReactor is not None:
             dispatch = self._doReadOrWrite
             # A poll with one ready descriptor has nothing to share: its work is done at once.
             after: dict[Callable[[], object], None] | None = {} if len(events) > 1 else None
-            self._after_events = after
+            after_events = self._after_events
+            after_events.pending = after
             try:
                 for fd, event in events:
                     selectable = selectables.get(fd)
@@ -194,7 +190,7 @@ if EPollReactor is not None:
             finally:
                 # Also after a KeyboardInterrupt: work asked for is never left undone.
                 if after is not None:
-                    self._after_events = None
+                    after_events.pending = None
                     self._run_after_events(after)
 
         def _read_failed(self, selectable: object) -> None:

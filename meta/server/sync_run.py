@@ -5,8 +5,9 @@ commands of one read, as field tuples). It is to a gregor slave what ``put_run``
 master: per sync only a CRC-32 of the body and a record header; each stretch of syncs to one
 partition is admitted at once (``GregorSlave.admit_run``), staged as one entry (one append
 and one flush decision) and acknowledged with one joined write of its replies. A read holding
-one sync (a master replicating a synchronous producer's put) takes ``_handle_single``: the
-same rules for a stretch of one, without the stretch's lists.
+one sync (a master replicating a synchronous producer's put) takes ``handle_single_sync``:
+the same rules for a stretch of one, without the stretch's lists; the protocol calls it
+itself for a read that is exactly one whole sync (``Decoder.one_sync``, no decoder buffer).
 
 The rules are ``handlers.handle_sync``'s: ``puts.cached_target`` for the partition,
 ``puts.accepted_crcs`` for the checksums, ``puts.pack_header`` for the record (with the
@@ -57,7 +58,7 @@ def handle_sync_run(
     ``targets`` is the connection's lookup cache (``puts.Targets``).
     """
     if len(syncs) == 1:  # nothing to batch (a synchronous producer's put): no lists either
-        return _handle_single(broker, syncs[0], connection, targets)
+        return handle_single_sync(broker, syncs[0], connection, targets)
     pending = 0
     total = len(syncs)
     index = 0
@@ -82,9 +83,12 @@ def handle_sync_run(
     return pending
 
 
-def _handle_single(broker: BrokerServices, fields: SyncFields, connection, targets: Targets) -> int:
-    """The one sync of a read: ``_stage_stretch``'s rules for a stretch of one; anything
-    else goes to ``handle_sync``. Returns 1 when its reply comes later, else 0."""
+def handle_single_sync(
+    broker: BrokerServices, fields: SyncFields, connection, targets: Targets
+) -> int:
+    """The one sync of a read (``next_sync_run``'s or ``Decoder.one_sync``'s fields):
+    ``_stage_stretch``'s rules for a stretch of one; anything else goes to ``handle_sync``.
+    Returns 1 when its reply comes later, else 0."""
     topic_bytes, partition_bytes, flag, checksum, opaque, body, msg_id = fields
     target = cached_target(broker, targets, (topic_bytes, partition_bytes))
     if target is None:

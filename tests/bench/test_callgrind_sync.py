@@ -38,5 +38,6 @@ def test_each_process_gets_its_instructions_per_put_and_the_pair_is_set_against_
 
 def test_each_broker_counts_into_its_own_dump_with_counting_off_at_start(tmp_path: Path):
     command = callgrind_sync.launcher(tmp_path)
-    assert command[:3] == ("valgrind", "--tool=callgrind", "--instr-atstart=no")
-    assert command[3] == f"--callgrind-out-file={tmp_path / 'callgrind.out'}"
+    assert command[:2] == ("env", "PYTHONHASHSEED=0")
+    assert command[2:5] == ("valgrind", "--tool=callgrind", "--instr-atstart=no")
+    assert command[5] == f"--callgrind-out-file={tmp_path / 'callgrind.out'}"

@@ -19,6 +19,7 @@ from twisted.logger import globalLogPublisher
 from zope.interface import directlyProvides
 
 from meta.server import reactor as lean
+from meta.server.reply_batch import AfterEvents
 from tests.descriptors import closing_reactor
 from tests.integration.broker_process import run_python
 
@@ -251,6 +252,15 @@ def test_outside_a_poll_or_in_a_poll_of_one_event_a_call_after_events_runs_at_on
     assert ran == [1]
     log, _recorders = poll_once(reactor, ["a"])
     assert log == ["read a", "after a", "read a returns"]
+
+
+def test_a_call_after_events_is_the_batch_modules_after_events_call():
+    """The broker asks for its end of batch after every read: the compiled build runs that
+    ask natively (``reply_batch`` is compiled, this module is not)."""
+    reactor = closing_reactor(lean.LeanEPollReactor())
+    caller = lean.after_events_caller(reactor)
+    assert isinstance(caller.__self__, AfterEvents)
+    assert caller.__self__.pending is None  # between polls
 
 
 def test_a_reactor_without_call_after_events_gets_a_caller_that_calls_at_once():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+import meta.server.protocol
 import meta.sync.gregor
 from meta.protocol.codec import NEED_DATA, Decoder, encode
 from meta.protocol.commands import Sync
@@ -122,3 +123,57 @@ def test_next_sync_run_leaves_other_headers_to_next_command(header):
     decoder = Decoder()
     decoder.receive_data(header + b"x")
     assert decoder.next_sync_run(10) == []
+
+
+def test_a_read_of_one_whole_sync_is_taken_without_the_decoder(tmp_path, monkeypatch):
+    """Goal: the ``one_per_read`` comparison above runs the decoder-free single path.
+    Method: the same comparison with the decoder's run path made to fail on the fast side
+    (all but the sync whose checksum is beyond what a run takes: ``next_command`` decides
+    that one). The compiled build calls its module's functions directly, so the patch, and
+    this check, bite in the pure build (``tests/test_compiled.py`` runs both)."""
+    beyond_a_run = 11
+    reads = [data for index, data in enumerate(one_per_read()) if index != beyond_a_run]
+    one_by_one = run_alone(closing_slave(Slave(str(tmp_path / "alone"))), reads)
+
+    def refused(*_arguments):
+        raise AssertionError("a read of one whole sync went through the decoder's run")
+
+    monkeypatch.setattr(meta.server.protocol, "handle_sync_run", refused)
+    assert run(closing_slave(Slave(str(tmp_path / "fast"))), reads) == one_by_one
+    assert len(one_by_one[0]) == len(syncs()) - 1
+
+
+def test_one_sync_gives_next_sync_runs_fields_for_one_whole_frame_only():
+    for sync in syncs():
+        data = encode(sync)
+        decoder = Decoder()
+        decoder.receive_data(data)
+        expected = decoder.next_sync_run(1)
+        fields = Decoder().one_sync(data)
+        if not expected:  # a checksum beyond what the run takes: next_command decides
+            assert fields is None
+            continue
+        assert fields is not None
+        assert fields[:5] + (bytes(fields[5]), fields[6]) == expected[0][:5] + (
+            bytes(expected[0][5]),
+            expected[0][6],
+        )
+        assert Decoder().one_sync(data[:-1]) is None  # the body is not all there
+        assert Decoder().one_sync(data + data) is None  # more than one frame
+        holding = Decoder()
+        holding.receive_data(b"sy")
+        assert holding.one_sync(data) is None  # the decoder holds the start of a frame
+        assert holding.buffered_bytes == 2
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"sync test 00 1 0 5 -1 1\r\n",  # a partition not written canonically
+        b"sync test 0 1 0 9223372036854775808 -1 1\r\n",  # an id beyond a long
+        b"sync test 0 1 0 5 4294967296 1\r\n",  # a checksum beyond an int
+        b"sync test 0 1 0 5 -1 1 extra\r\n",
+    ],
+)
+def test_one_sync_leaves_other_headers_to_next_command(header):
+    assert Decoder().one_sync(header + b"x") is None
