@@ -7,7 +7,9 @@ and error paths can be driven on purpose (STYLE 22).
 
 Invariants: methods raise ``OSError`` exactly as the system calls do and never retry or log;
 the callers decide what a failure means. ``fsync`` is ``os.fdatasync`` followed by a journal
-check (see its docstring) and ``fsync_directory`` a real ``fsync`` of the directory. A short
+check (see its docstring) and ``fsync_directory`` a real ``fsync`` of the directory;
+``allocate`` reserves a file's blocks ahead of its size and ``trim_allocation`` frees them
+again, neither ever changing the size. A short
 ``write`` is reported, not hidden: the caller loops. Thread-safe: no state of its own, so the
 flusher's worker thread may call ``fsync`` and ``fsync_directory`` while the reactor thread
 writes.
@@ -55,6 +57,25 @@ _CHECK_OFFSET = ctypes.c_longlong(0)
 _CHECK_LENGTH = ctypes.c_longlong(1)
 
 
+def allocate_keeping_size(
+    fd: int, offset: int | ctypes.c_longlong, length: int | ctypes.c_longlong
+) -> int:
+    """``fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length)``: 0, or the errno it failed with.
+
+    The one call of ``fallocate(2)`` (the journal check and the blocks allocated ahead of a
+    segment's writes). Where the C library has none, it answers ``ENOSYS``.
+    """
+    if _fallocate is None:
+        return errno.ENOSYS
+    if not isinstance(offset, ctypes.c_longlong):
+        offset = ctypes.c_longlong(offset)
+    if not isinstance(length, ctypes.c_longlong):
+        length = ctypes.c_longlong(length)
+    if _fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+        return 0
+    return ctypes.get_errno()
+
+
 def confirm_journal(fd: int) -> None:
     """Raise ``OSError`` when the file system of ``fd`` can no longer write metadata.
 
@@ -69,12 +90,8 @@ def confirm_journal(fd: int) -> None:
     before it did. Where a file system has no ``fallocate`` (or the C library none), there is
     nothing to check.
     """
-    if _fallocate is None:
-        return
-    if _fallocate(fd, FALLOC_FL_KEEP_SIZE, _CHECK_OFFSET, _CHECK_LENGTH) == 0:
-        return
-    code = ctypes.get_errno()
-    if code not in _UNCHECKABLE:
+    code = allocate_keeping_size(fd, _CHECK_OFFSET, _CHECK_LENGTH)
+    if code and code not in _UNCHECKABLE:
         raise OSError(code, f"{os.strerror(code)} (the file system failed after an fsync)")
 
 
@@ -127,6 +144,28 @@ class Files:
 
     def truncate(self, fd: int, size: int) -> None:
         """Cut or extend the file to ``size`` bytes (``ftruncate``)."""
+        os.ftruncate(fd, size)
+
+    def allocate(self, fd: int, position: int, length: int) -> bool:
+        """Allocate the file's blocks over ``[position, position + length)``, keeping its size.
+
+        ``fallocate`` with ``FALLOC_FL_KEEP_SIZE``: the size (what readers, recovery and Java
+        go by) stays that of the data written; a later write into the range finds its blocks
+        allocated already (ext4 then skips its delayed allocation in the ``pwrite``).
+
+        Returns:
+            Whether the blocks were allocated; False where the file system or the C library
+            cannot (the caller writes without), or any other failure (a write that then
+            cannot get its blocks reports that itself).
+        """
+        return allocate_keeping_size(fd, position, length) == 0
+
+    def trim_allocation(self, fd: int, size: int) -> None:
+        """Free the blocks allocated past ``size``, the file's size (``allocate``'s, unused).
+
+        ``ftruncate`` to the size the file has: it frees every block past the end and changes
+        no byte. Raises ``OSError`` as ``ftruncate`` does.
+        """
         os.ftruncate(fd, size)
 
     def size(self, fd: int) -> int:

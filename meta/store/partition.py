@@ -106,6 +106,8 @@ class PartitionLog:
         self._segments = segments
         self._starts = [segment.start for segment in segments]
         self._segment = segments[-1]
+        # The segment written allocates its blocks ahead of the writes, up to the roll size.
+        self._segment.preallocate_position_max = segment_bytes_max
         end = self._segment.end
         self._written_end = end
         self._visible_end = end
@@ -313,6 +315,9 @@ class PartitionLog:
         """
         start = self._segment.end
         path = os.path.join(self.directory, segment_name(start))
+        # First, so that a crash before the new segment exists leaves no block past the end of
+        # this one (a crash can leave some only past the end of the last segment).
+        self._segment.release_preallocation()
         try:
             segment = Segment.open(self._files, path, start, create=True)
         except StoreError as error:
@@ -326,6 +331,7 @@ class PartitionLog:
             segment.close()
             self._fail(StoreError(f"new segment {path} already holds {segment.written_size} bytes"))
             return False
+        segment.preallocate_position_max = self.segment_bytes_max
         self._segments.append(segment)
         self._starts.append(start)
         self._segment = segment
@@ -580,6 +586,7 @@ class PartitionLog:
         error = StoreError(f"partition {self.name} closed before the append was acknowledged")
         for _end, _offset, _must_sync, ack, _count in pending:
             ack(None, error)
+        self._segment.release_preallocation()
         for segment in (*self._segments, *self._discarded):
             segment.close()
 

@@ -16,6 +16,9 @@ Invariants:
       trusted by size, as Java does.
     * The last ``SEGMENTS_UNSYNCED_AT_LOAD`` segments load as not yet durable
       (``flushed_size`` 0): the first flush of the partition fsyncs them.
+    * The file's size is always its data: blocks allocated ahead of the writes
+      (``preallocate_position_max``) keep the size, and ``release_preallocation`` frees those
+      left unused (the owner calls it when the segment stops being the one written).
 
 Thread affinity: reactor thread only, except ``fsync``, which the flusher's worker thread
 calls; it touches only the descriptor, never the sizes (``mark_flushed`` and ``cut`` run on the
@@ -45,6 +48,10 @@ RECOVER_CHUNK_BYTES = 4 * 1024 * 1024
 # hold such bytes while rolls are at most one per fsync (README, Durability); these last
 # segments load as not yet durable.
 SEGMENTS_UNSYNCED_AT_LOAD = 2
+# An append that writes past the blocks allocated so far allocates this much more ahead of
+# its end (``Files.allocate``): ext4 then finds the blocks of the next writes allocated and
+# skips its delayed allocation inside each ``pwrite``, in one call per this many bytes.
+PREALLOCATE_BYTES = 8 * 1024 * 1024
 
 
 def segment_name(start: int) -> str:
@@ -77,9 +84,23 @@ class Segment:
         written_size: bytes written to the file.
         flushed_size: bytes known to be on disk (fsynced, or found at load in a segment
             older than the last ``SEGMENTS_UNSYNCED_AT_LOAD``).
+        preallocate_position_max: 0 (the default), or the position up to which appends
+            allocate the file's blocks ahead of their end, ``PREALLOCATE_BYTES`` at a time
+            (the partition's roll size, on the segment it writes); set to 0 again when the
+            file system cannot.
     """
 
-    __slots__ = ("_fd", "_files", "flushed_size", "message_count", "path", "start", "written_size")
+    __slots__ = (
+        "_allocated_size",
+        "_fd",
+        "_files",
+        "flushed_size",
+        "message_count",
+        "path",
+        "preallocate_position_max",
+        "start",
+        "written_size",
+    )
 
     def __init__(self, files: Files, path: str, start: int, fd: int, size: int) -> None:
         self._files = files
@@ -91,6 +112,10 @@ class Segment:
         # Appends written here since open (plus records recovered at start-up, for the last
         # segment): its share of the partition's message count. Kept by the owner.
         self.message_count = 0
+        self.preallocate_position_max = 0
+        # The position up to which this process allocated the file's blocks ahead of its
+        # writes (``Files.allocate``); beyond ``written_size`` only while some are unused.
+        self._allocated_size = size
 
     @classmethod
     def open(
@@ -137,6 +162,8 @@ class Segment:
         """
         position = self.written_size
         files = self._files
+        if position + len(data) > self._allocated_size and self.preallocate_position_max:
+            self._preallocate(position + len(data))
         try:
             # append_at, inlined for the reactor thread's sake (see meta.store.append).
             written = files.write(self._fd, data, position)
@@ -152,6 +179,35 @@ class Segment:
             ) from error
         self.written_size = position + len(data)
         return position
+
+    def _preallocate(self, end: int) -> None:
+        """Allocate the blocks from what is allocated up to ``end`` plus ``PREALLOCATE_BYTES``,
+        at most to ``preallocate_position_max``; stop allocating where the file system cannot."""
+        start = max(self._allocated_size, self.written_size)
+        target = min(end + PREALLOCATE_BYTES, self.preallocate_position_max)
+        if target <= start:
+            return  # this append crosses the roll size: it allocates its own blocks
+        if self._files.allocate(self._fd, start, target - start):
+            self._allocated_size = target
+        else:
+            self.preallocate_position_max = 0
+
+    def release_preallocation(self) -> None:
+        """Free the blocks allocated ahead of the writes and not written, and allocate no more.
+
+        Called when the segment stops being the one written (a roll, the partition's close),
+        so that no segment file keeps blocks past its end. A failure is logged: the blocks
+        stay allocated past the end, which no reader sees (the size is the data's).
+        """
+        self.preallocate_position_max = 0
+        if self._allocated_size <= self.written_size or self._fd < 0:
+            return
+        try:
+            self._files.trim_allocation(self._fd, self.written_size)
+        except OSError as error:
+            logger.warning("cannot free the unused blocks past the end of %s: %s", self.path, error)
+            return
+        self._allocated_size = self.written_size
 
     def read(self, position: int, length: int) -> bytes:
         """Return up to ``length`` bytes starting at ``position`` (shorter at end of file).
@@ -189,6 +245,7 @@ class Segment:
         self._files.truncate(self._fd, size)
         self.written_size = size
         self.flushed_size = min(self.flushed_size, size)
+        self._allocated_size = size  # the truncation freed every block past ``size``
 
     def recover(self, chunk_bytes: int = RECOVER_CHUNK_BYTES) -> int:
         """Validate the file record by record, truncate at the first bad one, count records.
@@ -224,6 +281,7 @@ class Segment:
             )
         self.written_size = valid_size
         self.flushed_size = valid_size
+        self._allocated_size = valid_size
         return count
 
     def _scan(self, file_size: int, chunk_bytes: int) -> tuple[int, int]:
