@@ -110,15 +110,16 @@ def test_next_sync_run_gives_the_fields_of_next_command():
         assert rebuilt == sync
 
 
-@pytest.mark.parametrize(
-    "header",
-    [
-        b"sync test 00 1 0 5 -1 1\r\n",  # a partition not written canonically
-        b"sync test 0 1 0 9223372036854775808 -1 1\r\n",  # an id beyond a long
-        b"sync test 0 1 0 5 4294967296 1\r\n",  # a checksum beyond an int
-        b"sync test 0 1 0 5 -1 1 extra\r\n",
-    ],
-)
+OTHER_SYNC_HEADERS = [
+    b"sync test 00 1 0 5 -1 1\r\n",  # a partition not written canonically
+    b"sync test 0 1 0 9223372036854775808 -1 1\r\n",  # an id beyond a long
+    b"sync test 0 1 0 5 4294967296 1\r\n",  # a checksum beyond an int
+    b"sync test 0 1 0 5 -1 1 extra\r\n",
+]
+"""Sync headers the run and single paths leave to ``next_command``."""
+
+
+@pytest.mark.parametrize("header", OTHER_SYNC_HEADERS)
 def test_next_sync_run_leaves_other_headers_to_next_command(header):
     decoder = Decoder()
     decoder.receive_data(header + b"x")
@@ -166,14 +167,6 @@ def test_one_sync_gives_next_sync_runs_fields_for_one_whole_frame_only():
         assert holding.buffered_bytes == 2
 
 
-@pytest.mark.parametrize(
-    "header",
-    [
-        b"sync test 00 1 0 5 -1 1\r\n",  # a partition not written canonically
-        b"sync test 0 1 0 9223372036854775808 -1 1\r\n",  # an id beyond a long
-        b"sync test 0 1 0 5 4294967296 1\r\n",  # a checksum beyond an int
-        b"sync test 0 1 0 5 -1 1 extra\r\n",
-    ],
-)
+@pytest.mark.parametrize("header", OTHER_SYNC_HEADERS)
 def test_one_sync_leaves_other_headers_to_next_command(header):
     assert Decoder().one_sync(header + b"x") is None
