@@ -4,9 +4,9 @@ The suite runs whichever build the checkout holds: pure Python after a plain ins
 compiled modules after an in-place compiled build. The slow test runs the other one over the
 tests that pin the hot path's bytes (the codec's golden bytes and byte-by-byte decoding, the
 put and sync runs' replies and segments against one command at a time, the put replies'
-bytes, the slave's record check) in a scratch copy of the checkout (``tests.compiled_build``,
-made as the session starts): without the extensions when this run is compiled, else with
-them, built there in the background.
+bytes, a samsa master's answer to a replicated put, the slave's record check) in a scratch
+copy of the checkout (``tests.compiled_build``, made as the session starts): without the
+extensions when this run is compiled, else with them, built there in the background.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ PINNING_TESTS = (
     "tests/server/test_put_run.py",
     "tests/server/test_sync_run.py",
     "tests/sync/test_gregor.py",
+    "tests/sync/test_samsa_outcome.py",
     "tests/sync/test_slave_link.py",
     "tests/slave/test_record_ends.py",  # the slave's record check, C or pure
 )
