@@ -21,18 +21,14 @@ ZK_CLIENT_TIMEOUT_S = 10.0
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Refuse to test a compiled build older than its sources (``meta.compiled``): Python
-    imports the extensions before the edited ``.py`` files, so the tests would pass or fail on
-    code that is not in the checkout."""
-    from meta.compiled import stale_modules
+    """Refuse to test a compiled build of other sources than the checkout's
+    (``meta.compiled.stale_modules``): Python imports the extensions before the edited ``.py``
+    files, so the tests would pass or fail on code that is not in the checkout."""
+    from meta.compiled import stale_message, stale_modules
 
     stale = stale_modules()
     if stale:
-        pytest.exit(
-            f"compiled modules older than their sources: {', '.join(stale)}; rebuild them "
-            "(docs/performance.md, 'The compiled build') or delete meta/**/*.so",
-            returncode=4,
-        )
+        pytest.exit(stale_message(stale), returncode=4)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
