@@ -110,10 +110,13 @@ class BrokerCollector(Collector):
             "Commands received, by command and transport.",
             labels=("cmd", "transport"),
         )
+        # ``http_*`` are the HTTP share of the ``cmd_*`` counters (``BrokerCounters``), so
+        # each difference only grows; ``cmd_offset`` also counts the gets answered 301
+        # (Java's stats), which are gets here.
         for cmd, count in (
             ("put", counters.cmd_put - counters.http_put),
             ("get", counters.cmd_get - counters.http_get),
-            ("offset", counters.cmd_offset - counters.http_offset),
+            ("offset", counters.cmd_offset - counters.get_moved - counters.http_offset),
             ("transaction_begin", counters.tx_begin + counters.tx_xa_begin),
             ("transaction_commit", counters.tx_commit),
             ("transaction_rollback", counters.tx_rollback),

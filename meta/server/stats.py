@@ -79,8 +79,13 @@ class BrokerCounters:
     for their size, compatibility.md) and ``put_too_large_last`` (``<topic>-<partition> <bytes>`` of
     the last one, ``-`` before any) are metaq-py's own, printed by the ``rejected`` item.
     ``http_*`` count the requests of the HTTP protocol (``meta.server.http``), printed by the
-    ``http`` item: every request, and the puts, gets and offsets among them (which the
-    ``cmd_*`` counters include, as Java's plug-in counts them with the TCP commands).
+    ``http`` item: ``http_requests`` every request (a bad path, method or parameter
+    included), and ``http_put``, ``http_get`` and ``http_offset`` the HTTP share of
+    ``cmd_put``, ``cmd_get`` and ``cmd_offset`` (Java's plug-in counts its requests with the
+    TCP commands): the requests that reached the TCP handler, which counted them there. A
+    put refused by the HTTP layer itself (a bad parameter, a body that does not match
+    ``length``) is in neither. ``get_moved`` counts the gets answered 301, which
+    ``cmd_offset`` includes as Java's does; it is not printed (the metrics use it).
     """
 
     cmd_put: int = 0
@@ -92,6 +97,7 @@ class BrokerCounters:
     tx_rollback: int = 0
     get_miss: int = 0
     get_failed: int = 0
+    get_moved: int = 0
     put_failed: int = 0
     put_too_large: int = 0
     put_too_large_last: str = "-"
