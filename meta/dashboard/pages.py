@@ -78,7 +78,7 @@ def dashboard_page(dashboard: Any) -> str:
 def topics_page(dashboard: Any) -> str:
     topics = facts.topics_facts(dashboard.broker)
     if not topics:
-        return heading("Topics") + paragraph("No topic has a partition store yet.", "note")
+        return heading("Topics") + paragraph("No topic is configured or stored here.", "note")
     rows = [
         (
             link(f"#topics/{topic['topic']}", topic["topic"]),
