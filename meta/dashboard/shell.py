@@ -13,6 +13,7 @@ from meta.dashboard.html import escape
 
 MENU = (
     ("dashboard", "Dashboard"),
+    ("cluster", "Cluster"),
     ("topics", "Topics"),
     ("replication", "Replication"),
     ("transactions", "Transactions"),

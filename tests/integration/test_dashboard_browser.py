@@ -147,6 +147,7 @@ def test_every_page_loads_in_chromium_and_shows_the_broker(cluster, admin, tmp_p
         dom, console = browse(url, shot, tmp_path / f"profile-{name}")
         assert console == [], (fragment, console)
         assert 'data-loaded="' in dom, fragment  # the shell's fetch finished
+        assert '<a href="#cluster"' in dom, fragment  # the menu reaches every page
         for text in expected:
             assert html.escape(text, quote=False) in dom, (fragment, text)
         # The shell's own script is the only script element; hostile names are text.
