@@ -98,11 +98,9 @@ def topics_page(dashboard: Any) -> str:
     return heading("Topics") + table(headers, rows, raw_columns=(0,)) + chart
 
 
-def topic_page(dashboard: Any, topic: str) -> str:
-    try:
-        topic_facts = facts.topic_facts(dashboard.broker, topic)
-    except facts.UnknownTopicError as error:
-        return error_fragment(error)
+def topic_page(dashboard: Any, topic_facts: dict[str, Any]) -> str:
+    """One topic's page from its ``facts.topic_facts``."""
+    topic = topic_facts["topic"]
     settings = [
         (name, topic_facts[name])
         for name in (
@@ -200,8 +198,8 @@ def transactions_page(dashboard: Any) -> str:
     return heading("Transactions") + table(("Key", "State", "Messages", "Bytes"), rows)
 
 
-def stats_page(dashboard: Any, item: str = "") -> str:
-    code, body = dashboard.broker.render_stats(item)
+def stats_page(item: str, code: int, text: str) -> str:
+    """The answer ``code`` and ``text`` of ``stats <item>``, with links to the items."""
     links = " ".join(
         link(f"#stats/{name}" if name else "#stats", name or "general") for name in STATS_ITEMS
     )
@@ -211,7 +209,7 @@ def stats_page(dashboard: Any, item: str = "") -> str:
         + f"<p>{links}</p>\n"
         + (paragraph(f"result {code}", "note") if code != 200 else "")
         + f'<textarea readonly aria-label="{escape(title)}">'
-        + escape(body.decode("utf-8", "replace"))
+        + escape(text)
         + "</textarea>\n"
     )
 

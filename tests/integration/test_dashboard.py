@@ -163,7 +163,7 @@ def test_json_api_shows_topics_and_partitions(broker):
     assert [(p["partition"], p["store"]) for p in topic["partitions"]] == [(0, False), (1, True)]
     assert json.loads(get(port, "/api/v1/broker")[2])["ready"] is True
     assert get(port, "/api/v1/topics/nothing")[0] == 404
-    assert get(port, "/no-such-page")[::2] == (404, "I am sorry, i can't find the page.")
+    assert get(port, "/no-such-page")[0] == 404
 
 
 def test_readyz_is_503_until_the_broker_is_registered_in_zookeeper(
@@ -311,3 +311,18 @@ def test_configured_topics_never_written_are_listed_with_empty_partitions(tmp_pa
         if s.name.endswith("_total")
     }
     assert messages == {("orders", "0"): 0, ("orders", "1"): 0, ("test", "0"): 1}
+
+
+def test_unknown_topics_items_and_pages_answer_404_naming_them(broker):
+    port = dashboard_port(broker)
+    for path, named in (
+        ("/nope", "No page /nope"),
+        ("/topics/nope", "no topic nope"),
+        ("/api/v1/topics/nope", "no topic nope"),
+        ("/stats/bogus", "no stats item or topic bogus"),
+        ("/api/v1/stats/bogus", "no stats item or topic bogus"),
+    ):
+        status, _content_type, body = get(port, path)
+        assert (status, named in body) == (404, True), (path, body)
+    for path in ("/stats/topics", "/stats/test", "/topics/test", "/api/v1/stats/test"):
+        assert get(port, path)[0] == 200, path

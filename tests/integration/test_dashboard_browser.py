@@ -155,6 +155,15 @@ def test_every_page_loads_in_chromium_and_shows_the_broker(cluster, admin, tmp_p
         assert "<img src=x" not in dom, fragment
         assert shot.stat().st_size > 0
 
+    # An unknown page: its plain-text 404 is shown as text (markup in it stays text).
+    dom, console = browse(
+        f"http://127.0.0.1:{master_port}/#nope&lt;b&gt;",
+        screenshot_path(tmp_path, "not-found"),
+        tmp_path / "profile-not-found",
+    )
+    assert all("404" in line for line in console), console
+    assert '<div class="error" role="alert">No page /nope&amp;lt;b&amp;gt; on' in dom
+
     group = json.loads(get(master_port, "/api/v1/topics/alpha/groups/readers")[2])
     assert [p["owner"] for p in group["partitions"]] == [None, "readers-host-1"]
     assert group["partitions"][0]["pending_bytes"] == end - 100
