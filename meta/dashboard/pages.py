@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import quote
 
 from meta.config import read_config_bytes
+from meta.dashboard.history import SAMPLE_INTERVAL_S
 from meta.dashboard.html import (
     bar_chart,
     error_fragment,
@@ -70,8 +71,18 @@ def dashboard_page(dashboard: Any) -> str:
     return (
         heading("Broker")
         + facts_table(pairs)
-        + line_chart("Puts per second, per topic, last 5 minutes", history.put_rates(), "msg/s")
-        + line_chart("Gets per second, last 5 minutes", [("get", history.get_rates())], "/s")
+        + line_chart(
+            "Puts per second, per topic, last 5 minutes",
+            history.put_rates(),
+            "msg/s",
+            SAMPLE_INTERVAL_S,
+        )
+        + line_chart(
+            "Gets per second, last 5 minutes",
+            [("get", history.get_rates())],
+            "/s",
+            SAMPLE_INTERVAL_S,
+        )
     )
 
 
@@ -85,13 +96,21 @@ def topics_page(dashboard: Any) -> str:
             topic["partitions"],
             topic["messages"],
             topic["bytes"],
-            "N/A",
+            topic["average_bytes"],
             topic["accept_publish"],
             topic["accept_subscribe"],
         )
         for topic in topics
     ]
-    headers = ("Topic", "Partitions", "Messages", "Bytes", "Average size", "Publish", "Subscribe")
+    headers = (
+        "Topic",
+        "Partitions",
+        "Messages",
+        "Bytes",
+        "Average size (B)",
+        "Publish",
+        "Subscribe",
+    )
     chart = bar_chart(
         "Messages per topic", [(topic["topic"], topic["messages"]) for topic in topics], "msg"
     )

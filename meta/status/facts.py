@@ -152,9 +152,20 @@ def topics_facts(broker: Any) -> list[dict[str, Any]]:
         topic["bytes"] = topic.get("bytes", 0) + partition["bytes"]
     for name, topic in totals.items():
         section = broker.config.topic_config(name)
+        topic["average_bytes"] = average_bytes(topic["bytes"], topic["messages"])
         topic["accept_publish"] = section.accept_publish
         topic["accept_subscribe"] = section.accept_subscribe
     return list(totals.values())
+
+
+def average_bytes(byte_count: int, message_count: int) -> int | None:
+    """Bytes per message (record headers included), rounded; None without messages.
+
+    Both counts are the store's (``stats``' rules): a transaction batch counts one
+    message, and a segment that was not the last one at start-up counts its bytes but no
+    message, so the average reads high until such a segment is deleted.
+    """
+    return round(byte_count / message_count) if message_count else None
 
 
 def topic_facts(broker: Any, topic: str) -> dict[str, Any]:

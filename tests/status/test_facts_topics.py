@@ -39,3 +39,10 @@ def test_a_topic_neither_configured_nor_stored_is_unknown_by_name():
     broker = FakeBroker(configured={"orders": 2})
     with pytest.raises(facts.UnknownTopicError, match="no topic nope"):
         facts.topic_facts(broker, "nope")
+
+
+def test_the_average_size_is_bytes_per_message_and_none_without_messages():
+    written = FakePartition("test", 0, message_count=3, byte_count=76)
+    broker = FakeBroker(partitions=[written], configured={"orders": 2, "test": 1})
+    averages = {topic["topic"]: topic["average_bytes"] for topic in facts.topics_facts(broker)}
+    assert averages == {"orders": None, "test": 25}
