@@ -14,7 +14,8 @@ imports an extension before a source of the same name, so a source edited after 
 is not what runs until the build is redone: ``stale_modules`` names those.
 
 The same build makes the slave's record check a C extension (``record_check``, from
-``meta.slave.record_check.IMPLEMENTATION``).
+``meta.slave.record_check.IMPLEMENTATION``) and runs the group-commit flusher's system calls
+on a C thread (``flush_thread``, from ``meta.store.native_flush.IMPLEMENTATION``).
 
 ``log_build`` is what the broker logs at start-up. Importing this module imports nothing of
 the broker; ``compiled_modules``, ``describe`` and ``stale_modules`` import the modules they
@@ -111,11 +112,19 @@ def record_check() -> str:
     return importlib.import_module("meta.slave.record_check").IMPLEMENTATION
 
 
+def flush_thread() -> str:
+    """Which thread runs the group-commit flusher's system calls: ``C thread (GIL never
+    taken)`` when the build made its extension, else ``Python thread``."""
+    return importlib.import_module("meta.store.native_flush").IMPLEMENTATION
+
+
 def log_build(log: logging.Logger) -> None:
-    """Log which build runs (``describe``, ``record_check``), and warn of compiled modules
-    older than their sources (``stale_modules``): what the broker says when it starts."""
+    """Log which build runs (``describe``, ``record_check``, ``flush_thread``), and warn of
+    compiled modules older than their sources (``stale_modules``): what the broker says when
+    it starts."""
     log.info("build: %s", describe())
     log.info("slave record check: %s", record_check())
+    log.info("group-commit flusher: %s", flush_thread())
     stale = stale_modules()
     if stale:
         log.warning("compiled modules older than their sources: %s", ", ".join(stale))
