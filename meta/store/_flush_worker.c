@@ -17,6 +17,11 @@
  *
  * The thread is named "metaq-flusher" (its comm in /proc, perf and top).
  *
+ * The hand-off is a state word and a futex, not a mutex and condition variable: a batch costs
+ * the reactor thread one futex wake when the thread sleeps (none when it is still awake), the
+ * thread one futex wait and one eventfd write; glibc's condition variable cost one more futex
+ * call per batch (the mutex it takes back after the wait is marked contended).
+ *
  * At most one batch at a time (the Flusher's rule): submit raises RuntimeError when a batch
  * was submitted and its results not taken. The thread blocks every signal, so its system calls
  * see no EINTR from Python's handlers (they are retried on EINTR anyway).
@@ -26,11 +31,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define STAGE_OPEN 0
@@ -38,6 +46,13 @@
 #define STAGE_DATASYNC 2
 #define STAGE_CHECK 3
 #define UNCHECKABLE_MAX 32
+
+/* The batch's state: the reactor thread moves it IDLE -> PENDING (submit) and FINISHED -> IDLE
+ * (take), the C thread PENDING -> RUNNING -> FINISHED. */
+#define IDLE 0
+#define PENDING 1
+#define RUNNING 2
+#define FINISHED 3
 
 typedef struct {
     char *path; /* a directory to fsync, or NULL */
@@ -53,20 +68,17 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t wake;
     int started;
-    int initialized; /* lock and wake exist */
     int eventfd;
     int64_t check_offset;
     int64_t check_length;
     int uncheckable[UNCHECKABLE_MAX];
     int uncheckable_count;
-    /* Under `lock`: */
-    int pending;  /* a batch waits for the thread */
-    int running;  /* the thread runs it */
-    int finished; /* its outcomes wait for take() */
-    int stopping;
+    /* Shared (sequentially consistent atomics; no lock): */
+    _Atomic int state;
+    _Atomic int stopping;
+    _Atomic uint32_t signals; /* bumped by submit and stop: the futex word the thread sleeps on */
+    _Atomic int sleeping;     /* the thread is in (or entering) its futex wait */
     /* The batch: owned by the reactor until submit, by the thread until finished. */
     Sync *syncs;
     Py_ssize_t *plan_ends; /* plan i is syncs[plan_ends[i-1] .. plan_ends[i]) */
@@ -156,36 +168,45 @@ run_batch(Worker *self)
     }
 }
 
+/* Wake the thread if it sleeps (or is about to): after `signals` was bumped. A submit that
+ * finds it awake (still writing the eventfd of the last batch) makes no system call; one
+ * that finds `sleeping` 0 bumped `signals` before the thread set it, so the thread's futex
+ * wait, which compares `signals` with what it saw before checking the state, returns at
+ * once. */
+static void
+wake_thread(Worker *self, int always)
+{
+    if (always || atomic_load(&self->sleeping)) {
+        syscall(SYS_futex, &self->signals, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    }
+}
+
 static void *
 worker_main(void *argument)
 {
     Worker *self = (Worker *)argument;
     static const uint64_t one = 1;
     pthread_setname_np(pthread_self(), "metaq-flusher"); /* as /proc and perf show it */
-    pthread_mutex_lock(&self->lock);
     for (;;) {
-        while (!self->pending && !self->stopping) {
-            pthread_cond_wait(&self->wake, &self->lock);
+        uint32_t seen = atomic_load(&self->signals);
+        if (atomic_load(&self->state) == PENDING) {
+            atomic_store(&self->state, RUNNING);
+            run_batch(self);
+            atomic_store(&self->state, FINISHED);
+            ssize_t written;
+            do {
+                written = write(self->eventfd, &one, sizeof(one));
+            } while (written == -1 && errno == EINTR);
+            /* EAGAIN: the counter is full, so the reactor is woken already. */
+            continue;
         }
-        if (!self->pending) {
-            break; /* stopping, nothing left */
+        if (atomic_load(&self->stopping)) {
+            break; /* nothing left in hand */
         }
-        self->pending = 0;
-        self->running = 1;
-        pthread_mutex_unlock(&self->lock);
-        run_batch(self);
-        pthread_mutex_lock(&self->lock);
-        self->running = 0;
-        self->finished = 1;
-        pthread_mutex_unlock(&self->lock);
-        ssize_t written;
-        do {
-            written = write(self->eventfd, &one, sizeof(one));
-        } while (written == -1 && errno == EINTR);
-        /* EAGAIN: the counter is full, so the reactor is woken already. */
-        pthread_mutex_lock(&self->lock);
+        atomic_store(&self->sleeping, 1);
+        syscall(SYS_futex, &self->signals, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+        atomic_store(&self->sleeping, 0); /* woken, EAGAIN (signals moved) or EINTR */
     }
-    pthread_mutex_unlock(&self->lock);
     return NULL;
 }
 
@@ -215,7 +236,7 @@ Worker_init(Worker *self, PyObject *args, PyObject *kwargs)
     int eventfd;
     long long check_offset, check_length;
     PyObject *uncheckable;
-    if (self->initialized) {
+    if (self->started) {
         PyErr_SetString(PyExc_RuntimeError, "the worker is initialized already");
         return -1;
     }
@@ -246,9 +267,6 @@ Worker_init(Worker *self, PyObject *args, PyObject *kwargs)
     self->eventfd = eventfd;
     self->check_offset = check_offset;
     self->check_length = check_length;
-    pthread_mutex_init(&self->lock, NULL);
-    pthread_cond_init(&self->wake, NULL);
-    self->initialized = 1;
     sigset_t all, previous;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &previous);
@@ -339,11 +357,7 @@ Worker_submit(Worker *self, PyObject *plans)
         PyErr_SetString(PyExc_RuntimeError, "the worker is not initialized");
         return NULL;
     }
-    pthread_mutex_lock(&self->lock);
-    int busy = self->pending || self->running || self->finished || self->stopping
-               || self->syncs != NULL;
-    pthread_mutex_unlock(&self->lock);
-    if (busy) {
+    if (atomic_load(&self->state) != IDLE || atomic_load(&self->stopping)) {
         PyErr_SetString(PyExc_RuntimeError,
                         "a batch is in hand, or the worker stopped: one batch at a time");
         return NULL;
@@ -351,23 +365,19 @@ Worker_submit(Worker *self, PyObject *plans)
     if (load_batch(self, plans) < 0) {
         return NULL;
     }
-    pthread_mutex_lock(&self->lock);
-    self->pending = 1;
-    pthread_cond_signal(&self->wake);
-    pthread_mutex_unlock(&self->lock);
+    atomic_store(&self->state, PENDING);
+    atomic_fetch_add(&self->signals, 1);
+    wake_thread(self, 0);
     Py_RETURN_NONE;
 }
 
 static PyObject *
 Worker_take(Worker *self, PyObject *Py_UNUSED(ignored))
 {
-    pthread_mutex_lock(&self->lock);
-    int finished = self->finished;
-    self->finished = 0;
-    pthread_mutex_unlock(&self->lock);
-    if (!finished) {
+    if (atomic_load(&self->state) != FINISHED) {
         Py_RETURN_NONE;
     }
+    atomic_store(&self->state, IDLE); /* the batch is the reactor's again */
     PyObject *results = PyList_New(self->plan_count);
     if (results == NULL) {
         free_batch(self);
@@ -400,10 +410,9 @@ stop_thread(Worker *self)
     if (!self->started) {
         return;
     }
-    pthread_mutex_lock(&self->lock);
-    self->stopping = 1;
-    pthread_cond_signal(&self->wake);
-    pthread_mutex_unlock(&self->lock);
+    atomic_store(&self->stopping, 1);
+    atomic_fetch_add(&self->signals, 1);
+    wake_thread(self, 1);
     Py_BEGIN_ALLOW_THREADS
     pthread_join(self->thread, NULL);
     Py_END_ALLOW_THREADS
@@ -422,10 +431,6 @@ Worker_dealloc(Worker *self)
 {
     stop_thread(self);
     free_batch(self);
-    if (self->initialized) {
-        pthread_mutex_destroy(&self->lock);
-        pthread_cond_destroy(&self->wake);
-    }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
