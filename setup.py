@@ -8,7 +8,8 @@ and only when the environment asks for them::
 compiles the modules of ``meta.compiled.COMPILED_MODULES`` in place, next to their sources,
 with mypyc (it needs ``mypy``, a C compiler, Python's headers and the package's
 dependencies installed, since mypyc type-checks what the modules import), and builds the
-slave's record check (``RECORD_CHECK``, plain C against ISA-L: ``libisal-dev``). Without
+slave's record check (``RECORD_CHECK``, plain C against ISA-L: ``libisal-dev``) and the
+group-commit flusher's C thread (``FLUSH_WORKER``, plain C, POSIX threads). Without
 ``METAQ_COMPILE=1`` the package is pure Python, as always. docs/performance.md, "The compiled
 build", gives its cost and what it saves.
 """
@@ -44,7 +45,10 @@ def extensions() -> list:
         (name, source_digest(path)) for name, path in zip(COMPILED_MODULES, paths, strict=True)
     )
     opt_level = os.environ.get(OPT_LEVEL_VARIABLE, "3")
-    return mypycify(paths, opt_level=opt_level, group_name=GROUP_NAME) + [RECORD_CHECK]
+    return mypycify(paths, opt_level=opt_level, group_name=GROUP_NAME) + [
+        RECORD_CHECK,
+        FLUSH_WORKER,
+    ]
 
 
 class BuildExtensions(build_ext):
@@ -64,5 +68,9 @@ class BuildExtensions(build_ext):
 
 RECORD_CHECK = Extension("meta.slave._record_crc", ["meta/slave/_record_crc.c"], libraries=["isal"])
 """The slave's walk of a batch and its CRC check without the GIL (``meta.slave.record_check``)."""
+
+FLUSH_WORKER = Extension("meta.store._flush_worker", ["meta/store/_flush_worker.c"])
+"""The flusher's fsyncs of a batch on a C thread that never takes the GIL
+(``meta.store.group_commit``)."""
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": BuildExtensions})

@@ -18,7 +18,8 @@ whatever the files' times (a rebase or a checkout that rewrites a source with th
 leaves the build current).
 
 The same build makes the slave's record check a C extension (``record_check``, from
-``meta.slave.record_check.IMPLEMENTATION``).
+``meta.slave.record_check.IMPLEMENTATION``) and runs the group-commit flusher's system calls
+on a C thread (``flush_thread``, from ``meta.store.native_flush.IMPLEMENTATION``).
 
 ``log_build`` is what the broker logs at start-up. Importing this module imports nothing of
 the broker; ``compiled_modules``, ``describe`` and ``stale_modules`` import the modules they
@@ -158,12 +159,19 @@ def stale_message(stale: list[str]) -> str:
     )
 
 
+def flush_thread() -> str:
+    """Which thread runs the group-commit flusher's system calls: ``C thread (GIL never
+    taken)`` when the build made its extension, else ``Python thread``."""
+    return importlib.import_module("meta.store.native_flush").IMPLEMENTATION
+
+
 def log_build(log: logging.Logger) -> None:
-    """Log which build runs (``describe``, ``record_check``), and warn of compiled modules
-    whose sources changed since the build (``stale_modules``): what the broker says when it
-    starts."""
+    """Log which build runs (``describe``, ``record_check``, ``flush_thread``), and warn of
+    compiled modules whose sources changed since the build (``stale_modules``): what the
+    broker says when it starts."""
     log.info("build: %s", describe())
     log.info("slave record check: %s", record_check())
+    log.info("group-commit flusher: %s", flush_thread())
     stale = stale_modules()
     if stale:
         log.warning("%s", stale_message(stale))

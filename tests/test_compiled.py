@@ -34,6 +34,7 @@ PINNING_TESTS = (
     "tests/sync/test_samsa_outcome.py",
     "tests/sync/test_slave_link.py",
     "tests/slave/test_record_ends.py",  # the slave's record check, C or pure
+    "tests/store/test_flush_worker.py",  # the flusher's C thread, or the Python thread
 )
 TESTS_TIMEOUT_S = 900.0
 
@@ -57,6 +58,14 @@ def test_the_slave_record_check_is_described_as_what_runs():
     built = record_check.EXTENSION is not None
     expected = "C (ISA-L crc32_gzip_refl, GIL released)" if built else "pure Python"
     assert compiled.record_check() == expected
+
+
+def test_the_flusher_thread_is_described_as_what_runs():
+    from meta.store import native_flush
+
+    built = native_flush.NATIVE is not None
+    expected = "C thread (GIL never taken)" if built else "Python thread"
+    assert compiled.flush_thread() == expected
 
 
 def _run(command: list[str], cwd: Path, timeout: float, **extra: str) -> str:

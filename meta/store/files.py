@@ -26,7 +26,7 @@ FALLOC_FL_KEEP_SIZE = 1
 # What ``fallocate`` answers where the check cannot be made: a file system without it, a range
 # it refuses, a descriptor open for reading only (a segment loaded read-only). The
 # ``fdatasync`` result then stands alone.
-_UNCHECKABLE = frozenset(
+UNCHECKABLE = frozenset(
     (
         errno.EOPNOTSUPP,
         errno.ENOTSUP,
@@ -53,8 +53,11 @@ def _load_fallocate():
 
 
 _fallocate = _load_fallocate()
-_CHECK_OFFSET = ctypes.c_longlong(0)
-_CHECK_LENGTH = ctypes.c_longlong(1)
+CHECK_OFFSET = 0
+CHECK_LENGTH = 1
+"""The range of the journal check (``confirm_journal``): the file's first byte."""
+_CHECK_OFFSET = ctypes.c_longlong(CHECK_OFFSET)
+_CHECK_LENGTH = ctypes.c_longlong(CHECK_LENGTH)
 
 
 def allocate_keeping_size(
@@ -91,8 +94,32 @@ def confirm_journal(fd: int) -> None:
     nothing to check.
     """
     code = allocate_keeping_size(fd, _CHECK_OFFSET, _CHECK_LENGTH)
-    if code and code not in _UNCHECKABLE:
-        raise OSError(code, f"{os.strerror(code)} (the file system failed after an fsync)")
+    if code and code not in UNCHECKABLE:
+        raise journal_error(code)
+
+
+def journal_error(code: int) -> OSError:
+    """The error of a failed journal check (``confirm_journal``) that answered ``code``."""
+    return OSError(code, f"{os.strerror(code)} (the file system failed after an fsync)")
+
+
+Sync = str | int
+"""One step of a flush: a directory (``Files.fsync_directory``) or a descriptor
+(``Files.fsync``)."""
+
+
+def run_syncs(files: Files, syncs: tuple[Sync, ...]) -> None:
+    """Run a flush task's syncs in order through ``files``; raise at the first failure.
+
+    The one reading of a plan of syncs in Python; ``meta.store.group_commit`` hands the same
+    plan to its C thread (``meta.store._flush_worker``) when ``files`` is the operating
+    system's.
+    """
+    for sync in syncs:
+        if isinstance(sync, str):
+            files.fsync_directory(sync)
+        else:
+            files.fsync(sync)
 
 
 class Files:

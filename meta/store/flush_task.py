@@ -6,7 +6,7 @@ the flusher thread and fsyncs the new directory entries, then each dirty segment
 
 from __future__ import annotations
 
-from meta.store.files import Files
+from meta.store.files import Files, Sync, run_syncs
 from meta.store.segment import Segment
 
 
@@ -24,9 +24,10 @@ class PartitionFlushTask:
         self.directories = directories
         self.end_offset = end_offset
 
+    def syncs(self) -> tuple[Sync, ...]:
+        """The new directory entries, then each dirty segment's descriptor once."""
+        return (*self.directories, *[segment.fileno() for segment in self.segments])
+
     def run(self) -> None:
         """Worker thread: fsync new directory entries, then each dirty segment once."""
-        for directory in self.directories:
-            self.files.fsync_directory(directory)
-        for segment in self.segments:
-            segment.fsync()
+        run_syncs(self.files, self.syncs())

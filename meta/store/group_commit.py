@@ -14,6 +14,15 @@ What lives here:
       ``submit(work, done)`` (``ThreadExecutor``) is driven through it: ``done(value, error)``
       on the reactor thread, without a Deferred, whose callback chain costs more than the rest
       of a completion's hand-off (a synchronous producer in group commit pays it per put).
+      One that has ``submit_batch(tasks, done)`` (``ThreadExecutor``) is given the tasks
+      themselves, so that it may run their plans of syncs without Python.
+    * The C thread (``meta.store.native_flush``, built by the optional build): where it was
+      built, ``ThreadExecutor`` hands a batch whose tasks all sync through the operating
+      system's ``Files`` to a C thread that runs every fdatasync, directory fsync and journal
+      check of the batch and writes the completion eventfd without ever taking the GIL. The
+      Python thread, which takes the GIL back after each of those calls and so wakes and
+      waits for the reactor thread several times per batch, runs only other batches (tests'
+      ``Files``, the pure build), with the same results and errors.
 
 Invariants: at most one batch runs at a time; a client's flush result (done or failed) is
 delivered exactly once per snapshot it gave; a failure of one client's fsync never fails another
@@ -40,6 +49,7 @@ from twisted.python.failure import Failure
 
 from meta.config import FlushMode, TopicConfig
 from meta.errors import StoreError
+from meta.store.native_flush import NATIVE, native_errors, native_plans, native_worker
 
 logger = logging.getLogger("meta.store")
 
@@ -142,6 +152,9 @@ class Flusher:
         self._submit: Callable[[Callable[[], Any], Completion], None] | None = getattr(
             executor, "submit", None
         )
+        self._submit_batch: Callable[[list[FlushTask], Completion], None] | None = getattr(
+            executor, "submit_batch", None
+        )
         self._requested: dict[FlushClient, None] = {}
         self._running = False
         self._idle_waiters: list[Deferred] = []
@@ -184,7 +197,7 @@ class Flusher:
         self._running = True
         self.batch_count += 1
         self._batch_started_s = time.monotonic()
-        if self._submit is not None:
+        if self._submit is not None or self._submit_batch is not None:
 
             def done(errors: Any, error: BaseException | None) -> None:
                 if error is None:
@@ -192,7 +205,11 @@ class Flusher:
                 else:
                     self._batch_lost(Failure(error), clients, tasks)
 
-            self._submit(lambda: run_batch(tasks), done)
+            if self._submit_batch is not None:
+                self._submit_batch(tasks, done)
+            else:
+                assert self._submit is not None
+                self._submit(lambda: run_batch(tasks), done)
             return
         try:
             result = self._executor(lambda: run_batch(tasks))
@@ -258,12 +275,18 @@ class CompletionSignal:
     every result queued (one appended after the reset makes the eventfd readable again, so
     none is left behind). One write and one read per batch, and no pass through Twisted's
     ``callFromThread`` queue, its waker and its ``runUntilCurrent`` for threads' calls.
+
+    The C thread writes the same eventfd and keeps its results itself: ``expect(take,
+    finish)`` makes each delivery call ``take()`` until it returns the batch's results, then
+    ``finish(results)``.
     """
 
     def __init__(self, reactor: Any) -> None:
         self._reactor = reactor
         self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._results: deque[tuple[Completion, Any, BaseException | None]] = deque()
+        self._take: Callable[[], Any] | None = None
+        self._finish: Callable[[Any], None] | None = None
         reactor.addReader(self)
 
     def post(self, done: Completion, value: Any, error: BaseException | None) -> None:
@@ -282,8 +305,16 @@ class CompletionSignal:
             pass  # read already by an earlier pass that delivered its results
         self.deliver()
 
+    def expect(self, take: Callable[[], Any], finish: Callable[[Any], None]) -> None:
+        """Reactor thread: a batch of the C thread runs; deliver ``finish(take())`` once
+        ``take()`` returns something else than None."""
+        assert self._take is None  # one batch at a time
+        self._take = take
+        self._finish = finish
+
     def deliver(self) -> None:
-        """Reactor thread: run every queued ``done``; one that raises is logged."""
+        """Reactor thread: run every queued ``done`` and the C thread's finished batch; one
+        that raises is logged."""
         results = self._results
         while results:
             done, value, error = results.popleft()
@@ -291,6 +322,17 @@ class CompletionSignal:
                 done(value, error)
             except Exception:
                 logger.exception("flush completion %r raised", done)
+        take = self._take
+        if take is not None:
+            outcome = take()
+            if outcome is not None:
+                finish = self._finish
+                assert finish is not None
+                self._take = self._finish = None
+                try:
+                    finish(outcome)
+                except Exception:
+                    logger.exception("flush completion %r raised", finish)
 
     def close(self) -> None:
         """Reactor thread, worker stopped: deliver what is left, stop reading, close."""
@@ -322,6 +364,10 @@ class ThreadExecutor:
     hand-off is kept to one queue put, one wake-up and one eventfd write (``CompletionSignal``;
     ``callFromThread`` on a reactor without descriptors). The thread starts on first use and
     stops in ``stop`` (also at reactor shutdown), after finishing queued work.
+
+    With the optional build (``NATIVE``) and a ``CompletionSignal``, ``submit_batch`` hands
+    the batches that ``native_plans`` can describe to the C thread instead, which started
+    with the Python thread and stops before it.
     """
 
     def __init__(self, reactor: Any, name: str = "meta-store-flusher") -> None:
@@ -330,6 +376,7 @@ class ThreadExecutor:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
         self._signal: CompletionSignal | None = None
+        self._native: Any = None
         self._stopped = False
 
     def __call__(self, work: Callable[[], Any]) -> Deferred:
@@ -354,8 +401,28 @@ class ThreadExecutor:
             self._start()
         self._queue.put((work, done))
 
+    def submit_batch(self, tasks: list[FlushTask], done: Completion) -> None:
+        """Run the batch's tasks off the reactor thread; then ``done(errors, None)`` with
+        ``run_batch``'s errors, or ``done(None, error)``, on the reactor thread: by the C
+        thread when it is there and ``native_plans`` describes the batch, else as ``submit``."""
+        if self._stopped:
+            done(None, StoreError("the flusher thread has stopped"))
+            return
+        if self._worker is None:
+            self._start()
+        native = self._native
+        plans = native_plans(tasks) if native is not None else None
+        signal = self._signal
+        if plans is None or signal is None:
+            self._queue.put((lambda: run_batch(tasks), done))
+            return
+        signal.expect(native.take, lambda results: done(native_errors(results), None))
+        native.submit(plans)
+
     def _start(self) -> None:
         self._signal = completion_signal(self._reactor)
+        if self._signal is not None and NATIVE is not None:
+            self._native = native_worker(self._signal.fileno())
         self._worker = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._worker.start()
         add_trigger = getattr(self._reactor, "addSystemEventTrigger", None)
@@ -387,6 +454,9 @@ class ThreadExecutor:
         if thread is not None:
             self._queue.put(None)
             thread.join()
+        native, self._native = self._native, None
+        if native is not None:
+            native.stop()  # finishes the batch in hand, whose results ``close`` delivers
         signal, self._signal = self._signal, None
         if signal is not None:
             signal.close()

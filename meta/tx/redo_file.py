@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from meta.store.files import Files
+from meta.store.files import Files, Sync, run_syncs
 
 logger = logging.getLogger("meta.tx")
 
@@ -78,12 +78,16 @@ class RedoSyncTask:
         self.sizes = tuple(redo.written_size for redo in redo_files)
         self.waiters = waiters
 
+    def syncs(self) -> tuple[Sync, ...]:
+        """The directory entry (when new), then each written file's descriptor once."""
+        descriptors = [redo.fd for redo in self.redo_files]
+        if self.directory is None:
+            return tuple(descriptors)
+        return (self.directory, *descriptors)
+
     def run(self) -> None:
         """Flusher thread: fsync the directory entry, then each written file once."""
-        if self.directory is not None:
-            self.files.fsync_directory(self.directory)
-        for redo in self.redo_files:
-            self.files.fsync(redo.fd)
+        run_syncs(self.files, self.syncs())
 
 
 def cut_unsynced(files: Files, redo_files: Iterable[RedoFile], magic_bytes: int) -> None:
