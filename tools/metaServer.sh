@@ -106,8 +106,11 @@ registered when the wait ends, says so and leaves it running.
           meta-slave-group_<slaveId>), slaveMaxDelayInMills (default 500),
           autoSyncMasterConfig (default false: when true, the master's server.ini is taken
           over, keeping the slave's ports, paths and [zookeeper]). server.ini must have the
-          master's brokerId (usually a copy of the master's file) and its own serverPort and
-          dataPath. 'stats slave' on the slave (or 'meta-admin slaves') shows the lag.
+          master's brokerId (usually a copy of the master's file) and its own serverPort,
+          dashboardHttpPort and dataPath. A copy of the shipped conf/server.ini listens on
+          every interface (its hostName is commented out): next to a 'start local' master
+          (127.0.0.1) set hostName=127.0.0.1 (docs/ha.md, "Async slave").
+          'stats slave' on the slave (or 'meta-admin slaves') shows the lag.
           The slave registers as ids/<brokerId>/slave<slaveId> in ZooKeeper, copies every
           topic and partition of its master byte for byte (resuming from its local data after
           a restart), serves gets and offsets, and answers puts with 403. To run a master and
@@ -126,7 +129,7 @@ registered when the wait ends, says so and leaves it running.
               $PY -m meta.server -f $CONF --gregor $GREGOR_CONF
           (\$META_GREGOR_CONF; the file has no keys). server.ini must have the master's
           brokerId and accept every topic of the master, with at least as many partitions,
-          and its own serverPort and dataPath. The slave takes 'sync' from its samsa master,
+          and its own serverPort, dashboardHttpPort and dataPath. The slave takes 'sync' from its samsa master,
           serves gets and offsets, answers puts with 403 and needs no ZooKeeper. Start it
           before its master. 'promote' turns it into a master after its master is lost.
   --http  also serve the HTTP protocol (Java: -FjettyBroker=FILE):
