@@ -182,6 +182,27 @@ def test_a_put_a_java_broker_would_store_shows_in_stats_and_the_log(cli, admin_c
     assert "refused a put of 1048586 bytes to quiet-0" in broker.log()
 
 
+def test_stats_with_an_item_prints_what_the_broker_answers_to_it(cli, admin_cluster):
+    status, out, err = cli("stats", "1", "http")
+    assert status == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"broker 127.0.0.1:{admin_cluster.broker(1).port}"
+    assert [line.split()[0] for line in lines[1:]][:2] == ["http_requests", "http_put"]
+
+
+def test_stats_config_item_prints_the_brokers_file(cli, admin_cluster):
+    status, out, _ = cli("stats", "2", "config", "--json")
+    document = json.loads(out)
+    assert status == 0 and document["item"] == "config"
+    assert document["text"] == admin_cluster.broker(2).config_path.read_text().rstrip("\n")
+
+
+def test_stats_slave_of_a_master_is_refused_with_the_role_it_needs(cli):
+    status, out, err = cli("stats", "1", "slave")
+    assert status == 1 and out == ""
+    assert "is not an async slave: it reads 'stats slave' as a topic name" in err
+
+
 def test_stats_of_an_unregistered_broker_id_exits_1(cli):
     status, _, err = cli("stats", "7")
     assert status == 1

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from meta.admin.main import COMMAND_GROUPS, build_parser, main
+from meta.admin.stats_items import STATS_ITEMS
 from tests.integration.broker_process import free_port
 
 COMMANDS = {
@@ -22,7 +23,7 @@ COMMANDS = {
     "reset-offsets": ("GROUP", "--topic", "--to", "--execute", "--dry-run", "--partition", "TIME"),
     "browse": ("TOPIC", "PARTITION", "--from", "--count", "--broker", "--raw"),
     "find-message": ("ID", "--topic", "--scan-bytes-max"),
-    "stats": ("BROKER", "--topics"),
+    "stats": ("BROKER", "ITEM", "--topics", *STATS_ITEMS),
     "slaves": ("BROKER",),
     "spark-writes": ("--json",),
     "replication": ("BROKER",),
@@ -181,3 +182,9 @@ def test_stats_of_an_address_without_a_broker_names_it(capsys):
     status, _, err = run(capsys, "stats", address, "--timeout", "1")
     assert status == 2
     assert f"cannot connect to broker {address}" in err
+
+
+def test_stats_refuses_an_item_the_broker_does_not_answer(capsys):
+    status, _, err = run(capsys, "stats", "0", "htp")
+    assert status == 2
+    assert "invalid choice: 'htp'" in err
