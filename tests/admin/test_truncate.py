@@ -67,7 +67,7 @@ def test_an_offset_inside_a_record_is_refused_with_the_record_before_it(
     capsys, tmp_path, partition
 ):
     status, _out, err = run(capsys, str(tmp_path), "orders-0", "--end", str(4 * SIZE + 3))
-    assert status == 2
+    assert status == 1
     assert f"the record before it starts at {4 * SIZE}" in err
     assert offsets(partition) == [n * SIZE for n in range(6)]
 
@@ -75,7 +75,7 @@ def test_an_offset_inside_a_record_is_refused_with_the_record_before_it(
 def test_an_offset_before_the_first_segment_is_refused(capsys, tmp_path, partition):
     (partition / segment_name(0)).unlink()
     status, _out, err = run(capsys, str(tmp_path), "orders-0", "--end", str(SIZE))
-    assert status == 2
+    assert status == 1
     assert f"before the partition's first offset {3 * SIZE}" in err
 
 
@@ -99,7 +99,7 @@ def test_a_directory_a_broker_holds_is_refused(capsys, tmp_path, partition):
         status, _out, err = run(capsys, str(tmp_path), "orders-0", "--end", str(SIZE), "--execute")
     finally:
         lock.release()
-    assert status == 2
+    assert status == 1
     assert "in use by another broker" in err
     assert offsets(partition) == [n * SIZE for n in range(6)]
 
