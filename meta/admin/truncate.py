@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from meta.admin.client import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from meta.admin.output import to_json
+from meta.admin.record_starts import nearest_starts, nearest_starts_text
 from meta.errors import StoreError
 from meta.protocol.message import HEADER, HEADER_SIZE
 from meta.store.files import Files
@@ -128,17 +129,13 @@ def check_boundary(segments: list[SegmentFile], end: int) -> None:
     if end >= last.start + last.size:
         return  # nothing at or after ``end``: nothing to cut
     holding = [segment for segment in segments if segment.start <= end][-1]
-    position = end - holding.start
-    previous = 0
-    for boundary in record_boundaries(holding.path, position):
-        if boundary == position:
-            return
-        if boundary > position:
-            break
-        previous = boundary
+    starts = [holding.start + b for b in record_boundaries(holding.path, end - holding.start)]
+    if end in starts:
+        return
+    before, after = nearest_starts(starts, end)
     raise Refused(
-        f"offset {end} is not the start of a record of {holding.path}; the record before it "
-        f"starts at {holding.start + previous}"
+        f"offset {end} is not the start of a record of {holding.path}; "
+        f"{nearest_starts_text(before, after)}"
     )
 
 

@@ -262,12 +262,18 @@ def test_browse_a_numeric_partition_of_a_two_broker_topic_needs_the_broker(cli, 
     assert cli("browse", "browse", "0", "--broker", "1", "--count", "1")[0] == 0
 
 
-def test_browse_off_a_record_boundary_exits_1(cli, factory):
+def test_browse_off_a_record_boundary_exits_1_naming_the_record_starts_around_it(cli, factory):
     results = put(factory, "browse", [b"boundary-record"])
     last = results[-1]
     status, _, err = cli("browse", "browse", str(last.partition), "--from", str(last.offset + 3))
     assert status == 1
     assert "not a record boundary" in err
+    assert f"the nearest record starts at {last.offset}, before it (none after it)" in err
+    if last.offset > 0:
+        status, _, err = cli(
+            "browse", "browse", str(last.partition), "--from", str(last.offset - 3)
+        )
+        assert f"(before it) and {last.offset} (after it)" in err
 
 
 def test_browse_past_the_end_says_where_the_partition_ends(cli):

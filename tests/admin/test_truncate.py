@@ -63,12 +63,12 @@ def test_execute_cuts_back_to_the_offset_across_segments(capsys, tmp_path, parti
     assert os.listdir(partition) == [segment_name(0)]
 
 
-def test_an_offset_inside_a_record_is_refused_with_the_record_before_it(
+def test_an_offset_inside_a_record_is_refused_with_the_records_around_it(
     capsys, tmp_path, partition
 ):
     status, _out, err = run(capsys, str(tmp_path), "orders-0", "--end", str(4 * SIZE + 3))
     assert status == 1
-    assert f"the record before it starts at {4 * SIZE}" in err
+    assert f"the nearest records start at {4 * SIZE} (before it) and {5 * SIZE} (after it)" in err
     assert offsets(partition) == [n * SIZE for n in range(6)]
 
 
