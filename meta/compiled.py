@@ -11,7 +11,11 @@ either; only the CPU per request differs. The broker logs at start-up which buil
 A module is compiled when it was imported from an extension module (``*.so``) rather than
 from its source. An in-place build leaves the extensions next to the sources, and Python
 imports an extension before a source of the same name, so a source edited after the build
-is not what runs until the build is redone: ``stale_modules`` names those.
+is not what runs until the build is redone: ``stale_modules`` names those. The build records
+the SHA-256 of each source it compiled beside the module's extension
+(``write_built_digest``); a module is stale when its source's bytes differ from that record,
+whatever the files' times (a rebase or a checkout that rewrites a source with the same bytes
+leaves the build current).
 
 The same build makes the slave's record check a C extension (``record_check``, from
 ``meta.slave.record_check.IMPLEMENTATION``).
@@ -23,11 +27,11 @@ look at. Any thread.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.machinery
 import logging
 import os
-import sys
 
 COMPILED_MODULES = (
     "meta.message_id",
@@ -70,25 +74,56 @@ def compiled_modules() -> list[str]:
     ]
 
 
-def stale_modules() -> list[str]:
-    """Compiled modules whose source is newer than the build (edited after it).
+BUILT_DIGEST_SUFFIX = ".built-sha256"
+"""The file beside a compiled module's extension that holds the SHA-256 (hex) of the source
+it was compiled from: ``codec.built-sha256`` beside ``codec.cpython-311-x86_64-linux-gnu.so``."""
 
-    The build's time is that of its newest file, the module's shim or the group's library
-    (a rebuild may leave an unchanged shim as it was).
+
+def source_digest(source: str) -> str:
+    """The SHA-256 (hex) of the file ``source``'s bytes.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    with open(source, "rb") as file:
+        return hashlib.sha256(file.read()).hexdigest()
+
+
+def built_digest_path(extension: str, name: str) -> str:
+    """Where the digest of module ``name``'s source is recorded, beside its ``extension``."""
+    return os.path.join(os.path.dirname(extension), name.rsplit(".", 1)[-1] + BUILT_DIGEST_SUFFIX)
+
+
+def write_built_digest(extension: str, name: str, digest: str) -> None:
+    """Record ``digest`` (``source_digest`` of the source as the build read it) as the source
+    module ``name``'s ``extension`` was compiled from; ``setup.py`` calls it after a build."""
+    with open(built_digest_path(extension, name), "w", encoding="ascii") as file:
+        file.write(digest + "\n")
+
+
+def stale_modules() -> list[str]:
+    """Compiled modules whose source is not what the build compiled: its bytes differ from
+    the digest the build recorded, or the build recorded none (an older build).
+
+    A module whose source is missing (an installed build without its sources) has nothing
+    to compare and is not stale.
     """
     stale = []
-    compiled = compiled_modules()  # importing a compiled module loads the group's library
-    library = getattr(sys.modules.get(GROUP_NAME + "__mypyc"), "__file__", None)
-    for name in compiled:
+    for name in compiled_modules():
         extension = importlib.import_module(name).__file__
         assert extension is not None  # compiled_modules found it
         source = os.path.join(os.path.dirname(extension), name.rsplit(".", 1)[1] + ".py")
         try:
-            built = max(os.stat(path).st_mtime for path in (extension, library) if path)
-            if os.stat(source).st_mtime > built:
-                stale.append(name)
+            digest = source_digest(source)
         except OSError:
-            pass  # an installed build without its sources: nothing to compare
+            continue  # no source: nothing to compare
+        try:
+            with open(built_digest_path(extension, name), encoding="ascii") as file:
+                built = file.read().strip()
+        except OSError:
+            built = None  # built before digests were recorded: what it compiled is unknown
+        if built != digest:
+            stale.append(name)
     return stale
 
 
@@ -111,11 +146,24 @@ def record_check() -> str:
     return importlib.import_module("meta.slave.record_check").IMPLEMENTATION
 
 
+REBUILD_COMMAND = "METAQ_COMPILE=1 .venv/bin/python setup.py build_ext --inplace"
+"""The in-place compiled build, as docs/performance.md ("The compiled build") gives it."""
+
+
+def stale_message(stale: list[str]) -> str:
+    """What the suite and the broker say of the ``stale`` modules: which, and how to rebuild."""
+    return (
+        f"compiled modules built from other sources than the checkout's: {', '.join(stale)}; "
+        f"rebuild them ({REBUILD_COMMAND}) or delete meta/**/*.so"
+    )
+
+
 def log_build(log: logging.Logger) -> None:
     """Log which build runs (``describe``, ``record_check``), and warn of compiled modules
-    older than their sources (``stale_modules``): what the broker says when it starts."""
+    whose sources changed since the build (``stale_modules``): what the broker says when it
+    starts."""
     log.info("build: %s", describe())
     log.info("slave record check: %s", record_check())
     stale = stale_modules()
     if stale:
-        log.warning("compiled modules older than their sources: %s", ", ".join(stale))
+        log.warning("%s", stale_message(stale))

@@ -6,6 +6,9 @@ They never skip: if Java or the ZooKeeper jars are missing the test fails and sa
 ``tools/setup-env.sh`` (STYLE 23).
 
 Tests under ``tests/integration/`` are marked ``integration`` automatically.
+
+Tests in the directories of ``GUARDED_DIRECTORIES`` run under the descriptor guard
+(``tests.descriptors``): a test that leaves a descriptor open fails, naming its target.
 """
 
 from __future__ import annotations
@@ -16,29 +19,61 @@ from pathlib import Path
 
 import pytest
 
-INTEGRATION_DIR = Path(__file__).parent / "integration"
+TESTS_DIR = Path(__file__).parent
+INTEGRATION_DIR = TESTS_DIR / "integration"
+GUARDED_DIRECTORIES = tuple(
+    TESTS_DIR / name
+    for name in (
+        "admin",
+        "bench",
+        "client",
+        "config",
+        "dashboard",
+        "protocol",
+        "server",
+        "slave",
+        "status",
+        "store",
+        "sync",
+        "tx",
+    )
+)
+"""The directories whose tests run in this process and close what they open."""
+UNGUARDED_DIRECTORIES = (INTEGRATION_DIR, TESTS_DIR / "spark")
+"""The directories whose tests the guard leaves alone: ``integration`` (its tests drive
+brokers, ZooKeeper and clients in other processes; what this process holds of them is their
+pipes and logs, some owned by session fixtures) and ``spark`` (the JVM's gateway and its
+workers live for the whole session)."""
 ZK_CLIENT_TIMEOUT_S = 10.0
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Refuse to test a compiled build older than its sources (``meta.compiled``): Python
-    imports the extensions before the edited ``.py`` files, so the tests would pass or fail on
-    code that is not in the checkout."""
-    from meta.compiled import stale_modules
+    """Refuse to test a compiled build of other sources than the checkout's
+    (``meta.compiled.stale_modules``): Python imports the extensions before the edited ``.py``
+    files, so the tests would pass or fail on code that is not in the checkout."""
+    from meta.compiled import stale_message, stale_modules
 
     stale = stale_modules()
     if stale:
-        pytest.exit(
-            f"compiled modules older than their sources: {', '.join(stale)}; rebuild them "
-            "(docs/performance.md, 'The compiled build') or delete meta/**/*.so",
-            returncode=4,
-        )
+        pytest.exit(stale_message(stale), returncode=4)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if INTEGRATION_DIR in Path(item.path).parents:
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(autouse=True)
+def descriptors_closed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test of ``GUARDED_DIRECTORIES`` that leaves a descriptor open
+    (``tests.descriptors``)."""
+    if not any(directory in Path(request.node.path).parents for directory in GUARDED_DIRECTORIES):
+        yield
+        return
+    from tests.descriptors import guard_descriptors
+
+    yield from guard_descriptors()
 
 
 OTHER_BUILD_TEST = "tests/test_compiled.py::test_the_other_build_passes_the_tests_that_pin"

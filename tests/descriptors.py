@@ -1,7 +1,7 @@
-"""The descriptor guard of the unit tests that open stores: every test closes what it opens.
+"""The descriptor guard of the in-process tests: every test closes what it opens.
 
-``guard_descriptors`` is the body of an autouse fixture (``tests/server``, ``tests/store`` and
-``tests/tx`` each have one in their conftest): it reads the process's descriptors and their
+``guard_descriptors`` is the body of an autouse fixture (``tests/conftest.py``, for the
+directories of its ``GUARDED_DIRECTORIES``): it reads the process's descriptors and their
 targets (``/proc/self/fd``) before the test, runs the closers the test registered, and reads
 them again after. A descriptor that is new, or that now names another target, is the test's
 leak; the fixture fails, naming each leaked target.

@@ -4,9 +4,9 @@ The suite runs whichever build the checkout holds: pure Python after a plain ins
 compiled modules after an in-place compiled build. The slow test runs the other one over the
 tests that pin the hot path's bytes (the codec's golden bytes and byte-by-byte decoding, the
 put and sync runs' replies and segments against one command at a time, the put replies'
-bytes, the slave's record check) in a scratch copy of the checkout (``tests.compiled_build``,
-made as the session starts): without the extensions when this run is compiled, else with
-them, built there in the background.
+bytes, a samsa master's answer to a replicated put, the slave's record check) in a scratch
+copy of the checkout (``tests.compiled_build``, made as the session starts): without the
+extensions when this run is compiled, else with them, built there in the background.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ PINNING_TESTS = (
     "tests/server/test_put_run.py",
     "tests/server/test_sync_run.py",
     "tests/sync/test_gregor.py",
+    "tests/sync/test_samsa_outcome.py",
     "tests/sync/test_slave_link.py",
     "tests/slave/test_record_ends.py",  # the slave's record check, C or pure
 )
@@ -85,29 +86,61 @@ def test_the_other_build_passes_the_tests_that_pin_the_hot_path_bytes(other_buil
     assert " passed" in output and "failed" not in output, output[-2000:]
 
 
-def test_a_rebuild_whose_shims_did_not_change_is_not_stale(tmp_path, monkeypatch):
-    """Goal: a rebuild after an edit counts as new even where it left a module's shim as it
-    was, in a process that has not imported the compiled modules yet (the suite's check at
-    start-up). Method: a fake compiled module whose import loads the group's library, with
-    the shim older than the source and the library newer than both."""
+def fake_compiled_module(directory: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """``meta.fake``, the only compiled module as ``stale_modules`` sees it: imported from an
+    extension in ``directory``, beside its source ``fake.py``. Returns both paths."""
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    shim, source, library = tmp_path / f"fake{suffix}", tmp_path / "fake.py", tmp_path / "lib"
-    for age_s, path in ((300, shim), (200, source), (100, library)):
-        path.write_bytes(b"")
-        os.utime(path, (1e9 - age_s, 1e9 - age_s))
+    extension, source = directory / f"fake{suffix}", directory / "fake.py"
+    extension.write_bytes(b"")
+    source.write_bytes(b"VALUE = 1\n")
     module = types.ModuleType("meta.fake")
-    module.__file__ = str(shim)
-    library_module = types.ModuleType(compiled.GROUP_NAME + "__mypyc")
-    library_module.__file__ = str(library)
+    module.__file__ = str(extension)
 
     def import_module(name: str) -> types.ModuleType:
         assert name == "meta.fake"
-        monkeypatch.setitem(sys.modules, library_module.__name__, library_module)
         return module
 
-    monkeypatch.delitem(sys.modules, library_module.__name__, raising=False)
     monkeypatch.setattr(compiled, "COMPILED_MODULES", ("meta.fake",))
     monkeypatch.setattr(compiled.importlib, "import_module", import_module)
+    return extension, source
+
+
+def build(extension: Path, source: Path) -> None:
+    """Record ``source`` as what ``extension`` was compiled from, as ``setup.py`` does."""
+    compiled.write_built_digest(str(extension), "meta.fake", compiled.source_digest(str(source)))
+
+
+def test_a_source_touched_since_the_build_with_the_same_bytes_is_not_stale(tmp_path, monkeypatch):
+    """Goal: a rebase or a checkout that rewrites a compiled module's source with the same
+    bytes leaves the build current. Method: a fake compiled module built from its source,
+    whose source is then rewritten as it was and dated after the build."""
+    extension, source = fake_compiled_module(tmp_path, monkeypatch)
+    build(extension, source)
+    os.utime(extension, (1e9, 1e9))
+    source.write_bytes(source.read_bytes())
+    os.utime(source, (2e9, 2e9))
     assert compiled.stale_modules() == []
-    os.utime(source, (1e9, 1e9))  # now newer than the library too
+
+
+def test_a_source_changed_since_the_build_is_stale_whatever_its_time(tmp_path, monkeypatch):
+    """Goal: an edited source is stale even when its file looks older than the build (a
+    checkout of an older commit). Method: a fake compiled module built from its source, whose
+    source is then changed and dated before the build."""
+    extension, source = fake_compiled_module(tmp_path, monkeypatch)
+    build(extension, source)
+    source.write_bytes(b"VALUE = 2\n")
+    os.utime(source, (1e9, 1e9))
+    os.utime(extension, (2e9, 2e9))
     assert compiled.stale_modules() == ["meta.fake"]
+
+
+def test_a_build_that_recorded_no_digest_is_stale(tmp_path, monkeypatch):
+    fake_compiled_module(tmp_path, monkeypatch)
+    assert compiled.stale_modules() == ["meta.fake"]
+
+
+def test_the_stale_message_names_the_modules_and_the_rebuild_command_of_the_docs():
+    message = compiled.stale_message(["meta.fake", "meta.other"])
+    assert "meta.fake, meta.other" in message
+    assert compiled.REBUILD_COMMAND in message
+    assert compiled.REBUILD_COMMAND in (ROOT / "docs" / "performance.md").read_text()

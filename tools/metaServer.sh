@@ -3,7 +3,7 @@
 # shellcheck disable=SC2016
 # Start, stop and inspect a metaq-py broker, like Metamorphosis' bin/metaServer.sh.
 #
-#   tools/metaServer.sh start [local|slave|samsa|gregor] | stop
+#   tools/metaServer.sh start [local|slave|samsa|gregor] | stop [broker|zookeeper]
 #                       | restart [local|slave|samsa|gregor] | reload | status
 #                       | promote [--new-slave HOST:PORT]   (--help on each)
 #
@@ -64,8 +64,11 @@ commands:
                  samsa master, refuses puts and registers nothing in ZooKeeper
   start --http   also serve the HTTP protocol (/put, /get, /offset) on serverPort of
                  \$META_HTTP_CONF or conf/jettyBroker.properties (combines with every mode)
-  stop [broker]  stop the broker (SIGTERM; SIGKILL after ${STOP_TIMEOUT_S} s) and the ZooKeeper
-                 that 'start local' started; 'stop broker' leaves that ZooKeeper running
+  stop [broker|zookeeper]
+                 stop the broker (SIGTERM; SIGKILL after ${STOP_TIMEOUT_S} s) and the ZooKeeper
+                 that 'start local' started, unless another broker this script started from
+                 this checkout still runs; 'stop broker' leaves that ZooKeeper running,
+                 'stop zookeeper' stops only it
   restart [local|slave|samsa|gregor] [--http]
                  stop the broker if it runs, then start the given way
   reload         make the running broker re-read its config file (SIGHUP); the [topic=...]
@@ -143,12 +146,16 @@ EOF
 
 usage_stop() {
     cat <<EOF
-usage: tools/metaServer.sh stop [broker]
+usage: tools/metaServer.sh stop [broker|zookeeper]
 
 Sends SIGTERM to the broker (it flushes, leaves ZooKeeper and closes), waits up to
 ${STOP_TIMEOUT_S} s (\$META_STOP_TIMEOUT_S), then SIGKILLs it with a warning. Also stops the
-ZooKeeper that 'start local' started, unless 'broker' is given. Exit 1 if nothing was
-running (with 'broker': if the broker was not running).
+ZooKeeper that 'start local' started from this run dir, unless 'broker' is given or another
+broker this script started from this checkout (with another \$META_RUN_DIR) still runs: then
+that ZooKeeper keeps running for it, and one line names that broker and says how to stop
+ZooKeeper anyway. 'stop zookeeper' stops only that ZooKeeper, whatever still runs. Exit 1
+if nothing was running (with 'broker': if the broker was not running; with 'zookeeper': if
+this run dir's 'start local' started no ZooKeeper that still runs).
 EOF
 }
 
@@ -344,6 +351,42 @@ stop_local_zookeeper() {
     rm -f "$ZK_MARKER"
 }
 
+# The brokers this script started from this checkout that still run, other than this run
+# dir's, one "pid RUN_DIR" line each. A broker carries both in its environment
+# (METASERVER_CHECKOUT, METASERVER_RUN_DIR, set by do_start); other users' processes,
+# which cannot be read, are not this script's.
+other_brokers() {
+    local environ pid run_dir own
+    own="$(cd "$RUN_DIR" 2>/dev/null && pwd -P || printf '%s' "$RUN_DIR")"
+    for environ in $(grep -lzxF -- "METASERVER_CHECKOUT=$ROOT" /proc/[0-9]*/environ \
+        2>/dev/null); do
+        pid="${environ#/proc/}"
+        pid="${pid%/environ}"
+        tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "-m meta.server " || continue
+        run_dir="$(tr '\0' '\n' 2>/dev/null <"$environ" | sed -n 's/^METASERVER_RUN_DIR=//p')"
+        [ -n "$run_dir" ] && [ "$run_dir" != "$own" ] || continue
+        printf '%s %s\n' "$pid" "$run_dir"
+    done
+}
+
+# Stops the ZooKeeper of 'start local' unless another broker of this checkout still runs
+# (other_brokers); then says which, and how to stop it anyway. Returns 1 if it stopped
+# none and none runs.
+stop_local_zookeeper_unless_used() {
+    local others command
+    [ -f "$ZK_MARKER" ] || return 1
+    others="$(other_brokers | sed -E 's/^([0-9]+) (.*)$/\2 (pid \1)/' | paste -sd ',' |
+        sed 's/,/, /g')"
+    if [ -z "$others" ]; then
+        stop_local_zookeeper
+        return 0
+    fi
+    command="tools/metaServer.sh stop zookeeper"
+    [ -z "${META_RUN_DIR:-}" ] || command="META_RUN_DIR=$RUN_DIR $command"
+    say "ZooKeeper (127.0.0.1:$ZK_LOCAL_PORT, started by 'start local' here) keeps running for" \
+        "the broker(s) of $others; stop it anyway with: $command"
+}
+
 # Stops the broker; returns 1 if it was not running.
 stop_broker() {
     local pid waited=0
@@ -508,7 +551,9 @@ do_start() {
         >>"$LOG_FILE"
     # Own session (no terminal, no stray SIGHUP/SIGINT); the child writes its own pid, then
     # becomes the broker (exec), so the pid file is right even when setsid forks.
-    setsid nohup bash -c 'printf "%s\n" "$$" >"$1"; shift; exec "$@"' _ "$PID_FILE" \
+    # Its environment says which checkout and run dir it belongs to (other_brokers).
+    METASERVER_CHECKOUT="$ROOT" METASERVER_RUN_DIR="$(cd "$RUN_DIR" && pwd -P)" \
+        setsid nohup bash -c 'printf "%s\n" "$$" >"$1"; shift; exec "$@"' _ "$PID_FILE" \
         "$PY" "${args[@]}" </dev/null >>"$LOG_FILE" 2>&1 &
 
     while ! started_on "$host" "$port" "$log_offset"; do
@@ -538,17 +583,21 @@ do_start() {
 }
 
 do_stop() {
-    local broker_only=0
-    case "${1:-}" in
-        "") ;;
-        broker) broker_only=1 ;;
+    local target="${1:-}"
+    case "$target" in
+        ""|broker) ;;
+        zookeeper)
+            [ "$#" -le 1 ] || { usage_stop >&2; die "too many arguments: $*"; }
+            stop_local_zookeeper && exit 0
+            say "no ZooKeeper started by 'start local' from $RUN_DIR"
+            exit 1 ;;
         -h|--help) usage_stop; exit 0 ;;
-        *) usage_stop >&2; die "unknown stop target: $1 (only 'broker')" ;;
+        *) usage_stop >&2; die "unknown stop target: $1 (only 'broker' or 'zookeeper')" ;;
     esac
     [ "$#" -le 1 ] || { usage_stop >&2; die "too many arguments: $*"; }
     local stopped=0
     if stop_broker; then stopped=1; else say "meta-server is not running"; fi
-    if [ "$broker_only" -eq 0 ] && stop_local_zookeeper; then stopped=1; fi
+    if [ "$target" = "" ] && stop_local_zookeeper_unless_used; then stopped=1; fi
     [ "$stopped" -eq 1 ] || exit 1
 }
 

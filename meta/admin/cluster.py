@@ -419,7 +419,11 @@ def topic_rows(client: AdminClient) -> list[dict]:
         }
         for topic in document["topics"]
     ]
-    return rows + [_topic_without_stores(name) for name in document["without_stores"]]
+    # A broker that lists its configured topics among "topics" (with their configured
+    # partitions, empty) names them in "without_stores" too; older ones only there.
+    listed = {row["topic"] for row in rows}
+    unlisted = [name for name in document["without_stores"] if name not in listed]
+    return rows + [_topic_without_stores(name) for name in unlisted]
 
 
 def _topic_without_stores(name: str) -> dict:

@@ -54,7 +54,7 @@ from meta.admin.liveness import (
     owner_activities,
 )
 from meta.admin.options import add_execute_options, cluster_options, positive_int
-from meta.admin.output import Progress, format_time_ms, parse_time, table, to_json
+from meta.admin.output import Progress, cell, format_time_ms, parse_time, table, to_json
 from meta.admin.reads import PartitionReader, PartitionStats, locate_time
 from meta.admin.session import ClusterSession
 from meta.client.cluster import Partition, format_offset
@@ -375,12 +375,8 @@ def _print_lag(arguments: argparse.Namespace, session: ClusterSession, rows, sta
         for row in rows
     ]
     print(table(LAG_HEADERS, lines))
-    print(f"total lag: {_or_dash(total_bytes)} bytes, {_or_dash(total_messages)} messages")
+    print(f"total lag: {cell(total_bytes)} bytes, {cell(total_messages)} messages")
     return status
-
-
-def _or_dash(value: int | None) -> str:
-    return "-" if value is None else str(value)
 
 
 # --- reset-offsets ---------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from meta.admin.client import (
     parse_broker_address,
 )
 from meta.admin.options import cluster_options
-from meta.admin.output import format_time_ms, table, to_json
+from meta.admin.output import cell, format_time_ms, table, to_json
 from meta.admin.session import ClusterSession
 from meta.admin.slaves import lag_rows
 from meta.client.cluster import BrokerAddress
@@ -142,7 +142,7 @@ def run_replication(arguments: argparse.Namespace, session: ClusterSession) -> i
     if arguments.json:
         print(to_json({"zk_root": zk.root, "brokers": brokers}))
         return status
-    rows = [row for broker in brokers for row in _rows(broker)]
+    rows = [row for broker in brokers for row in replication_rows(broker)]
     if not rows:
         print("no replicated partitions" if status == EXIT_OK else "no broker answered")
         return status
@@ -188,7 +188,9 @@ def _sync_view(session: ClusterSession, samsa: SyncStats) -> dict:
     return view
 
 
-def _rows(broker: dict) -> list[list[object]]:
+def replication_rows(broker: dict) -> list[list[object]]:
+    """The table rows of one broker's replication document (``broker_replication``); a
+    value not known yet prints as ``-`` (``output.cell``)."""
     return _async_rows(broker) if broker["mode"] == "async" else _sync_rows(broker)
 
 
@@ -202,7 +204,7 @@ def _async_rows(broker: dict) -> list[list[object]]:
             rows.append(
                 [broker_id, "async", slave["slave_id"], row["topic"],
                  f"{broker_id}-{row['partition']}", row["master_end"], row["slave_end"],
-                 row["state"], f"lag {row['lag_bytes']} bytes, {row['lag_seconds']} s"]
+                 row["state"], f"lag {cell(row['lag_bytes'])} bytes, {cell(row['lag_seconds'])} s"]
             )  # fmt: skip
     return rows
 
@@ -218,7 +220,7 @@ def _sync_rows(broker: dict) -> list[list[object]]:
     rows: list[list[object]] = []
     for row in samsa["partitions"]:
         seen = gregor.get((row["topic"], row["partition"]))
-        note = link if seen is None else f"{link}; slave end {seen['end']}, last sync "
+        note = link if seen is None else f"{link}; slave end {cell(seen['end'])}, last sync "
         if seen is not None:
             note += format_time_ms(seen["last_sync_ms"]) if seen["last_sync_ms"] else "never"
         rows.append(

@@ -31,7 +31,7 @@ import sys
 from dataclasses import dataclass
 
 from meta.admin.client import EXIT_OK, AdminClient, BrokerRefusedError, reply_text
-from meta.admin.output import to_json
+from meta.admin.output import cell, to_json
 from meta.admin.reads import stats_document
 from meta.errors import LocalProtocolError
 from meta.protocol.commands import Result
@@ -252,8 +252,7 @@ def format_rows(rows: list[TransactionRow]) -> str:
     lines = [f"{'KEY':<{width}}  {'STATE':<18}  {'MESSAGES':>8}  {'BYTES':>10}"]
     for row in rows:
         state = row.state or "-"
-        messages = "-" if row.messages is None else str(row.messages)
-        byte_count = "-" if row.byte_count is None else str(row.byte_count)
+        messages, byte_count = cell(row.messages), cell(row.byte_count)
         lines.append(f"{row.key:<{width}}  {state:<18}  {messages:>8}  {byte_count:>10}")
     return "\n".join(lines)
 

@@ -22,7 +22,7 @@ from urllib.parse import unquote
 
 from twisted.internet import defer
 
-from meta.dashboard.routes import Reply, Request, text_reply
+from meta.dashboard.routes import Reply, Request, not_found, text_reply
 from meta.operator_access import is_operator_peer
 
 log = logging.getLogger("meta.dashboard")
@@ -65,7 +65,7 @@ class Actions:
         path = request.path
         skip = SKIP_PATH.fullmatch(path)
         if path not in RELOAD_PATHS and skip is None:
-            return text_reply(404, "I am sorry, i can't find the page.")
+            return not_found(path)
         if not is_trusted(request):
             return text_reply(403, FORBIDDEN_TEXT)
         if skip is not None:

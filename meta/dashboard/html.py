@@ -15,12 +15,22 @@ CHART_WIDTH = 640
 CHART_BAR_HEIGHT = 18
 CHART_LABEL_WIDTH = 160
 LINE_CHART_HEIGHT = 160
+TIME_AXIS_HEIGHT = 16
+TIME_TICKS_S = (10, 30, 60)
+"""Seconds between a line chart's time labels: the first that needs at most
+``TIME_TICKS_MAX`` labels for the chart's span (a minute beyond)."""
+TIME_TICKS_MAX = 6
 PALETTE = ("#2b6cb0", "#c05621", "#2f855a", "#6b46c1", "#b7791f", "#c53030", "#2c7a7b")
 
 
 def escape(value: object) -> str:
-    """``value`` as HTML text: ``& < > " '`` escaped; None shows as ``-``."""
-    return "-" if value is None else html.escape(str(value), quote=True)
+    """``value`` as HTML text: ``& < > " '`` escaped; None shows as ``-``, a boolean as
+    ``yes`` or ``no`` (every page's one rendering of them)."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return html.escape(str(value), quote=True)
 
 
 def heading(text: object) -> str:
@@ -84,8 +94,17 @@ def bar_chart(title: str, bars: Sequence[tuple[str, float]], unit: str) -> str:
     return _svg(title, height, "".join(parts))
 
 
-def line_chart(title: str, series: Sequence[tuple[str, Sequence[float]]], unit: str) -> str:
-    """Lines over time (oldest sample first) as inline SVG, with a legend."""
+def line_chart(
+    title: str, series: Sequence[tuple[str, Sequence[float]]], unit: str, interval_s: float
+) -> str:
+    """Lines over time as inline SVG, with a time axis and a legend.
+
+    Args:
+        title: the caption.
+        series: ``(name, values)``, oldest value first; every series ends now.
+        unit: the values' unit, shown with the largest value.
+        interval_s: seconds between two values, for the time axis's labels.
+    """
     series = [(name, values) for name, values in series if values]
     if not series:
         return ""
@@ -96,6 +115,7 @@ def line_chart(title: str, series: Sequence[tuple[str, Sequence[float]]], unit: 
         f'<text x="4" y="14">{escape(_number(largest))} {escape(unit)}</text>',
         f'<line x1="50" y1="{LINE_CHART_HEIGHT}" x2="{CHART_WIDTH}" '
         f'y2="{LINE_CHART_HEIGHT}" stroke="#999"/>',
+        *_time_axis(length, step, interval_s),
     ]
     for index, (name, values) in enumerate(series):
         color = PALETTE[index % len(PALETTE)]
@@ -110,12 +130,36 @@ def line_chart(title: str, series: Sequence[tuple[str, Sequence[float]]], unit: 
             f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{points}"/>'
             f'<circle cx="{last_x}" cy="{last_y}" r="3" fill="{color}"/>'
         )
-        legend_y = LINE_CHART_HEIGHT + 18 + 16 * index
+        legend_y = LINE_CHART_HEIGHT + TIME_AXIS_HEIGHT + 18 + 16 * index
         parts.append(
             f'<rect x="50" y="{legend_y - 10}" width="10" height="10" fill="{color}"/>'
             f'<text x="66" y="{legend_y}">{escape(name)}</text>'
         )
-    return _svg(title, LINE_CHART_HEIGHT + 24 + 16 * len(series), "".join(parts))
+    height = LINE_CHART_HEIGHT + TIME_AXIS_HEIGHT + 24 + 16 * len(series)
+    return _svg(title, height, "".join(parts))
+
+
+def _time_axis(length: int, step: float, interval_s: float) -> list[str]:
+    """Ticks under a line chart of ``length`` values ``step`` apart, labelled with how long
+    ago (``now``, ``-30 s``, ``-2 min``): one every 10 s, 30 s or minute, as the span asks."""
+    span_s = (length - 1) * interval_s
+    tick_s = next((tick for tick in TIME_TICKS_S if span_s <= tick * TIME_TICKS_MAX), 60)
+    ticks = []
+    for back_s in range(0, int(span_s) + 1, tick_s):
+        x = 50 + (length - 1 - back_s / interval_s) * step
+        if back_s == 0:
+            label = "now"
+        elif back_s % 60 == 0:
+            label = f"-{back_s // 60} min"
+        else:
+            label = f"-{back_s} s"
+        ticks.append(
+            f'<line x1="{x:.1f}" y1="{LINE_CHART_HEIGHT}" x2="{x:.1f}" '
+            f'y2="{LINE_CHART_HEIGHT + 4}" stroke="#999"/>'
+            f'<text x="{x:.1f}" y="{LINE_CHART_HEIGHT + 15}" text-anchor="middle">'
+            f"{escape(label)}</text>"
+        )
+    return ticks
 
 
 def _svg(title: str, height: int, body: str) -> str:

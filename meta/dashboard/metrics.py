@@ -27,7 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from meta import __version__
-from meta.status.facts import broker_role
+from meta.status.facts import broker_role, exact_topic_names, unwritten_partitions
 from meta.sync import link_states
 from meta.tx import states
 
@@ -66,7 +66,8 @@ class BrokerMetrics:
 
     def render(self) -> bytes:
         """The text exposition of every metric."""
-        partitions = partitions_text(self._broker.store.partitions())
+        broker = self._broker
+        partitions = partitions_text(broker.store.partitions(), unwritten_partitions(broker))
         return generate_latest(self.registry) + partitions.encode("utf-8")
 
 
@@ -110,10 +111,13 @@ class BrokerCollector(Collector):
             "Commands received, by command and transport.",
             labels=("cmd", "transport"),
         )
+        # ``http_*`` are the HTTP share of the ``cmd_*`` counters (``BrokerCounters``), so
+        # each difference only grows; ``cmd_offset`` also counts the gets answered 301
+        # (Java's stats), which are gets here.
         for cmd, count in (
             ("put", counters.cmd_put - counters.http_put),
             ("get", counters.cmd_get - counters.http_get),
-            ("offset", counters.cmd_offset - counters.http_offset),
+            ("offset", counters.cmd_offset - counters.get_moved - counters.http_offset),
             ("transaction_begin", counters.tx_begin + counters.tx_xa_begin),
             ("transaction_commit", counters.tx_commit),
             ("transaction_rollback", counters.tx_rollback),
@@ -126,14 +130,17 @@ class BrokerCollector(Collector):
         ):
             requests.add_metric((cmd, "http"), count)
         yield requests
+        configured = exact_topic_names(broker.config)
         yield _topic_counter(
             "metaq_put_failed",
             "Puts answered with an error, by topic (when the store refused them).",
+            configured,
             broker.put_failed_by_topic.items(),
         )
         yield _topic_counter(
             "metaq_get_miss",
             "Gets of a partition store that found no message at their offset, by topic.",
+            configured,
             broker.get_miss_by_topic.items(),
         )
 
@@ -196,9 +203,16 @@ PARTITION_FAMILIES: tuple[tuple[str, str, str], ...] = (
 )
 """The per-partition families: name as written (counters with ``_total``), type, help."""
 
+EMPTY_PARTITION = (0, 0, 0, 0, 0, 0, 0)
+"""The per-partition values of a configured partition without a store (no segment yet)."""
 
-def partitions_text(logs: Iterable[Any]) -> str:
-    """The per-partition families in the text format 0.0.4, sorted by topic and partition.
+assert len(EMPTY_PARTITION) == len(PARTITION_FAMILIES)
+
+
+def partitions_text(logs: Iterable[Any], unwritten: Iterable[tuple[str, int]] = ()) -> str:
+    """The per-partition families in the text format 0.0.4, sorted by topic and partition:
+    each partition log's numbers, and zeros for each ``(topic, partition)`` of ``unwritten``
+    (configured partitions that have no store yet, ``facts.unwritten_partitions``).
 
     Written here rather than through ``prometheus_client``'s ``generate_latest``: with
     1,000 partitions (7,000 samples) the library's per-sample label validation and float
@@ -206,13 +220,10 @@ def partitions_text(logs: Iterable[Any]) -> str:
     output is the library's format (tests parse it with the library's own parser): HELP and
     TYPE lines, then one ``name{topic="...",partition="N"} value`` line per partition.
     """
-    rows = []
-    for partition_log in sorted(logs, key=lambda log: (log.topic, log.partition)):
+    found = []
+    for partition_log in logs:
         halted = partition_log.failed is not None
         closed = not partition_log.accepts_appends and not halted
-        labels = (
-            f'topic="{_label_value(partition_log.topic)}",partition="{partition_log.partition}"'
-        )
         values = (
             partition_log.appended_messages,
             partition_log.appended_bytes,
@@ -222,7 +233,13 @@ def partitions_text(logs: Iterable[Any]) -> str:
             int(closed),
             int(halted),
         )
-        rows.append((labels, values))
+        found.append((partition_log.topic, partition_log.partition, values))
+    found += [(topic, partition, EMPTY_PARTITION) for topic, partition in unwritten]
+    found.sort(key=lambda row: (row[0], row[1]))
+    rows = [
+        (f'topic="{_label_value(topic)}",partition="{partition}"', values)
+        for topic, partition, values in found
+    ]
     parts = []
     for index, (name, kind, documentation) in enumerate(PARTITION_FAMILIES):
         parts.append(f"# HELP {name} {documentation}\n# TYPE {name} {kind}\n")
@@ -258,9 +275,15 @@ class _ConsumerLag(Collector):
         yield lag
 
 
-def _topic_counter(name: str, documentation: str, items: list[tuple[str, int]]) -> Any:
+def _topic_counter(
+    name: str, documentation: str, configured: list[str], items: list[tuple[str, int]]
+) -> Any:
+    """A per-topic counter: ``items``' counts, and 0 for each ``configured`` topic without
+    one (so that a rate over it exists before its first event)."""
+    counts = dict.fromkeys(configured, 0)
+    counts.update(items)
     family = CounterMetricFamily(name, documentation, labels=("topic",))
-    for topic, count in items:
+    for topic, count in counts.items():
         family.add_metric((topic,), count)
     return family
 

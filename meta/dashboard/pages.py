@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import quote
 
 from meta.config import read_config_bytes
+from meta.dashboard.history import SAMPLE_INTERVAL_S
 from meta.dashboard.html import (
     bar_chart,
     error_fragment,
@@ -70,39 +71,55 @@ def dashboard_page(dashboard: Any) -> str:
     return (
         heading("Broker")
         + facts_table(pairs)
-        + line_chart("Puts per second, per topic, last 5 minutes", history.put_rates(), "msg/s")
-        + line_chart("Gets per second, last 5 minutes", [("get", history.get_rates())], "/s")
+        + line_chart(
+            "Puts per second, per topic, last 5 minutes",
+            history.put_rates(),
+            "msg/s",
+            SAMPLE_INTERVAL_S,
+        )
+        + line_chart(
+            "Gets per second, last 5 minutes",
+            [("get", history.get_rates())],
+            "/s",
+            SAMPLE_INTERVAL_S,
+        )
     )
 
 
 def topics_page(dashboard: Any) -> str:
     topics = facts.topics_facts(dashboard.broker)
     if not topics:
-        return heading("Topics") + paragraph("No topic has a partition store yet.", "note")
+        return heading("Topics") + paragraph("No topic is configured or stored here.", "note")
     rows = [
         (
             link(f"#topics/{topic['topic']}", topic["topic"]),
             topic["partitions"],
             topic["messages"],
             topic["bytes"],
-            "N/A",
+            topic["average_bytes"],
             topic["accept_publish"],
             topic["accept_subscribe"],
         )
         for topic in topics
     ]
-    headers = ("Topic", "Partitions", "Messages", "Bytes", "Average size", "Publish", "Subscribe")
+    headers = (
+        "Topic",
+        "Partitions",
+        "Messages",
+        "Bytes",
+        "Average size (B)",
+        "Publish",
+        "Subscribe",
+    )
     chart = bar_chart(
         "Messages per topic", [(topic["topic"], topic["messages"]) for topic in topics], "msg"
     )
     return heading("Topics") + table(headers, rows, raw_columns=(0,)) + chart
 
 
-def topic_page(dashboard: Any, topic: str) -> str:
-    try:
-        topic_facts = facts.topic_facts(dashboard.broker, topic)
-    except facts.UnknownTopicError as error:
-        return error_fragment(error)
+def topic_page(dashboard: Any, topic_facts: dict[str, Any]) -> str:
+    """One topic's page from its ``facts.topic_facts``."""
+    topic = topic_facts["topic"]
     settings = [
         (name, topic_facts[name])
         for name in (
@@ -200,8 +217,8 @@ def transactions_page(dashboard: Any) -> str:
     return heading("Transactions") + table(("Key", "State", "Messages", "Bytes"), rows)
 
 
-def stats_page(dashboard: Any, item: str = "") -> str:
-    code, body = dashboard.broker.render_stats(item)
+def stats_page(item: str, code: int, text: str) -> str:
+    """The answer ``code`` and ``text`` of ``stats <item>``, with links to the items."""
     links = " ".join(
         link(f"#stats/{name}" if name else "#stats", name or "general") for name in STATS_ITEMS
     )
@@ -211,7 +228,7 @@ def stats_page(dashboard: Any, item: str = "") -> str:
         + f"<p>{links}</p>\n"
         + (paragraph(f"result {code}", "note") if code != 200 else "")
         + f'<textarea readonly aria-label="{escape(title)}">'
-        + escape(body.decode("utf-8", "replace"))
+        + escape(text)
         + "</textarea>\n"
     )
 

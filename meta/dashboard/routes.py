@@ -3,8 +3,9 @@
 ``route(dashboard, request)`` returns a ``Reply``, or a Deferred firing with one for the
 actions (they wait for a reload or a ZooKeeper write). The original dashboard's URLs answer
 HTML fragments, or JSON when the request's ``Accept`` or ``Content-Type`` is JSON or the
-query has ``format=json``; ``/api/v1/...`` always answers JSON. Unknown paths
-answer 404 with the Java dashboard's text.
+query has ``format=json``; ``/api/v1/...`` always answers JSON. An unknown path, and a
+page of an unknown topic, consumer group or stats item, answers 404 with a text naming what
+was not found.
 
 Reactor thread only.
 """
@@ -13,18 +14,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from meta.dashboard import pages
+from meta.dashboard.html import error_fragment
 from meta.dashboard.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from meta.dashboard.metrics import consumer_lag_text
 from meta.dashboard.shell import shell_page
+from meta.server.stats import is_unknown_topic
 from meta.status import facts
 from meta.status.health import readiness
-
-NOT_FOUND_TEXT = "I am sorry, i can't find the page."
-"""The Java dashboard's 404 text."""
 
 TEXT = "text/plain; charset=utf-8"
 JSON = "application/json"
@@ -67,6 +67,20 @@ def html_reply(fragment: str, code: int = 200) -> Reply:
     return Reply(code, HTML, fragment.encode("utf-8"))
 
 
+def not_found(path: str) -> Reply:
+    """The 404 of a path that is no page of the dashboard, naming it. (The Java dashboard's
+    text, "I am sorry, i can't find the page.", named nothing; no tool reads it.)"""
+    return text_reply(404, f"No page {path} on this dashboard: the menu at / lists the pages.\n")
+
+
+def unknown(request: Request, text: str) -> Reply:
+    """The 404 of a page whose topic, group or stats item does not exist: ``text`` names it,
+    in the page's error box, or as ``{"error": text}`` when JSON was asked for."""
+    if request.wants_json:
+        return json_reply({"error": text}, 404)
+    return html_reply(error_fragment(text), 404)
+
+
 def route(dashboard: Any, request: Request) -> Any:
     """The ``Reply`` (or a Deferred of one) to ``request``."""
     if request.method == "POST":
@@ -80,7 +94,7 @@ def route(dashboard: Any, request: Request) -> Any:
     for prefix, prefix_handler in PREFIXED:
         if path.startswith(prefix) and len(path) > len(prefix):
             return prefix_handler(dashboard, request, path[len(prefix) :])
-    return text_reply(404, NOT_FOUND_TEXT)
+    return not_found(path)
 
 
 def _page(
@@ -139,13 +153,17 @@ def _logging(dashboard: Any, request: Request) -> Reply:
     return html_reply(pages.logging_page(dashboard.ring, since_ms))
 
 
-def _topic(dashboard: Any, request: Request, topic: str) -> Reply:
+def _topic(dashboard: Any, request: Request, topic: str) -> Any:
+    try:
+        topic_facts = facts.topic_facts(dashboard.broker, topic)
+    except facts.UnknownTopicError as error:
+        return unknown(request, str(error))
     group = request.query.get("group")
     if group is not None:
         return dashboard.views.page(topic, group, request.wants_json)
     if request.wants_json:
-        return _api_topic(dashboard, request, topic)
-    page = pages.topic_page(dashboard, topic)
+        return json_reply(topic_facts)
+    page = pages.topic_page(dashboard, topic_facts)
     groups = dashboard.views.groups_of(topic)
     groups.addCallback(lambda found: pages.group_links(topic, found))
     # ZooKeeper out of reach (or suspended) costs the group list, not the page.
@@ -154,25 +172,29 @@ def _topic(dashboard: Any, request: Request, topic: str) -> Reply:
     return groups
 
 
-def _api_topic(dashboard: Any, request: Request, topic: str) -> Reply:
-    if "/groups/" in topic:
-        topic, group = topic.split("/groups/", 1)
-        return dashboard.views.page(topic, group, True)
-    try:
-        return json_reply(facts.topic_facts(dashboard.broker, topic))
-    except facts.UnknownTopicError as error:
-        return json_reply({"error": str(error)}, 404)
+def _api_topic(dashboard: Any, request: Request, topic: str) -> Any:
+    json_request = replace(request, wants_json=True)
+    if "/groups/" not in topic:
+        return _topic(dashboard, json_request, topic)
+    topic, group = topic.split("/groups/", 1)
+    return _topic(dashboard, replace(json_request, query={"group": group}), topic)
 
 
 def _stats(dashboard: Any, request: Request, item: str = "") -> Reply:
+    """``stats <item>``; 404 when the broker answers it as a topic it does not know (a name
+    that is no item, no configured topic and no stored one: Java's ``resultCode 1``)."""
+    code, body = dashboard.broker.render_stats(item)
+    text = body.decode("utf-8", "replace")
+    if is_unknown_topic(body):
+        missing = f"no stats item or topic {item} on this broker (the stats page lists the items)"
+        return unknown(request, missing)
     if request.wants_json:
-        return _api_stats(dashboard, request, item)
-    return html_reply(pages.stats_page(dashboard, item))
+        return json_reply({"item": item, "code": code, "text": text})
+    return html_reply(pages.stats_page(item, code, text))
 
 
 def _api_stats(dashboard: Any, request: Request, item: str) -> Reply:
-    code, body = dashboard.broker.render_stats(item)
-    return json_reply({"item": item, "code": code, "text": body.decode("utf-8", "replace")})
+    return _stats(dashboard, replace(request, wants_json=True), item)
 
 
 FIXED: dict[str, Callable[[Any, Request], Any]] = {

@@ -1,7 +1,8 @@
 """The ``/`` page: the original dashboard's ``#fragment`` shell, self-contained.
 
 A menu of ``#fragment`` links; a small inline script loads ``/<fragment>`` (an HTML
-fragment built and escaped by the server) into the main pane when the fragment changes,
+fragment built and escaped by the server; any other answer, such as the plain-text 404 of
+an unknown page, is shown as text) into the main pane when the fragment changes,
 refreshes ``#logging`` every 1.5 s as the original does, and sends the action buttons'
 POSTs with the ``X-MetaQ-Admin: 1`` header. Styles are inline too: nothing is fetched from
 anywhere else. Pure; any thread.
@@ -13,6 +14,7 @@ from meta.dashboard.html import escape
 
 MENU = (
     ("dashboard", "Dashboard"),
+    ("cluster", "Cluster"),
     ("topics", "Topics"),
     ("replication", "Replication"),
     ("transactions", "Transactions"),
@@ -64,15 +66,26 @@ function mark(fragment) {
     a.classList.toggle("current", a.getAttribute("href") === "#" + fragment.split("?")[0]);
   }
 }
+function show(text, css) {
+  const box = document.createElement(css ? "div" : "pre");
+  if (css) { box.className = css; box.setAttribute("role", "alert"); }
+  box.textContent = text;
+  pane.replaceChildren(box);
+}
 async function load() {
   const fragment = current();
   mark(fragment);
   if (refresh) { clearTimeout(refresh); refresh = null; }
   try {
     const response = await fetch("/" + fragment, {headers: {"Accept": "text/html"}});
-    pane.innerHTML = await response.text();
+    const body = await response.text();
+    if ((response.headers.get("Content-Type") || "").startsWith("text/html")) {
+      pane.innerHTML = body;
+    } else {
+      show(body, response.ok ? "" : "error");
+    }
   } catch (error) {
-    pane.textContent = "Cannot reach the broker: " + error;
+    show("Cannot reach the broker: " + error, "error");
   }
   pane.dataset.loaded = fragment;
   if (fragment.split("?")[0] === "logging") { refresh = setTimeout(load, 1500); }

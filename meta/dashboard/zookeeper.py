@@ -19,6 +19,7 @@ from typing import Any
 
 from twisted.internet import defer, threads
 
+from meta.admin.client import NotFoundError
 from meta.admin.zk import ZkAdmin
 from meta.client.cluster import BrokerAddress
 from meta.client.net.connection import BrokerConnection
@@ -281,13 +282,14 @@ def _peer_dashboard_port(uri: str) -> int | None:
 
 
 def _error_reply(failure: Any, wants_json: bool) -> Reply:
-    """An unknown group, ZooKeeper off or unreachable: the page's error box (as the original
-    shows it, with 200: the box is the fragment), or JSON with 404."""
+    """An unknown group (404), or ZooKeeper off or unreachable (503): the page's error box
+    naming it, or ``{"error": text}`` as JSON."""
     failure.trap(MetaError)
     text = failure.getErrorMessage()
+    code = 404 if failure.check(NotFoundError) else 503
     if wants_json:
-        return json_reply({"error": text}, 404)
-    return html_reply(error_fragment(text))
+        return json_reply({"error": text}, code)
+    return html_reply(error_fragment(text), code)
 
 
 def _group_json(topic: str, group: str, filter_name: str | None, rows: list) -> dict:

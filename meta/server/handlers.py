@@ -146,12 +146,12 @@ def _get_out_of_range(broker: BrokerServices, command: Get, kind: str, answer: i
     counters.get_miss += 1
     counters.get_failed += 1
     broker.record_get_miss(command.topic, command.group)
-    if kind == "before":
-        counters.cmd_offset += 1
-        return encode_result(301, b"%d" % answer, command.opaque)
     moved = broker.config.update_consumer_offsets or command.offset == LONG_MAX
-    if command.offset > answer and moved:
+    if kind == "before" or (command.offset > answer and moved):
+        # Java counts a get answered 301 as an offset command too; ``get_moved`` says how
+        # many of ``cmd_offset`` these are (the metrics count them as gets only).
         counters.cmd_offset += 1
+        counters.get_moved += 1
         return encode_result(301, b"%d" % answer, command.opaque)
     text = b"Could not find message at position %d" % command.offset
     return encode_result(404, text, command.opaque)

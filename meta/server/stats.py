@@ -49,6 +49,9 @@ from meta.status.facts import COUNTER_NAMES, exact_topic_names
 KINDS = ("put", "get", "offset", "get_miss", "put_failed", "message_size")
 """Realtime event kinds, in the order the ``realtime`` item prints them."""
 
+TOPIC_UNKNOWN = 1
+"""The per-topic item's ``resultCode`` of a topic neither configured nor stored."""
+
 AUTO_RESET_INTERVAL_S = 30 * 60
 """Realtime counters are zeroed this often (Java ``MetaStatLog.RealTimeStatRestTask``)."""
 
@@ -79,8 +82,13 @@ class BrokerCounters:
     for their size, compatibility.md) and ``put_too_large_last`` (``<topic>-<partition> <bytes>`` of
     the last one, ``-`` before any) are metaq-py's own, printed by the ``rejected`` item.
     ``http_*`` count the requests of the HTTP protocol (``meta.server.http``), printed by the
-    ``http`` item: every request, and the puts, gets and offsets among them (which the
-    ``cmd_*`` counters include, as Java's plug-in counts them with the TCP commands).
+    ``http`` item: ``http_requests`` every request (a bad path, method or parameter
+    included), and ``http_put``, ``http_get`` and ``http_offset`` the HTTP share of
+    ``cmd_put``, ``cmd_get`` and ``cmd_offset`` (Java's plug-in counts its requests with the
+    TCP commands): the requests that reached the TCP handler, which counted them there. A
+    put refused by the HTTP layer itself (a bad parameter, a body that does not match
+    ``length``) is in neither. ``get_moved`` counts the gets answered 301, which
+    ``cmd_offset`` includes as Java's does; it is not printed (the metrics use it).
     """
 
     cmd_put: int = 0
@@ -92,6 +100,7 @@ class BrokerCounters:
     tx_rollback: int = 0
     get_miss: int = 0
     get_failed: int = 0
+    get_moved: int = 0
     put_failed: int = 0
     put_too_large: int = 0
     put_too_large_last: str = "-"
@@ -484,6 +493,13 @@ def _realtime_lines(realtime: RealtimeStats) -> list[str]:
     return [_line(f"realtime_{kind}", realtime.format_total(kind)) for kind in KINDS]
 
 
+def is_unknown_topic(body: bytes) -> bool:
+    """Whether a ``stats`` reply body is the per-topic item of an unknown topic
+    (``resultCode 1``): how this broker, as Java's, answers an item it does not know."""
+    lines = body.split(b"\r\n", 3)
+    return len(lines) > 3 and lines[0] == b"STATS" and lines[2] == _UNKNOWN_TOPIC_LINE
+
+
 def _topic_lines(topic: str, view: BrokerView, realtime: RealtimeStats) -> list[str]:
     """Java's resultCode: 0 = has stores, 1 = unknown, 2 = configured without stores yet."""
     totals = _topic_totals(store for store in view.partitions if store.topic == topic).get(topic)
@@ -492,7 +508,7 @@ def _topic_lines(topic: str, view: BrokerView, realtime: RealtimeStats) -> list[
     elif topic in exact_topic_names(view.config):
         result_code = 2
     else:
-        result_code = 1
+        result_code = TOPIC_UNKNOWN
     totals = totals or _TopicTotals(0, 0, 0)
     lines = [
         topic,
@@ -504,6 +520,9 @@ def _topic_lines(topic: str, view: BrokerView, realtime: RealtimeStats) -> list[
     for kind in KINDS:
         lines.append(_line(f"topic_realtime_{kind}", realtime.format_topic(kind, topic)))
     return lines
+
+
+_UNKNOWN_TOPIC_LINE = _line("resultCode", TOPIC_UNKNOWN).encode()
 
 
 def _read_config_file(path: str) -> tuple[int, bytes]:

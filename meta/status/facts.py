@@ -31,7 +31,7 @@ COUNTER_NAMES = (
 
 
 class UnknownTopicError(LookupError):
-    """The topic has no partition store on this broker (the pages' error fragment)."""
+    """The topic is neither configured nor stored on this broker (a 404 on the pages)."""
 
 
 SYNC_ROLES = {"samsa": "sync_master", "gregor": "sync_slave"}
@@ -77,6 +77,7 @@ def partition_facts(partition_log: Any) -> dict[str, Any]:
     return {
         "topic": partition_log.topic,
         "partition": partition_log.partition,
+        "store": True,
         "min_offset": partition_log.min_offset,
         "max_offset": partition_log.max_offset,
         "messages": partition_log.message_count,
@@ -89,38 +90,95 @@ def partition_facts(partition_log: Any) -> dict[str, Any]:
     }
 
 
+def unwritten_partition_facts(topic: str, partition: int) -> dict[str, Any]:
+    """The numbers of a configured partition that has no store yet: empty, at offset 0."""
+    return {
+        "topic": topic,
+        "partition": partition,
+        "store": False,
+        "min_offset": 0,
+        "max_offset": 0,
+        "messages": 0,
+        "bytes": 0,
+        "segments": 0,
+        "accepts_puts": True,
+        "failed": None,
+        "put_messages_total": 0,
+        "put_bytes_total": 0,
+    }
+
+
 def partitions_facts(broker: Any) -> list[dict[str, Any]]:
     """Every partition store, sorted by topic and partition (``/api/v1/partitions``)."""
     logs = sorted(broker.store.partitions(), key=lambda log: (log.topic, log.partition))
     return [partition_facts(partition_log) for partition_log in logs]
 
 
+def unwritten_partitions(broker: Any) -> list[tuple[str, int]]:
+    """``(topic, partition)`` of every configured partition that has no store yet, sorted.
+
+    A store is made by a partition's first put, as in Java (it is not made at start-up), so
+    the partitions ``numPartitions`` gives an exact ``[topic=NAME]`` section exist before
+    they hold a byte: the dashboard and the metrics show them empty. The ``stats`` text
+    items keep Java's view (a topic without stores is ``*Empty*``).
+    """
+    stored = {(log.topic, log.partition) for log in broker.store.partitions()}
+    config = broker.config
+    configured = (
+        (name, partition)
+        for name in exact_topic_names(config)
+        for partition in range(config.topic_config(name).num_partitions)
+    )
+    return sorted(key for key in configured if key not in stored)
+
+
+def topic_partitions_facts(broker: Any) -> list[dict[str, Any]]:
+    """Every partition this broker serves, sorted: each store's facts, and each configured
+    partition without a store as ``unwritten_partition_facts``."""
+    found = partitions_facts(broker)
+    found += [unwritten_partition_facts(*key) for key in unwritten_partitions(broker)]
+    return sorted(found, key=lambda partition: (partition["topic"], partition["partition"]))
+
+
 def topics_facts(broker: Any) -> list[dict[str, Any]]:
-    """Topics with stores (``/topics``): partitions, messages, bytes, publish/subscribe."""
+    """Every configured or stored topic (``/topics``), sorted: partitions (stored or
+    configured), messages, bytes, publish/subscribe."""
     totals: dict[str, dict[str, Any]] = {}
-    for partition in partitions_facts(broker):
-        topic = totals.setdefault(
-            partition["topic"], {"topic": partition["topic"], "partitions": 0, "messages": 0}
-        )
+    for partition in topic_partitions_facts(broker):
+        name = partition["topic"]
+        topic = totals.setdefault(name, {"topic": name, "partitions": 0, "messages": 0})
         topic["partitions"] += 1
         topic["messages"] += partition["messages"]
         topic["bytes"] = topic.get("bytes", 0) + partition["bytes"]
     for name, topic in totals.items():
         section = broker.config.topic_config(name)
+        topic["average_bytes"] = average_bytes(topic["bytes"], topic["messages"])
         topic["accept_publish"] = section.accept_publish
         topic["accept_subscribe"] = section.accept_subscribe
     return list(totals.values())
+
+
+def average_bytes(byte_count: int, message_count: int) -> int | None:
+    """Bytes per message (record headers included), rounded; None without messages.
+
+    Both counts are the store's (``stats``' rules): a transaction batch counts one
+    message, and a segment that was not the last one at start-up counts its bytes but no
+    message, so the average reads high until such a segment is deleted.
+    """
+    return round(byte_count / message_count) if message_count else None
 
 
 def topic_facts(broker: Any, topic: str) -> dict[str, Any]:
     """One topic's settings and partitions (``/topics/<t>``).
 
     Raises:
-        UnknownTopicError: the topic has no store here.
+        UnknownTopicError: the topic is neither configured nor stored here.
     """
-    partitions = [p for p in partitions_facts(broker) if p["topic"] == topic]
+    partitions = [p for p in topic_partitions_facts(broker) if p["topic"] == topic]
     if not partitions:
-        raise UnknownTopicError(f"topic {topic} has no partition store on this broker")
+        raise UnknownTopicError(
+            f"no topic {topic} on this broker: it is not configured and has no partition store"
+        )
     section = broker.config.topic_config(topic)
     return {
         "topic": topic,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from meta.admin.client import BrokerRefusedError
-from meta.admin.replication import parse_sync_stats
+from meta.admin.output import table
+from meta.admin.replication import parse_sync_stats, replication_rows
 
 SAMSA_BODY = (
     b"role samsa\r\nslave 127.0.0.1:8124\r\nconnected true\r\nconsecutive_failures 0\r\n"
@@ -49,3 +50,48 @@ def test_a_plain_brokers_answer_is_no_sync_role():
 def test_a_malformed_line_is_refused_naming_it(line):
     with pytest.raises(BrokerRefusedError, match="unexpected 'stats sync' line"):
         parse_sync_stats(b"role gregor\r\n" + line + b"\r\n")
+
+
+def test_an_async_slaves_unknown_lag_prints_dashes_not_none():
+    """A slave that has not checked its master yet knows neither the master's end nor the
+    lag: every such value prints as ``-``, as in meta-admin's other tables."""
+    document = {
+        "broker_id": 0,
+        "mode": "async",
+        "slaves": [
+            {
+                "slave_id": 0,
+                "error": None,
+                "partitions": [
+                    {
+                        "topic": "meta-test",
+                        "partition": 0,
+                        "master_end": None,
+                        "slave_end": 0,
+                        "state": "copying",
+                        "lag_bytes": None,
+                        "lag_seconds": None,
+                    }
+                ],
+            }
+        ],
+    }
+    (row,) = replication_rows(document)
+    assert row[-1] == "lag - bytes, - s"
+    assert "None" not in table([str(index) for index in range(len(row))], [row])
+
+
+def test_a_gregor_partition_without_an_end_prints_a_dash():
+    document = {
+        "broker_id": 0,
+        "mode": "sync",
+        "samsa": {
+            "slave": "127.0.0.1:8124",
+            "partitions": [
+                {"topic": "t", "partition": 0, "state": "ok", "master_end": 5, "slave_end": 5}
+            ],
+        },
+        "gregor": {"partitions": [{"topic": "t", "partition": 0, "end": None, "last_sync_ms": 0}]},
+    }
+    (row,) = replication_rows(document)
+    assert "slave end -, last sync never" in row[-1]

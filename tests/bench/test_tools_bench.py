@@ -1,7 +1,8 @@
 """Smoke test of ``tools/bench``: a ``--quick`` run against brokers it starts itself.
 
 Checks the exit status, that every scenario produced a row with positive numbers in every
-flush mode, and that the JSON carries the parameters, machine info and targets.
+flush mode (and the machine's steal share over it), and that the JSON carries the
+parameters, machine info and targets.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from meta.bench.steal import cpu_times
 
 pytestmark = pytest.mark.integration
 
@@ -67,6 +70,12 @@ def test_quick_run_reports_every_scenario(tmp_path: Path):
                 row["broker_cpu_s"] / row["messages"] * 1e6
             )
     assert "brk us/msg" in completed.stdout
+    # The machine's steal share over each row (meta.bench.steal), the table's last column.
+    (header,) = [line for line in completed.stdout.splitlines() if line.startswith("scenario ")]
+    assert header.split()[-1] == "steal"
+    steal_column = cpu_times().steal_ticks is not None
+    for row in report["results"]:
+        assert (0 <= row["steal_share"] <= 1) if steal_column else row["steal_share"] is None
     # The fsync target compares the mode-1 producer with the disk measured in turns with it.
     assert rows[("sync", "1")]["paired_fdatasync_per_s"] > 0
     (fsync_target,) = [entry for entry in report["targets"] if "fraction_of_fdatasync" in entry]

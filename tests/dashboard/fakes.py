@@ -8,6 +8,7 @@ from typing import Any
 
 from meta.server.stats import BrokerCounters
 from meta.server.topic_counters import TopicCounters
+from tests.store.conftest import topic_config
 
 
 @dataclass
@@ -34,9 +35,16 @@ class FakeBroker:
     replication: Any = None
     sync: Any = None
     live_transactions: list = field(default_factory=list)
+    configured: dict[str, int] = field(default_factory=dict)  # [topic=NAME] -> numPartitions
 
     def __post_init__(self) -> None:
-        self.config = SimpleNamespace(broker_id=3)
+        self.config = SimpleNamespace(
+            broker_id=3,
+            topics=tuple(SimpleNamespace(name=name) for name in self.configured),
+            topic_config=lambda name: topic_config(
+                name, "/data", num_partitions=self.configured.get(name, 1)
+            ),
+        )
         self.connections: set = set()
         self.counters = BrokerCounters()
         self.put_failed_by_topic = TopicCounters()

@@ -124,3 +124,17 @@ def test_partition_lines_parse_back_with_escaped_label_values():
     assert families["metaq_put_messages"].type == "counter"
     assert families["metaq_partition_max_offset_bytes"].samples[0].value == 90
     assert families["metaq_partition_max_offset_bytes"].type == "gauge"
+
+
+def test_a_configured_topic_never_written_has_its_partitions_at_zero():
+    written = FakePartition("test", 0, appended_messages=2)
+    broker = FakeBroker(partitions=[written], configured={"test": 1, "orders": 2})
+    samples = scrape(broker)
+    assert samples["metaq_put_messages_total"] == {
+        partition_labels("orders", 0): 0,
+        partition_labels("orders", 1): 0,
+        partition_labels("test", 0): 2,
+    }
+    assert samples["metaq_partition_segments"][partition_labels("orders", 1)] == 0
+    assert samples["metaq_put_failed_total"] == {(("topic", "orders"),): 0, (("topic", "test"),): 0}
+    assert samples["metaq_get_miss_total"][(("topic", "orders"),)] == 0

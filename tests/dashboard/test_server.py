@@ -3,15 +3,21 @@ or when their Deferred fires; a route that raises answers 500 (no network: Dummy
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
+import pytest
 from twisted.internet import defer
 from twisted.web import server
 from twisted.web.test.requesthelper import DummyRequest
 
+from meta.admin.client import NotFoundError
+from meta.config import ZkConfig
 from meta.dashboard import server as dashboard_server
-from meta.dashboard.routes import NOT_FOUND_TEXT, Reply, Request, route
+from meta.dashboard.routes import Reply, Request, route
 from meta.dashboard.server import DashboardResource
+from meta.dashboard.zookeeper import ZooKeeperViews
+from tests.dashboard.fakes import FakeBroker
 
 
 def request(path: bytes, method: bytes = b"GET", headers: dict | None = None) -> DummyRequest:
@@ -75,10 +81,44 @@ def test_a_route_that_raises_answers_500_with_the_message(monkeypatch):
     assert result == b"Server error: boom\n"
 
 
-def test_unknown_paths_answer_the_original_404_text_and_other_methods_405():
+def test_unknown_paths_answer_404_naming_the_path_and_other_methods_405():
     dashboard = SimpleNamespace()
-    assert route(dashboard, Request("GET", "/nothing")).body == NOT_FOUND_TEXT.encode()
+    reply = route(dashboard, Request("GET", "/nothing"))
+    assert (reply.code, reply.content_type) == (404, "text/plain; charset=utf-8")
+    assert reply.body == b"No page /nothing on this dashboard: the menu at / lists the pages.\n"
     assert route(dashboard, Request("PUT", "/topics")).code == 405
+
+
+@pytest.mark.parametrize("path", ["/topics/nope", "/topics/nope?group=g"])
+def test_the_page_of_an_unknown_topic_is_404_naming_it(path):
+    path, _, query = path.partition("?")
+    request = Request("GET", path, dict([query.split("=")]) if query else {})
+    reply = route(SimpleNamespace(broker=FakeBroker(configured={"orders": 2})), request)
+    assert (reply.code, reply.content_type) == (404, "text/html; charset=utf-8")
+    assert b"no topic nope on this broker" in reply.body
+    assert b'class="error"' in reply.body
+
+
+def test_the_json_of_an_unknown_topic_is_404_naming_it():
+    dashboard = SimpleNamespace(broker=FakeBroker())
+    reply = route(dashboard, Request("GET", "/api/v1/topics/nope/groups/g"))
+    assert (reply.code, reply.content_type) == (404, "application/json")
+    assert "no topic nope" in json.loads(reply.body)["error"]
+
+
+def test_an_unknown_consumer_group_is_404_and_zookeeper_out_of_reach_503():
+    broker = FakeBroker(configured={"orders": 2})
+    unknown = NotFoundError("unknown consumer group g: no node /meta/consumers/g")
+    broker.registry = SimpleNamespace(read=lambda run: defer.fail(unknown))
+    broker.config.zookeeper = ZkConfig(connect="127.0.0.1:1")
+    views = ZooKeeperViews(broker, lambda: 0.0, lambda: 8120)
+    replies: list[Reply] = []
+    views.page("orders", "g", False).addCallback(replies.append)
+    broker.registry = None  # ZooKeeper disabled on this broker
+    views.page("orders", "g", True).addCallback(replies.append)
+    assert [reply.code for reply in replies] == [404, 503]
+    assert b"unknown consumer group g" in replies[0].body
+    assert "ZooKeeper is disabled" in json.loads(replies[1].body)["error"]
 
 
 def test_healthz_answers_ok():
@@ -89,10 +129,11 @@ def test_healthz_answers_ok():
 def test_the_topic_page_is_shown_without_groups_when_zookeeper_cannot_be_read(monkeypatch):
     from meta.dashboard import pages
 
-    monkeypatch.setattr(pages, "topic_page", lambda dashboard, topic: "<h2>Topic t</h2>")
+    monkeypatch.setattr(pages, "topic_page", lambda dashboard, facts: "<h2>Topic t</h2>")
     views = SimpleNamespace(groups_of=lambda topic: defer.fail(RuntimeError("no session")))
     replies = []
-    route(SimpleNamespace(views=views), Request("GET", "/topics/t")).addCallback(replies.append)
+    dashboard = SimpleNamespace(views=views, broker=FakeBroker(configured={"t": 1}))
+    route(dashboard, Request("GET", "/topics/t")).addCallback(replies.append)
     (reply,) = replies
     assert reply.code == 200
     assert b"<h2>Topic t</h2>" in reply.body

@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from meta.protocol.commands import Get, Put
+from meta.protocol.commands import Get, Put, Stats
 from meta.protocol.message import checksum
 from tests.integration.broker_process import BrokerProcess, free_port
 
@@ -160,10 +160,10 @@ def test_json_api_shows_topics_and_partitions(broker):
     assert (status, content_type) == (200, "application/json")
     topic = json.loads(body)
     assert topic["messages"] == 1
-    assert [p["partition"] for p in topic["partitions"]] == [1]
+    assert [(p["partition"], p["store"]) for p in topic["partitions"]] == [(0, False), (1, True)]
     assert json.loads(get(port, "/api/v1/broker")[2])["ready"] is True
     assert get(port, "/api/v1/topics/nothing")[0] == 404
-    assert get(port, "/no-such-page")[::2] == (404, "I am sorry, i can't find the page.")
+    assert get(port, "/no-such-page")[0] == 404
 
 
 def test_readyz_is_503_until_the_broker_is_registered_in_zookeeper(
@@ -276,3 +276,53 @@ def test_metrics_with_groups_expose_the_consumer_lag_of_those_groups(
         assert "metaq_consumer_lag_bytes" not in get(port, "/metrics")[2]
     finally:
         process.stop()
+
+
+def test_configured_topics_never_written_are_listed_with_empty_partitions(tmp_path):
+    """Goal: a topic of server.ini that no put reached yet (it has no partition store, as
+    in Java) shows on the pages and in ``/metrics`` with its configured partitions, empty,
+    while ``stats topics`` keeps Java's ``*Empty*`` line. Method: a broker with ``orders``
+    (2 partitions) and ``test``; one put to ``test``; read every view."""
+    topics = {"test": {}, "orders": {"numPartitions": 2}}
+    process = BrokerProcess(tmp_path / "broker", topics=topics)
+    process.start()
+    try:
+        port = dashboard_port(process)
+        with process.connect() as connection:
+            assert connection.request(Put("test", 0, b"one", 0, 1)).code == 200
+            stats = connection.request(Stats("topics")).body.decode()
+        listed = {t["topic"]: t for t in json.loads(get(port, "/api/v1/topics")[2])}
+        topics_page = get(port, "/topics")
+        orders_page = get(port, "/topics/orders")
+        samples = metric_samples(port)
+    finally:
+        process.stop()
+    assert "orders *Empty*" in stats
+    assert (listed["orders"]["partitions"], listed["orders"]["messages"]) == (2, 0)
+    assert listed["test"]["messages"] == 1
+    assert topics_page[0] == 200
+    assert 'href="#topics/orders"' in topics_page[2]
+    assert orders_page[0] == 200
+    assert "Topic orders" in orders_page[2]
+    assert "no partition store" not in orders_page[2]
+    messages = {
+        (s.labels["topic"], s.labels["partition"]): s.value
+        for s in samples["metaq_put_messages"]
+        if s.name.endswith("_total")
+    }
+    assert messages == {("orders", "0"): 0, ("orders", "1"): 0, ("test", "0"): 1}
+
+
+def test_unknown_topics_items_and_pages_answer_404_naming_them(broker):
+    port = dashboard_port(broker)
+    for path, named in (
+        ("/nope", "No page /nope"),
+        ("/topics/nope", "no topic nope"),
+        ("/api/v1/topics/nope", "no topic nope"),
+        ("/stats/bogus", "no stats item or topic bogus"),
+        ("/api/v1/stats/bogus", "no stats item or topic bogus"),
+    ):
+        status, _content_type, body = get(port, path)
+        assert (status, named in body) == (404, True), (path, body)
+    for path in ("/stats/topics", "/stats/test", "/topics/test", "/api/v1/stats/test"):
+        assert get(port, path)[0] == 200, path

@@ -120,6 +120,10 @@ def test_every_page_loads_in_chromium_and_shows_the_broker(cluster, admin, tmp_p
             r"alpha part 0 min_offset 0 max_offset (\d+)", get(master_port, "/stats/offsets")[2]
         ).group(1)
     )
+    alpha = next(
+        t for t in json.loads(get(master_port, "/api/v1/topics")[2]) if t["topic"] == "alpha"
+    )
+    average = f"<td>{alpha['average_bytes']}</td><td>yes</td><td>yes</td>"
     pages = [
         ("dashboard", "dashboard", ["Broker", "master", "meta://127.0.0.1:", "Puts per second"]),
         ("topics", "topics", ["alpha", "beta", "45", "Messages per topic"]),
@@ -147,12 +151,27 @@ def test_every_page_loads_in_chromium_and_shows_the_broker(cluster, admin, tmp_p
         dom, console = browse(url, shot, tmp_path / f"profile-{name}")
         assert console == [], (fragment, console)
         assert 'data-loaded="' in dom, fragment  # the shell's fetch finished
+        assert '<a href="#cluster"' in dom, fragment  # the menu reaches every page
         for text in expected:
             assert html.escape(text, quote=False) in dom, (fragment, text)
+        assert ">True<" not in dom and ">False<" not in dom, fragment  # yes and no
+        if name == "topics":
+            assert average in dom  # alpha's average size, then Publish and Subscribe
+        if name == "dashboard":
+            assert ">now</text>" in dom  # the rate charts' time axis
         # The shell's own script is the only script element; hostile names are text.
         assert dom.count("<script") == 1, fragment
         assert "<img src=x" not in dom, fragment
         assert shot.stat().st_size > 0
+
+    # An unknown page: its plain-text 404 is shown as text (markup in it stays text).
+    dom, console = browse(
+        f"http://127.0.0.1:{master_port}/#nope&lt;b&gt;",
+        screenshot_path(tmp_path, "not-found"),
+        tmp_path / "profile-not-found",
+    )
+    assert all("404" in line for line in console), console
+    assert '<div class="error" role="alert">No page /nope&amp;lt;b&amp;gt; on' in dom
 
     group = json.loads(get(master_port, "/api/v1/topics/alpha/groups/readers")[2])
     assert [p["owner"] for p in group["partitions"]] == [None, "readers-host-1"]

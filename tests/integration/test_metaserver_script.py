@@ -1,7 +1,8 @@
 """``tools/metaServer.sh`` start, status and stop against a real broker in a private run dir.
 
 The brokers here run without ZooKeeper (``zk.zkEnable=false``): what is tested is the
-script's view of the process, its port and its log.
+script's view of the process, its port and its log. The ZooKeeper that 'start local' would
+start on 2181 is started on a free port instead, from the run dir, as the script starts it.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ import pytest
 from tests.integration.broker_process import free_port, server_ini
 from tests.integration.script_run import SCRIPT, ScriptRun
 
+ZOOKEEPER_SCRIPT = SCRIPT.parent / "zookeeper.sh"
+
 
 class RunDir(ScriptRun):
     """A config file and a run dir for one broker the script starts and stops."""
 
     def __init__(self, directory: Path, port: int) -> None:
         super().__init__(directory)
+        directory.mkdir(exist_ok=True)
         self.conf.write_text(server_ini(port, directory / "data"))
 
 
@@ -93,7 +97,80 @@ def test_stop_broker_stops_only_the_broker(fixed_port):
 
 def test_stop_refuses_an_unknown_target():
     shown = subprocess.run(
-        [str(SCRIPT), "stop", "zookeeper"], capture_output=True, text=True, timeout=30
+        [str(SCRIPT), "stop", "everything"], capture_output=True, text=True, timeout=30
     )
     assert shown.returncode == 1
-    assert "unknown stop target: zookeeper" in shown.stderr
+    assert "unknown stop target: everything" in shown.stderr
+
+
+class LocalZooKeeper:
+    """A real ZooKeeper on a free port, started from ``run_dir`` as 'start local' starts its
+    own (``tools/zookeeper.sh``, and the marker that says the script started it)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.port = free_port()
+        self.marker = run_dir / "zookeeper.started-by-metaServer"
+
+    def command(self, name: str) -> subprocess.CompletedProcess:
+        arguments = [name, "--port", str(self.port), "--run-dir", str(self.run_dir)]
+        return subprocess.run(
+            [str(ZOOKEEPER_SCRIPT), *arguments], capture_output=True, text=True, timeout=60
+        )
+
+    def start(self) -> None:
+        started = self.command("start")
+        assert started.returncode == 0, started.stdout + started.stderr
+        self.marker.touch()
+
+    def runs(self) -> bool:
+        return self.command("status").returncode == 0
+
+
+@pytest.fixture
+def two_brokers(tmp_path):
+    """Two brokers of this checkout in their own run dirs, as on one machine for HA, and the
+    ZooKeeper the first one's 'start local' left running; all stopped after the test."""
+    first, second = (RunDir(tmp_path / name, free_port()) for name in ("first", "second"))
+    zookeeper = LocalZooKeeper(first.run_dir)
+    for scripted in (first, second):
+        started = scripted.run("start")
+        assert started.returncode == 0, started.stdout + started.stderr
+    zookeeper.start()
+    yield first, second, zookeeper
+    for scripted in (first, second):
+        scripted.run("stop", "broker")
+        scripted.kill_leftover()
+    zookeeper.command("stop")
+
+
+def test_stop_leaves_the_local_zookeeper_to_another_broker_of_the_checkout(two_brokers):
+    """Goal: stopping one broker does not take ZooKeeper from another broker this script
+    started from the same checkout, and says so. Method: two real brokers in two run dirs,
+    a real ZooKeeper started as 'start local' starts it from the first's; 'stop' there, then
+    'stop zookeeper' as its line says."""
+    first, second, zookeeper = two_brokers
+
+    stopped = first.run("stop")
+
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert first.run("status").returncode != 0
+    assert zookeeper.runs() and zookeeper.marker.exists()
+    (line,) = [line for line in stopped.stdout.splitlines() if "ZooKeeper" in line]
+    assert f"{second.run_dir} (pid {second.pid()})" in line
+    assert f"META_RUN_DIR={first.run_dir} tools/metaServer.sh stop zookeeper" in line
+    assert first.run("stop", "zookeeper").returncode == 0
+    assert not zookeeper.runs() and not zookeeper.marker.exists()
+    assert second.run("status").returncode == 0
+    assert first.run("stop", "zookeeper").returncode == 1
+
+
+def test_stop_stops_the_local_zookeeper_once_no_other_broker_of_the_checkout_runs(two_brokers):
+    first, second, zookeeper = two_brokers
+    assert second.run("stop").returncode == 0  # its run dir started no ZooKeeper
+    assert zookeeper.runs()
+
+    stopped = first.run("stop")
+
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert not zookeeper.runs() and not zookeeper.marker.exists()

@@ -125,8 +125,10 @@ def test_topics_list_topics_with_stores_and_configured_ones_without(harness):
     put(harness, 0, b"y")
     found = document(harness, "topics")
     assert found["topics"] == facts.topics_facts(harness.broker)
+    # Every configured partition, stored or not yet: test has 2, idle 1 (never written).
     assert [(t["topic"], t["partitions"], t["messages"]) for t in found["topics"]] == [
-        ("test", 1, 2)
+        ("idle", 1, 0),
+        ("test", 2, 2),
     ]
     assert found["without_stores"] == ["idle"]
 

@@ -16,7 +16,6 @@ import meta.sync.gregor
 from meta.protocol.codec import NEED_DATA, Decoder, encode
 from meta.protocol.commands import Sync
 from meta.protocol.message import iter_messages
-from tests.server.memory_broker import closing_broker
 from tests.sync.test_gregor import Slave, replies
 
 
@@ -63,20 +62,14 @@ def test_a_run_of_syncs_stores_and_answers_as_one_sync_at_a_time(
     tmp_path, monkeypatch, queue_max, reads
 ):
     monkeypatch.setattr(meta.sync.gregor, "SYNCS_WAITING_MAX", queue_max)
-    batched = closing_slave(Slave(str(tmp_path / "batched")))
-    alone = closing_slave(Slave(str(tmp_path / "alone")))
+    batched = Slave(str(tmp_path / "batched"))
+    alone = Slave(str(tmp_path / "alone"))
     one_by_one = run_alone(alone, reads())
     assert run(batched, reads()) == one_by_one
     answered, stored = one_by_one
     assert {code for _opaque, code, _body in answered} >= {200, 500}
     assert len(stored[0]) + len(stored[1]) == (38 if queue_max > 40 else 2 * queue_max)
     assert batched.broker.sync.waiting("test", 0) == batched.broker.sync.waiting("test", 1) == 0
-
-
-def closing_slave(slave: Slave) -> Slave:
-    """``slave``, its broker stopped after the test."""
-    closing_broker(slave.broker, slave.clock, slave.executor)
-    return slave
 
 
 def run_alone(slave: Slave, reads: list[bytes]) -> tuple[list, dict]:
@@ -134,13 +127,13 @@ def test_a_read_of_one_whole_sync_is_taken_without_the_decoder(tmp_path, monkeyp
     this check, bite in the pure build (``tests/test_compiled.py`` runs both)."""
     beyond_a_run = 11
     reads = [data for index, data in enumerate(one_per_read()) if index != beyond_a_run]
-    one_by_one = run_alone(closing_slave(Slave(str(tmp_path / "alone"))), reads)
+    one_by_one = run_alone(Slave(str(tmp_path / "alone")), reads)
 
     def refused(*_arguments):
         raise AssertionError("a read of one whole sync went through the decoder's run")
 
     monkeypatch.setattr(meta.server.protocol, "handle_sync_run", refused)
-    assert run(closing_slave(Slave(str(tmp_path / "fast"))), reads) == one_by_one
+    assert run(Slave(str(tmp_path / "fast")), reads) == one_by_one
     assert len(one_by_one[0]) == len(syncs()) - 1
 
 

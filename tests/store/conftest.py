@@ -7,7 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,7 +21,7 @@ from meta.store.files import Files
 from meta.store.group_commit import Flusher, FlushPolicy, SynchronousExecutor
 from meta.store.manager import StoreManager
 from meta.store.partition import PartitionLog
-from tests.descriptors import closers, guard_descriptors
+from tests.descriptors import closers
 
 
 def short_name(path: str) -> str:
@@ -259,12 +259,6 @@ def broker_config(
     }
     values.update(fields)
     return BrokerConfig(data_path=data_path, topics=topics, **values)
-
-
-@pytest.fixture(autouse=True)
-def descriptors_closed() -> Iterator[None]:
-    """Fail a test that leaves a descriptor open (``tests.descriptors``)."""
-    yield from guard_descriptors()
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""The descriptor guard (``tests.descriptors``) the store, transaction and broker tests run
-under: it names what a test leaves open, and only that."""
+"""The descriptor guard (``tests.descriptors``) the in-process tests run under
+(``tests.conftest.GUARDED_DIRECTORIES``): it names what a test leaves open, and only that."""
 
 from __future__ import annotations
 
@@ -7,7 +7,15 @@ import os
 
 import pytest
 
+from tests.conftest import GUARDED_DIRECTORIES, TESTS_DIR, UNGUARDED_DIRECTORIES
 from tests.descriptors import Closers, guard_descriptors, leaked, open_descriptors
+
+
+def test_every_test_directory_is_guarded_or_said_not_to_be():
+    """A new directory of tests runs under the guard unless the conftest says why not."""
+    with_tests = {path.parent for path in TESTS_DIR.glob("*/test_*.py")}
+    assert with_tests <= set(GUARDED_DIRECTORIES) | set(UNGUARDED_DIRECTORIES)
+    assert not set(GUARDED_DIRECTORIES) & set(UNGUARDED_DIRECTORIES)
 
 
 def test_the_guard_names_a_file_the_test_left_open(tmp_path):

@@ -36,11 +36,29 @@ class AllocationFiles(Files):
         super().trim_allocation(fd, size)
 
 
+POSITION_MAX_BYTES = 64 * 1024 * 1024
+"""Where the segments of these tests stop allocating ahead: far past their appends."""
+
+
 def open_segment(path, files: Files, position_max: int) -> Segment:
+    """A new segment at ``path`` allocating ahead up to ``position_max`` (0: not at all,
+    the default), closed after the test."""
     segment = Segment.open(files, str(path), 0, create=True)
     segment.preallocate_position_max = position_max
     closers.add(segment.close)
     return segment
+
+
+@pytest.fixture
+def files() -> AllocationFiles:
+    """This module's file layer: the OS's, recording allocations and trims."""
+    return AllocationFiles()
+
+
+@pytest.fixture
+def segment(tmp_path, files: AllocationFiles) -> Segment:
+    """A new segment ``s.meta`` on ``files`` allocating ahead up to ``POSITION_MAX_BYTES``."""
+    return open_segment(tmp_path / "s.meta", files, POSITION_MAX_BYTES)
 
 
 def allocated_bytes(path) -> int:
@@ -62,28 +80,22 @@ def require_allocation(files: AllocationFiles) -> None:
         pytest.skip("the temporary directory's file system has no fallocate")
 
 
-def test_an_append_allocates_blocks_ahead_and_keeps_the_size_of_the_data(tmp_path):
-    files = AllocationFiles()
-    segment = open_segment(tmp_path / "s.meta", files, 64 * 1024 * 1024)
+def test_an_append_allocates_blocks_ahead_and_keeps_the_size_of_the_data(segment, files):
     data = record(b"x" * 1000)
     segment.append(data)
     require_allocation(files)
     assert files.allocations == [(0, len(data) + PREALLOCATE_BYTES, True)]
-    assert os.path.getsize(tmp_path / "s.meta") == len(data)
-    assert allocated_bytes(tmp_path / "s.meta") >= PREALLOCATE_BYTES
+    assert os.path.getsize(segment.path) == len(data)
+    assert allocated_bytes(segment.path) >= PREALLOCATE_BYTES
 
 
-def test_appends_inside_the_allocated_blocks_allocate_nothing_more(tmp_path):
-    files = AllocationFiles()
-    segment = open_segment(tmp_path / "s.meta", files, 64 * 1024 * 1024)
+def test_appends_inside_the_allocated_blocks_allocate_nothing_more(segment, files):
     for _ in range(10):
         segment.append(record(b"x" * 1000))
     assert len(files.allocations) == 1
 
 
-def test_the_next_allocation_starts_where_the_last_one_ended(tmp_path):
-    files = AllocationFiles()
-    segment = open_segment(tmp_path / "s.meta", files, 64 * 1024 * 1024)
+def test_the_next_allocation_starts_where_the_last_one_ended(segment, files):
     first = record(b"x" * 1000)
     big = record(b"y" * PREALLOCATE_BYTES)
     segment.append(first)
@@ -93,48 +105,42 @@ def test_the_next_allocation_starts_where_the_last_one_ended(tmp_path):
     assert files.allocations[1][:2] == (allocated, end + PREALLOCATE_BYTES - allocated)
 
 
-def test_allocation_stops_at_the_position_max(tmp_path):
-    files = AllocationFiles()
+def test_allocation_stops_at_the_position_max(tmp_path, files):
     segment = open_segment(tmp_path / "s.meta", files, 5000)
     segment.append(record(b"x" * 1000))
     segment.append(record(b"x" * 5000))  # crosses the maximum: nothing more to allocate
     assert [allocation[:2] for allocation in files.allocations] == [(0, 5000)]
 
 
-def test_a_segment_allocates_nothing_by_default(tmp_path):
-    files = AllocationFiles()
+def test_a_segment_allocates_nothing_by_default(tmp_path, files):
     segment = Segment.open(files, str(tmp_path / "s.meta"), 0, create=True)
     closers.add(segment.close)
     segment.append(record(b"x" * 1000))
     assert files.allocations == []
 
 
-def test_release_frees_the_unused_blocks_past_the_end(tmp_path):
-    files = AllocationFiles()
-    segment = open_segment(tmp_path / "s.meta", files, 64 * 1024 * 1024)
+def test_release_frees_the_unused_blocks_past_the_end(segment, files):
     data = record(b"x" * 10000)
     segment.append(data)
     require_allocation(files)
     segment.release_preallocation()
     assert files.trims == [len(data)]
-    assert os.path.getsize(tmp_path / "s.meta") == len(data)
-    assert allocated_bytes(tmp_path / "s.meta") <= rounded_to_blocks(len(data))
+    assert os.path.getsize(segment.path) == len(data)
+    assert allocated_bytes(segment.path) <= rounded_to_blocks(len(data))
     segment.append(data)  # released: later appends allocate nothing
     assert len(files.allocations) == 1
 
 
-def test_release_without_unused_blocks_leaves_the_file_alone(tmp_path):
+def test_release_without_unused_blocks_leaves_the_file_alone(tmp_path, files):
     """Goal: a segment this process allocated nothing for (one only read, or one loaded and
     never written) is not truncated, so its modification time, which retention reads, stays."""
-    files = AllocationFiles()
-    segment = Segment.open(files, str(tmp_path / "s.meta"), 0, create=True)
-    closers.add(segment.close)
+    segment = open_segment(tmp_path / "s.meta", files, 0)
     segment.append(record(b"x" * 100))
     segment.release_preallocation()
     assert files.trims == []
 
 
-def test_a_file_system_without_fallocate_writes_without_it(tmp_path, monkeypatch):
+def test_a_file_system_without_fallocate_writes_without_it(tmp_path, files, monkeypatch):
     """Goal: where ``fallocate`` answers EOPNOTSUPP, appends write as before and the segment
     asks once only. Method: the C function is replaced by one that fails."""
 
@@ -143,8 +149,7 @@ def test_a_file_system_without_fallocate_writes_without_it(tmp_path, monkeypatch
 
     monkeypatch.setattr(files_module, "_fallocate", unsupported)
     monkeypatch.setattr(files_module.ctypes, "get_errno", lambda: errno.EOPNOTSUPP)
-    files = AllocationFiles()
-    segment = open_segment(tmp_path / "s.meta", files, 64 * 1024 * 1024)
+    segment = open_segment(tmp_path / "s.meta", files, POSITION_MAX_BYTES)
     data = record(b"x" * 1000)
     segment.append(data)
     segment.append(data)
@@ -154,19 +159,16 @@ def test_a_file_system_without_fallocate_writes_without_it(tmp_path, monkeypatch
     assert segment.read(0, 2 * len(data)) == data + data
 
 
-def test_a_c_library_without_fallocate_writes_without_it(tmp_path, monkeypatch):
+def test_a_c_library_without_fallocate_writes_without_it(tmp_path, files, monkeypatch):
     monkeypatch.setattr(files_module, "_fallocate", None)
-    files = AllocationFiles()
-    segment = open_segment(tmp_path / "s.meta", files, 64 * 1024 * 1024)
+    segment = open_segment(tmp_path / "s.meta", files, POSITION_MAX_BYTES)
     data = record(b"x" * 1000)
     segment.append(data)
     assert files.allocations == [(0, len(data) + PREALLOCATE_BYTES, False)]
     assert segment.read(0, len(data)) == data
 
 
-def test_a_cut_frees_the_allocated_blocks_with_the_tail(tmp_path):
-    files = AllocationFiles()
-    segment = open_segment(tmp_path / "s.meta", files, 64 * 1024 * 1024)
+def test_a_cut_frees_the_allocated_blocks_with_the_tail(segment, files):
     data = record(b"x" * 1000)
     segment.append(data)
     segment.append(data)
@@ -174,13 +176,12 @@ def test_a_cut_frees_the_allocated_blocks_with_the_tail(tmp_path):
     segment.cut(len(data))
     segment.release_preallocation()
     assert files.trims == []  # the truncation of the cut freed them already
-    assert allocated_bytes(tmp_path / "s.meta") <= rounded_to_blocks(len(data))
+    assert allocated_bytes(segment.path) <= rounded_to_blocks(len(data))
 
 
-def test_a_roll_frees_the_unused_blocks_of_the_full_segment(tmp_path):
+def test_a_roll_frees_the_unused_blocks_of_the_full_segment(tmp_path, files):
     """Goal: once a partition rolls, the segment it left holds no block past its end, and
     every segment's size is its data. Method: a 1 MiB roll size, appends past it."""
-    files = AllocationFiles()
     log = open_partition(str(tmp_path / "test-0"), files=files, segment_bytes_max=1024 * 1024)
     append_all_records(log, [record(b"x" * 100_000) for _ in range(12)])
     require_allocation(files)
@@ -193,8 +194,7 @@ def test_a_roll_frees_the_unused_blocks_of_the_full_segment(tmp_path):
     assert all(position + length <= 1024 * 1024 for position, length, _ in files.allocations)
 
 
-def test_closing_the_partition_frees_the_unused_blocks_of_its_last_segment(tmp_path):
-    files = AllocationFiles()
+def test_closing_the_partition_frees_the_unused_blocks_of_its_last_segment(tmp_path, files):
     log = open_partition(str(tmp_path / "test-0"), files=files, segment_bytes_max=1 << 30)
     append_all_records(log, [record(b"x" * 1000) for _ in range(3)])
     require_allocation(files)

@@ -23,11 +23,13 @@ from meta.server.broker import Broker
 from meta.server.protocol import BrokerProtocol
 from meta.store.manager import StoreManager
 from meta.sync.gregor import POOL_BUSY, STATUS_TEST_TOPIC, GregorSlave, with_status_topic
+from tests.server.memory_broker import closing_broker
 from tests.store.conftest import ManualExecutor, RecordingFiles, broker_config, topic_config
 
 
 class Slave:
-    """A gregor slave broker; ``connect`` opens in-memory connections to it."""
+    """A gregor slave broker, stopped after the running test (``closing_broker``);
+    ``connect`` opens in-memory connections to it."""
 
     def __init__(self, directory: str, threshold: int = 0) -> None:
         os.makedirs(directory, exist_ok=True)
@@ -49,6 +51,7 @@ class Slave:
         )
         self.broker.refuses_puts = True
         self.broker.start(listen=False)
+        closing_broker(self.broker, self.clock, self.executor)
 
     def connect(self) -> tuple[BrokerProtocol, StringTransport]:
         protocol = BrokerProtocol(self.broker)

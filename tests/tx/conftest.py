@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,7 +23,7 @@ from meta.store.manager import StoreManager
 from meta.tx.journal_location import JournalLocation
 from meta.tx.manager import TransactionManager
 from meta.tx.records import FILE_MAGIC, read_record
-from tests.descriptors import closers, guard_descriptors
+from tests.descriptors import closers
 from tests.store.conftest import (
     ManualExecutor,
     RecordingFiles,
@@ -54,12 +53,6 @@ class EventFiles(RecordingFiles):
     def of(self, name: str) -> list[str]:
         """The kinds of the events on ``name``, in order."""
         return [kind for kind, target in self.events if target == name]
-
-
-@pytest.fixture(autouse=True)
-def descriptors_closed() -> Iterator[None]:
-    """Fail a test that leaves a descriptor open (``tests.descriptors``)."""
-    yield from guard_descriptors()
 
 
 @pytest.fixture

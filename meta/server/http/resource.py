@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from twisted import copyright
@@ -58,6 +60,7 @@ from meta.server.http.sender import SegmentSender
 from meta.server.put_run import handle_single_put
 from meta.server.puts import Targets, too_large
 from meta.server.replies import PENDING, FileReply
+from meta.server.stats import BrokerCounters
 from meta.web import listen_site
 
 log = logging.getLogger("meta.server.http")
@@ -95,6 +98,31 @@ class _Discarded:
 
     def close(self) -> None:
         pass
+
+
+@contextmanager
+def http_share(counters: BrokerCounters, command: str) -> Iterator[None]:
+    """Count in ``http_<command>`` what the TCP handler run inside counts in
+    ``cmd_<command>``: the HTTP share of that counter.
+
+    The handlers own the rule of what ``cmd_put``, ``cmd_get`` and ``cmd_offset`` count
+    (Java's: a put refused for its size counts, a request refused here for a bad
+    parameter or a body that does not match ``length`` never reaches them and does not).
+    Taking the share from them, rather than counting again here, keeps ``cmd_<command> -
+    http_<command>`` (the TCP requests of ``metaq_requests_total``) from ever going down.
+    A handler counts before it can fail, so the share is taken even when it raises.
+
+    Args:
+        counters: the broker's counters.
+        command: ``put``, ``get`` or ``offset``.
+    """
+    name = f"cmd_{command}"
+    before = getattr(counters, name)
+    try:
+        yield
+    finally:
+        share = f"http_{command}"
+        setattr(counters, share, getattr(counters, share) + getattr(counters, name) - before)
 
 
 class ProtocolRequest(http.Request):
@@ -194,23 +222,20 @@ class ProtocolRequest(http.Request):
         try:
             params = parse_query(self.uri)
             if name == "put":
-                self._put(broker, params)
+                with http_share(counters, "put"):
+                    self._put(broker, params)
                 return
             command = get_command(params) if name == "get" else offset_command(params)
         except BadParameter as error:
             self._answer(400, f"{error}\n".encode())
             return
-        if name == "get":
-            counters.http_get += 1
-            handler = handle_get
-        else:
-            counters.http_offset += 1
-            handler = handle_offset
-        self.respond(handler(broker, command, self))
+        handler = handle_get if name == "get" else handle_offset
+        with http_share(counters, name):
+            reply = handler(broker, command, self)
+        self.respond(reply)
 
     def _put(self, broker: Any, params: dict[str, str]) -> None:
         put = put_parameters(params)
-        broker.counters.http_put += 1  # counted as handle_put and too_large count cmd_put
         if self.body_over_limit is not None or put.length > broker.config.message_bytes_max:
             size = max(self.body_over_limit or 0, put.length)
             event = BodyTooLarge("put", size, 0, put.topic, put.partition)
@@ -351,9 +376,9 @@ class ProtocolSite(http.HTTPFactory):
         except BadParameter:
             return None
         broker.counters.http_requests += 1
-        broker.counters.http_put += 1
         event = BodyTooLarge("put", max(length, put.length), 0, put.topic, put.partition)
-        body = decode_result(too_large(broker, event)).body
+        with http_share(broker.counters, "put"):
+            body = decode_result(too_large(broker, event)).body
         head = (
             b"HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: %s\r\n"
             b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (TEXT, len(body))

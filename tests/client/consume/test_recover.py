@@ -11,10 +11,19 @@ from meta.client.cluster import Partition
 from meta.client.consume.recover import RecoverManager, RecoverStore
 from meta.client.local.message_file import RecoverFile
 from meta.client.message import Message
+from tests.descriptors import closers
 
 
 def message(n: int, attribute: str | None = None) -> Message:
     return Message("t", f"m{n}".encode(), attribute, id=n, partition=Partition(1, 2), offset=n * 30)
+
+
+def open_store(directory) -> RecoverStore:
+    """The recover store of group ``g`` (10 messages a file) on ``directory``, closed after
+    the test (``tests.descriptors.closers``)."""
+    store = RecoverStore(directory, "g", 10)
+    closers.add(store.close)
+    return store
 
 
 def stored(recover_file: RecoverFile) -> list[tuple[int, bytes, str | None]]:
@@ -22,7 +31,7 @@ def stored(recover_file: RecoverFile) -> list[tuple[int, bytes, str | None]]:
 
 
 def test_the_store_keeps_one_file_per_topic_and_group(tmp_path):
-    store = RecoverStore(tmp_path / "recover", "g", 10)
+    store = open_store(tmp_path / "recover")
     store.append(message(1))
     store.append(Message("u", b"x", id=5))
     store.close()
@@ -31,7 +40,7 @@ def test_the_store_keeps_one_file_per_topic_and_group(tmp_path):
 
 def test_the_manager_removes_a_message_only_after_its_listener_succeeded(tmp_path):
     """Round 1: the listener fails on m1 and accepts m2; round 2: it accepts m1."""
-    store = RecoverStore(tmp_path, "g", 10)
+    store = open_store(tmp_path)
     store.append(message(1))
     store.append(message(2))
     seen = []
@@ -51,7 +60,7 @@ def test_the_manager_removes_a_message_only_after_its_listener_succeeded(tmp_pat
 
 
 def test_a_recovered_message_rolled_back_stays_in_the_store(tmp_path):
-    store = RecoverStore(tmp_path, "g", 10)
+    store = open_store(tmp_path)
     store.append(message(1))
     manager = RecoverManager(store, {"t": lambda received: received.set_rollback_only()}, 1000)
     assert manager.run_once() == 0
@@ -59,7 +68,7 @@ def test_a_recovered_message_rolled_back_stays_in_the_store(tmp_path):
 
 
 def test_the_manager_thread_redelivers_and_stops(tmp_path):
-    store = RecoverStore(tmp_path, "g", 10)
+    store = open_store(tmp_path)
     store.append(message(1))
     seen = []
     manager = RecoverManager(store, {"t": seen.append}, 20)
@@ -75,6 +84,6 @@ def test_the_manager_thread_redelivers_and_stops(tmp_path):
 
 
 def test_a_store_that_never_rejected_writes_nothing(tmp_path):
-    store = RecoverStore(tmp_path / "recover", "g", 10)
+    store = open_store(tmp_path / "recover")
     assert RecoverManager(store, {"t": print}, 1000).run_once() == 0
     assert not (tmp_path / "recover").exists()

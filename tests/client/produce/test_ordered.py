@@ -23,6 +23,7 @@ from meta.client.produce.ordered import (
 )
 from meta.client.produce.selectors import RoundRobinPartitionSelector
 from meta.errors import ClientError
+from tests.descriptors import closers
 
 P20, P21 = Partition(2, 0), Partition(2, 1)
 
@@ -61,12 +62,15 @@ class FakeInner:
 
 
 def ordered(tmp_path, live, messages_max=100):
+    """An ordered producer over a ``FakeInner`` on ``live``, its backlogs on ``tmp_path``;
+    shut down (its backlogs closed) after the test."""
     steering = SteeringSelector(RoundRobinPartitionSelector())
     inner = FakeInner(steering, live)
     producer = OrderedMessageProducer(
         inner, steering, HashPartitionSelector(), {"t": (P20, P21)}, lambda topic: inner.live,
         LocalMessageStorage(tmp_path, messages_max), 1000, 60_000, recover_thread=False,
     )  # fmt: skip
+    closers.add(producer.shutdown)
     return producer, inner
 
 
