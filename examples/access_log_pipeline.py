@@ -1,8 +1,11 @@
 """Example pipeline: access-log lines -> MetaQ -> Spark counts per status and minute -> MetaQ.
 
 Run it against a running cluster (``tools/metaServer.sh start local`` starts ZooKeeper on
-127.0.0.1:2181 and a broker serving the topics ``test`` and ``meta-test``)::
+127.0.0.1:2181 and a broker serving the topics ``test`` and ``meta-test``). ``start local``
+installs the broker and the client only; the script also needs PySpark (the ``spark`` extra),
+and checks for it before it sends anything::
 
+    .venv/bin/pip install -e '.[spark]' --config-settings editable_mode=compat
     .venv/bin/python examples/access_log_pipeline.py --zk-connect 127.0.0.1:2181
 
 Steps, all through the public APIs:
@@ -15,6 +18,9 @@ Steps, all through the public APIs:
 3. a consumer group reads the output topic and prints the counts of this run, which the
    script checks against what it produced (exit status 1 on a mismatch).
 
+Without the modules of the ``spark`` extra it exits with status 2 and one line naming the
+command that installs them, before it connects to anything.
+
 The run id makes reruns independent: older lines and counts stay in the topics but are
 skipped. Spark's Python workers must import ``meta``: the script points ``PYSPARK_PYTHON``
 at its own interpreter unless it is set.
@@ -23,6 +29,7 @@ at its own interpreter unless it is set.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -34,11 +41,14 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # Run from a checkout too.
+CHECKOUT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(CHECKOUT))  # Run from a checkout too.
 
 STATUSES = (200, 200, 200, 200, 301, 304, 404, 500)
 PATHS = ("/", "/index.html", "/login", "/api/orders", "/static/app.js")
 LINE_PATTERN = r'\[(\d{2}/\w{3}/\d{4}:\d{2}:\d{2}):\d{2} [^\]]+\] "[^"]*" (\d{3}) '
+# The modules of the spark extra (setup.cfg) that the Spark job imports.
+SPARK_MODULES = ("pyspark", "pyarrow", "pandas")
 
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -53,6 +63,20 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--master", default="local[2]", help="Spark master")
     parser.add_argument("--timeout-s", type=float, default=60.0, help="bound on the consumer")
     return parser.parse_args(argv)
+
+
+def missing_spark_modules() -> list[str]:
+    """The modules of the ``spark`` extra that this interpreter cannot import."""
+    return [name for name in SPARK_MODULES if importlib.util.find_spec(name) is None]
+
+
+def spark_install_hint(missing: list[str]) -> str:
+    """One line: what is missing and the exact command that installs the ``spark`` extra."""
+    return (
+        f"{', '.join(missing)} not installed for {sys.executable}; install the spark extra "
+        f"with: {sys.executable} -m pip install -e '{CHECKOUT}[spark]' "
+        "--config-settings editable_mode=compat"
+    )
 
 
 def synthetic_lines(count: int, minutes: int, seed: int) -> list[tuple[str, str, int]]:
@@ -169,6 +193,10 @@ def spark_session(master: str):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_arguments(argv)
+    missing = missing_spark_modules()
+    if missing:
+        print(spark_install_hint(missing), file=sys.stderr)
+        return 2
     from meta.client import MetaClientConfig, MetaMessageSessionFactory
 
     run_id = f"run-{uuid.uuid4().hex[:12]}"

@@ -73,7 +73,8 @@ commands:
                  stop the broker if it runs, then start the given way
   reload         make the running broker re-read its config file (SIGHUP); the [topic=...]
                  sections take effect, [system] and [zookeeper] changes wait for a restart
-  status         print whether the broker runs, with pid and port, and its /readyz answer
+  status         print whether the broker runs, as what (master, async slave of broker N, ...),
+                 with pid and port, and its /readyz answer
   promote [--new-slave HOST:PORT]
                  failover: stop the async or gregor slave and start it again as the master of
                  its brokerId, on the same config and data (after the old master is gone); a
@@ -109,8 +110,11 @@ registered when the wait ends, says so and leaves it running.
           meta-slave-group_<slaveId>), slaveMaxDelayInMills (default 500),
           autoSyncMasterConfig (default false: when true, the master's server.ini is taken
           over, keeping the slave's ports, paths and [zookeeper]). server.ini must have the
-          master's brokerId (usually a copy of the master's file) and its own serverPort and
-          dataPath. 'stats slave' on the slave (or 'meta-admin slaves') shows the lag.
+          master's brokerId (usually a copy of the master's file) and its own serverPort,
+          dashboardHttpPort and dataPath. A copy of the shipped conf/server.ini listens on
+          every interface (its hostName is commented out): next to a 'start local' master
+          (127.0.0.1) set hostName=127.0.0.1 (docs/ha.md, "Async slave").
+          'stats slave' on the slave (or 'meta-admin slaves') shows the lag.
           The slave registers as ids/<brokerId>/slave<slaveId> in ZooKeeper, copies every
           topic and partition of its master byte for byte (resuming from its local data after
           a restart), serves gets and offsets, and answers puts with 403. To run a master and
@@ -129,13 +133,14 @@ registered when the wait ends, says so and leaves it running.
               $PY -m meta.server -f $CONF --gregor $GREGOR_CONF
           (\$META_GREGOR_CONF; the file has no keys). server.ini must have the master's
           brokerId and accept every topic of the master, with at least as many partitions,
-          and its own serverPort and dataPath. The slave takes 'sync' from its samsa master,
+          and its own serverPort, dashboardHttpPort and dataPath. The slave takes 'sync' from its samsa master,
           serves gets and offsets, answers puts with 403 and needs no ZooKeeper. Start it
           before its master. 'promote' turns it into a master after its master is lost.
   --http  also serve the HTTP protocol (Java: -FjettyBroker=FILE):
               $PY -m meta.server -f $CONF --http $HTTP_CONF
           (\$META_HTTP_CONF; key serverPort, default 8080): POST /put/<brokerId>,
-          GET /get/<brokerId> and GET /offset/<brokerId>, on hostName when it is set.
+          GET /get/<brokerId> and GET /offset/<brokerId>, on hostName when it is set. The
+          script then also waits (up to 10 s) for the HTTP port and names it when started.
 EOF
 }
 
@@ -233,8 +238,9 @@ usage_status() {
     cat <<EOF
 usage: tools/metaServer.sh status
 
-Prints whether the broker runs, with its pid and port, and its readiness as its dashboard's
-/readyz answers it (registered in ZooKeeper, stores open). The port is the running broker's:
+Prints whether the broker runs, as what (master, samsa master, gregor slave, or async slave
+of broker N: from its command line and config file), with its pid and port, and its readiness
+as its dashboard's /readyz answers it (registered in ZooKeeper, stores open). The port is the running broker's:
 from its "serving meta://HOST:PORT" log line since its start (so serverPort=0 shows the port
 it took), else from the config file named on its command line. Exit 0 if it runs, 1 if its
 pid file is stale, 3 if it does not run.
@@ -446,6 +452,28 @@ wait_registered() {
     done
 }
 
+# Prints HOST:PORT of the HTTP protocol of the broker started at log offset $1, once it logged
+# "HTTP protocol serving" (just after its registration); fails, with the log tail, if the
+# broker exits first (a port it cannot take stops it) or nothing is logged in 10 s.
+wait_http_serving() {
+    local waited=0 serving
+    while :; do
+        serving="$(tail -c +"$(($1 + 1))" "$LOG_FILE" 2>/dev/null |
+            grep -m 1 -oE 'HTTP protocol serving http://[^/ ]+' || true)"
+        [ -z "$serving" ] || break
+        if ! running_pid >/dev/null; then
+            log_tail_since "$1"
+            rm -f "$PID_FILE"
+            die "meta-server exited before it served the HTTP protocol; see $LOG_FILE"
+        fi
+        [ "$waited" -lt 100 ] ||
+            die "meta-server logged no 'HTTP protocol serving' line in 10 s; see $LOG_FILE"
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+    printf '%s\n' "${serving#HTTP protocol serving http://}"
+}
+
 # Whether a broker started at log offset $3 serves on $1:$2; with port 0, whether it logged
 # its "serving" line (the port it took is only known from there).
 started_on() {
@@ -548,7 +576,10 @@ do_start() {
     done
     [ "$port" != 0 ] || port="$(served_port "$log_offset")"
     wait_registered "$log_offset" "$host:$port"
-    say "meta-server started (pid $(running_pid || cat "$PID_FILE"), $host:$port, log $LOG_FILE)"
+    local http_text=""
+    [ "$http_flag" -eq 0 ] || http_text=", HTTP $(wait_http_serving "$log_offset")"
+    say "meta-server started (pid $(running_pid || cat "$PID_FILE"), $host:$port$http_text," \
+        "log $LOG_FILE)"
 }
 
 do_stop() {
@@ -636,7 +667,7 @@ do_promote() {
         role="$(process_role "$pid")"
         [ -n "$role" ] ||
             die "meta-server (pid $pid) is not a slave (no --slave or --gregor): nothing to promote"
-        say "stopping $role slave (pid $pid)"
+        say "stopping the $(role_text "$pid" "$CONF") (pid $pid)"
         stop_broker || true
     else
         role="$(last_start_role)"
@@ -664,6 +695,21 @@ do_promote() {
 process_role() {
     tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" | grep -oE -- ' --(slave|gregor) ' |
         tr -d ' -' || true
+}
+
+# Prints what process $1 runs as: "master", "samsa master", "gregor slave" or "async slave of
+# broker N" (N the brokerId of config file $2, left out when the file does not load).
+role_text() {
+    local broker_id
+    case "$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline")" in
+        *" --gregor "*) echo "gregor slave" ;;
+        *" --samsa "*) echo "samsa master" ;;
+        *" --slave "*)
+            broker_id="$("$PY" -c 'import sys; from meta.config import load_config
+print(load_config(sys.argv[1]).broker_id)' "$2" 2>/dev/null)" || broker_id=""
+            echo "async slave${broker_id:+ of broker $broker_id}" ;;
+        *) echo "master" ;;
+    esac
 }
 
 # Prints "slave" or "gregor" when the last start logged in this run dir was one, else nothing.
@@ -740,7 +786,7 @@ do_status() {
         served="$(served_port "$(start_offset)")"
         [ -z "$served" ] || port="$served"
         if port_open "$host" "$port"; then
-            say "meta-server is running (pid $pid, port $port)"
+            say "meta-server is running as $(role_text "$pid" "$conf") (pid $pid, port $port)"
             say "$(readiness)"
         elif [ "$port" = 0 ]; then
             say "meta-server is running (pid $pid) but not serving yet (serverPort=0 and no" \

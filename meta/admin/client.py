@@ -6,9 +6,10 @@ broker address that could not be reached, or the command the broker refused toge
 broker's own text (an ``XAException:code=N,msg=...`` body is decoded into a line such as
 ``XAER_NOTA (-4, unknown or finished transaction): ...``).
 
-Exit statuses: ``BrokerRefusedError``, ``NotFoundError`` and ``RefusedError`` give 1 (the broker
-or the tool said no, or what the command names does not exist); every other ``AdminError``
-gives 2 (bad usage, or the broker or ZooKeeper could not be reached or stopped answering).
+Exit statuses (``EXIT_STATUS_RULE``): ``BrokerRefusedError``, ``NotFoundError`` and
+``RefusedError`` give 1 (the broker or the tool said no, or what the command names does not
+exist); every other ``AdminError`` gives 2 (bad usage, or the broker or ZooKeeper could not be
+reached or stopped answering). Offline commands follow the same rule for files.
 
 Invariants: one request in flight at a time, and its reply must carry its opaque; every
 socket operation is bounded by the client's timeout. Single-threaded (one CLI invocation).
@@ -28,6 +29,14 @@ from meta.protocol.xa import parse_xa_error
 EXIT_OK = 0
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
+
+EXIT_STATUS_RULE = (
+    "Exit status: 0 done (or nothing to do); 1 refused or not found: the broker or the tool "
+    "said no (an unknown topic, group, broker or message, or a check that failed, such as a "
+    "live group, pending work, an offset inside a record or a data directory in use); 2 bad "
+    "usage, or a broker, ZooKeeper or a file that could not be reached or read."
+)
+"""The one rule of every command's exit status, ending each ``--help`` and in the docs."""
 
 DEFAULT_BROKER = "127.0.0.1:8123"
 DEFAULT_TIMEOUT_S = 10.0

@@ -15,6 +15,8 @@
   ZooKeeper), the puts it refused for their size, and ``stats topics`` with ``--topics``.
   Each is read from the broker's ``stats json:<item>`` document, or parsed from the text item
   on a broker that answers text (a Java broker); the output is the same either way.
+  ``stats BROKER ITEM`` prints one other item as the broker answers it
+  (``meta.admin.stats_items``).
 
 Single-threaded.
 """
@@ -38,6 +40,7 @@ from meta.admin.options import cluster_options
 from meta.admin.output import Progress, key_values, table, to_json
 from meta.admin.reads import PartitionReader, stats_document, stats_lines
 from meta.admin.session import ClusterSession
+from meta.admin.stats_items import STATS_ITEMS, item_text, items_help
 from meta.status.facts import COUNTER_NAMES
 
 
@@ -78,13 +81,21 @@ def add_parser(commands: argparse._SubParsersAction, connection: argparse.Argume
         parents=[options],
         help="pretty-print a broker's stats",
         description="Print the general block of a broker's 'stats' command, the puts it "
-        "refused for their size, and the per-topic lines of 'stats topics' with --topics. "
+        "refused for their size, and the per-topic lines of 'stats topics' with --topics; "
+        "with ITEM, that item of 'stats' instead, as the broker answers it. "
         "A metaq-py broker is read through its JSON items (stats json:general, json:rejected, "
         "json:topics); a broker that answers only text (a Java broker) through the text "
         "items. The output is the same either way.",
     )
     stats.add_argument(
         "broker_name", metavar="BROKER", help="broker id (looked up in ZooKeeper) or HOST:PORT"
+    )
+    stats.add_argument(
+        "item",
+        nargs="?",
+        metavar="ITEM",
+        choices=sorted(STATS_ITEMS),
+        help=f"print this item of 'stats' instead, as the broker answers it: {items_help()}",
     )
     stats.add_argument("--topics", action="store_true", help="also print 'stats topics'")
     stats.set_defaults(run=run_stats, open_session=ClusterSession.from_arguments)
@@ -324,6 +335,16 @@ def rejected_puts(client: AdminClient) -> list[tuple[str, str]]:
 
 def run_stats(arguments: argparse.Namespace, session: ClusterSession) -> int:
     client = _stats_client(session, arguments.broker_name)
+    if arguments.item is not None:
+        if arguments.topics:
+            raise UsageError("--topics goes with the general block, not with an ITEM")
+        text = item_text(client, arguments.item)
+        if arguments.json:
+            print(to_json({"broker": client.name, "item": arguments.item, "text": text}))
+        else:
+            print(f"broker {client.name}")
+            print(text)
+        return EXIT_OK
     # "name value" lines; the table shows the values as the broker wrote them.
     general = general_block(client)
     rejected = rejected_puts(client)

@@ -61,6 +61,9 @@ from meta.client.cluster import Partition, format_offset
 from meta.errors import ClientError
 
 DRY_RUN_TEXT = "dry run: nothing written; add --execute to write these offsets"
+# The columns of ``lag``, one per key of its rows (docs/meta-admin.md shows them).
+LAG_HEADERS = ["TOPIC", "PARTITION", "OWNER", "OWNER_LAST_COMMIT", "COMMITTED", "MAX_OFFSET"]
+LAG_HEADERS += ["LAG_BYTES", "LAG_MESSAGES", "NOTE"]
 
 COUNT_BYTES_MAX = 1024 * 1024
 """Default bound on the lag read to count its messages."""
@@ -357,17 +360,6 @@ def _print_lag(arguments: argparse.Namespace, session: ClusterSession, rows, sta
         print(f"group {arguments.group} has no partitions to show")
         return status
     now_ms = int(time.time() * 1000)
-    headers = [
-        "TOPIC",
-        "PARTITION",
-        "OWNER",
-        "OWNER_LAST_COMMIT",
-        "COMMITTED",
-        "MAX_OFFSET",
-        "LAG_BYTES",
-        "LAG_MESSAGES",
-        "NOTE",
-    ]
     lines = [
         [
             row["topic"],
@@ -382,7 +374,7 @@ def _print_lag(arguments: argparse.Namespace, session: ClusterSession, rows, sta
         ]
         for row in rows
     ]
-    print(table(headers, lines))
+    print(table(LAG_HEADERS, lines))
     print(f"total lag: {cell(total_bytes)} bytes, {cell(total_messages)} messages")
     return status
 

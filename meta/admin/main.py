@@ -44,7 +44,7 @@ from meta.admin import (
     truncate,
     tx,
 )
-from meta.admin.client import EXIT_OK, EXIT_USAGE, AdminClient, AdminError
+from meta.admin.client import EXIT_OK, EXIT_STATUS_RULE, EXIT_USAGE, AdminClient, AdminError
 from meta.admin.options import (
     broker_argument,
     broker_options,
@@ -68,9 +68,6 @@ COMMAND_GROUPS = (
 )
 """Modules registering commands; add new groups here."""
 
-EPILOG = (
-    "Exit status: 0 done, 1 refused or not found, 2 bad usage or a broker or ZooKeeper unreachable."
-)
 
 __all__ = ["broker_argument", "build_parser", "connection_options", "main", "timeout_argument"]
 
@@ -87,14 +84,29 @@ def build_parser() -> argparse.ArgumentParser:
         description="Operator tool of a metaq-py (MetaQ 1.x) cluster: what is in the cluster, "
         "how far behind consumer groups are, what partitions hold; move a stopped group's "
         "offsets, find a message, finish XA transactions.",
-        epilog=EPILOG,
+        epilog=EXIT_STATUS_RULE,
     )
     parser.add_argument("--version", action="version", version=f"metaq-py {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     leaf_options = broker_options(with_defaults=False)
     for group in COMMAND_GROUPS:
         group.add_parser(commands, leaf_options)
+    _end_help_with_exit_rule(parser)
     return parser
+
+
+def _end_help_with_exit_rule(parser: argparse.ArgumentParser) -> None:
+    """End every command's ``--help`` with ``EXIT_STATUS_RULE`` (after its own epilog).
+
+    argparse has no public way to list a parser's subcommands; ``_actions`` and
+    ``_SubParsersAction`` have been stable since Python 3.2, and a change shows at once in
+    tests/admin/test_admin_help.py, which reads the rule from every command's help.
+    """
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                command.epilog = " ".join(filter(None, [command.epilog, EXIT_STATUS_RULE]))
+                _end_help_with_exit_rule(command)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,8 +49,7 @@ def add_parser(commands: argparse._SubParsersAction, connection: argparse.Argume
         "broker can start on DIR; otherwise list what is pending and change nothing. Open, "
         "unprepared transactions are rolled back, as a Java broker's start would do. Run it "
         "with the Java broker stopped.",
-        epilog="Exit status: 0 moved aside (or nothing to do), 1 refused (something is "
-        "pending), 2 bad usage or unreadable files.",
+        epilog="Refused (exit 1): something is pending; unreadable files exit 2.",
     )
     migrate.add_argument("directory", metavar="DIR", help="the Java broker's dataLogPath")
     migrate.add_argument(

@@ -1,7 +1,9 @@
 """How ``meta-admin`` prints: tables, JSON, times, payload previews and progress bars.
 
 * ``table(headers, rows)``: columns separated by two spaces, numbers right-aligned, ``None``
-  printed as ``-``; no trailing spaces.
+  printed as ``-``; no trailing spaces. A column is a number column when it holds at least one
+  integer and nothing but integers and ``None``; a column of ``None`` alone is text (left), so
+  a text column such as ``ATTRIBUTE`` keeps its alignment whether or not a row has a value.
 * ``to_json(document)``: indented JSON with keys in the order the caller built them (the keys
   of every command's document are fixed, so scripts can rely on them).
 * ``format_time_ms`` / ``parse_time``: ISO-8601 with milliseconds and a UTC offset, the form
@@ -37,14 +39,16 @@ def cell(value: object) -> str:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A plain-text table; a column whose cells are all integers (or None) is right-aligned."""
+    """A plain-text table; a column of integers (and None), with at least one integer, is
+    right-aligned, every other column left-aligned."""
     texts = [[cell(value) for value in row] for row in rows]
     widths = [len(header) for header in headers]
     for row in texts:
         assert len(row) == len(headers)
         widths = [max(width, len(text)) for width, text in zip(widths, row, strict=True)]
     numeric = [
-        bool(rows) and all(_is_number(row[index]) for row in rows) for index in range(len(headers))
+        all(_is_number(row[index]) for row in rows) and any(row[index] is not None for row in rows)
+        for index in range(len(headers))
     ]
     lines = []
     for row in [list(headers), *texts]:

@@ -13,7 +13,9 @@ broker:
   that hold data, one request each. An empty newest segment (just rolled) holds no offset and
   is not seen over the wire.
 * ``get`` reads records; ``PartitionReader.records`` follows 301s, doubles the size asked for
-  a record larger than it (up to ``READ_BYTES_MAX``) and stops at the end.
+  a record larger than it (up to ``READ_BYTES_MAX``) and stops at the end. At an offset that
+  starts no valid record it names the record starts around it, read from the start of its
+  segment (``meta.admin.record_starts``).
 
 Message-id time (wall-clock): ``locate_time`` binary-searches the segments by the time of
 their first record, then scans one segment forward to the first record whose id time is
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 
 from meta.admin.client import AdminClient, BrokerRefusedError, NotFoundError
 from meta.admin.output import Progress
+from meta.admin.record_starts import nearest_starts, nearest_starts_text
 from meta.errors import InvalidRecordError
 from meta.message_id import id_time_ms
 from meta.protocol.commands import LONG_MAX, Data, Result
@@ -44,6 +47,19 @@ READ_BYTES_MAX = 64 * 1024 * 1024
 """The most bytes asked for, for one record larger than ``READ_BYTES``."""
 SEGMENTS_MAX = 100_000
 """Bound on the segments walked in one partition."""
+
+
+STARTS_SCAN_BYTES_MAX = 64 * 1024 * 1024
+"""The most bytes of a segment read to name the record starts around an offset that is not one."""
+
+
+class _NoRecord(Exception):
+    """No valid record at ``offset`` (``text`` says why); ``records`` adds the nearest starts."""
+
+    def __init__(self, offset: int, text: str) -> None:
+        super().__init__(text)
+        self.offset = offset
+        self.text = text
 
 
 @dataclass(frozen=True)
@@ -196,9 +212,36 @@ class PartitionReader:
         the end at each read). A ``start`` below the first segment follows the 301.
 
         Raises:
-            NotFoundError: no valid record at an offset read (not a boundary, or corrupt).
+            NotFoundError: no valid record at an offset read (not a boundary, or corrupt);
+                the text names the record starts nearest to it.
             AdminError: a record too large to read, or the broker refused the get.
         """
+        try:
+            yield from self._records(start, end, progress)
+        except _NoRecord as error:
+            before, after = self._starts_around(error.offset)
+            raise NotFoundError(f"{error.text}; {nearest_starts_text(before, after)}") from None
+
+    def _starts_around(self, offset: int) -> tuple[int | None, int | None]:
+        """The record starts nearest to ``offset``, read from the start of its segment (at most
+        ``STARTS_SCAN_BYTES_MAX`` before it; beyond that, the segment's start alone)."""
+        segment_start = self._offset(offset)
+        if segment_start is None or segment_start > offset:
+            return None, None
+        if offset - segment_start > STARTS_SCAN_BYTES_MAX:
+            return segment_start, None
+        starts: list[int] = []
+        try:
+            for record in self._records(segment_start, None, None):
+                starts.append(record.offset)
+                if record.offset > offset:
+                    break
+        except _NoRecord:
+            pass  # Corrupt data before the next start: only the starts read so far count.
+        return nearest_starts(starts, offset)
+
+    def _records(self, start: int, end: int | None, progress: Progress | None) -> Iterator[Record]:
+        """``records`` without the naming of the nearest starts (``_NoRecord`` instead)."""
         offset, size = start, READ_BYTES
         while end is None or offset < end:
             reply = self.client.get(self.topic, self.partition, offset, size)
@@ -249,26 +292,30 @@ class PartitionReader:
         try:
             yield from iter_messages(reply.data, offset)
         except InvalidRecordError as error:
-            raise NotFoundError(
-                f"no valid record in {self.label} at offset {error_offset(error, offset)}: "
-                f"{error} (not a record boundary, or corrupt data)"
+            at = error_offset(error, offset)
+            raise _NoRecord(
+                at,
+                f"no valid record in {self.label} at offset {at}: "
+                f"{error} (not a record boundary, or corrupt data)",
             ) from None
 
     def _larger_size(self, data: bytes, offset: int, size: int) -> int:
         """The size to ask for when a reply held no complete record."""
         declared = HEADER.unpack_from(data)[0] if len(data) >= HEADER_SIZE else 0
         if declared < 0 or HEADER_SIZE + declared > READ_BYTES_MAX:
-            raise NotFoundError(
+            raise _NoRecord(
+                offset,
                 f"no valid record in {self.label} at offset {offset}: its header declares "
-                f"{declared} bytes (not a record boundary, or corrupt data)"
+                f"{declared} bytes (not a record boundary, or corrupt data)",
             )
         if len(data) < size:
             # The broker sent less than asked and no whole record: the data ends inside the
             # "record" (so the offset is not a boundary), or maxTransferSize cut it.
-            raise NotFoundError(
+            raise _NoRecord(
+                offset,
                 f"no complete record in {self.label} at offset {offset}: its header declares "
                 f"{declared} bytes, broker {self.client.name} sent {len(data)} (not a record "
-                "boundary, or a record larger than the broker's maxTransferSize)"
+                "boundary, or a record larger than the broker's maxTransferSize)",
             )
         return min(max(size * 2, HEADER_SIZE + declared), READ_BYTES_MAX)
 

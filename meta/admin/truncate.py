@@ -21,8 +21,9 @@ import os
 import sys
 from dataclasses import dataclass
 
-from meta.admin.client import EXIT_OK, EXIT_USAGE
+from meta.admin.client import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from meta.admin.output import to_json
+from meta.admin.record_starts import nearest_starts, nearest_starts_text
 from meta.errors import StoreError
 from meta.protocol.message import HEADER, HEADER_SIZE
 from meta.store.files import Files
@@ -54,8 +55,9 @@ def add_parser(commands: argparse._SubParsersAction, connection: argparse.Argume
         "--end E before starting the broker again, and consumers read exactly the "
         "acknowledged records. Without --execute it only says what it would cut. A partition "
         "that ends at --end or before it is left as it is. It refuses while a broker holds DIR.",
-        epilog="Exit status: 0 done (or nothing to cut), 2 bad usage, an offset that is not a "
-        "record boundary, or a directory in use.",
+        epilog="Refused (exit 1): an offset that is not the start of a record or lies before "
+        "the partition, a DIR/TOPIC-N that is not a partition, a DIR it cannot lock (a broker "
+        "holds it).",
     )
     command.add_argument("directory", metavar="DIR", help="the broker's dataPath")
     command.add_argument("partition", metavar="TOPIC-N", help="the partition, e.g. orders-0")
@@ -83,7 +85,10 @@ def run_truncate(arguments: argparse.Namespace, _session: None) -> int:
         }
         if arguments.execute and document["bytes_cut"]:
             cut(arguments.directory, directory, end)
-    except (Refused, StoreError, OSError) as error:
+    except Refused as error:
+        print(f"meta-admin: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    except (StoreError, OSError) as error:
         print(f"meta-admin: {error}", file=sys.stderr)
         return EXIT_USAGE
     document["action"] = "cut" if arguments.execute and document["bytes_cut"] else "none"
@@ -124,17 +129,13 @@ def check_boundary(segments: list[SegmentFile], end: int) -> None:
     if end >= last.start + last.size:
         return  # nothing at or after ``end``: nothing to cut
     holding = [segment for segment in segments if segment.start <= end][-1]
-    position = end - holding.start
-    previous = 0
-    for boundary in record_boundaries(holding.path, position):
-        if boundary == position:
-            return
-        if boundary > position:
-            break
-        previous = boundary
+    starts = [holding.start + b for b in record_boundaries(holding.path, end - holding.start)]
+    if end in starts:
+        return
+    before, after = nearest_starts(starts, end)
     raise Refused(
-        f"offset {end} is not the start of a record of {holding.path}; the record before it "
-        f"starts at {holding.start + previous}"
+        f"offset {end} is not the start of a record of {holding.path}; "
+        f"{nearest_starts_text(before, after)}"
     )
 
 
@@ -158,7 +159,10 @@ def record_boundaries(path: str, limit: int):
 def cut(root: str, directory: str, end: int) -> None:
     """Cut ``directory``'s segments back to ``end`` under the data directory's lock."""
     lock = DataPathLock()
-    lock.acquire([root])
+    try:
+        lock.acquire([root])
+    except StoreError as error:
+        raise Refused(str(error)) from None  # No cut without the lock: a broker may hold it.
     files = Files()
     segments: list[Segment] = []
     try:

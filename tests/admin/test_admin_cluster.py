@@ -183,6 +183,27 @@ def test_a_put_a_java_broker_would_store_shows_in_stats_and_the_log(cli, admin_c
     assert "refused a put of 1048586 bytes to quiet-0" in broker.log()
 
 
+def test_stats_with_an_item_prints_what_the_broker_answers_to_it(cli, admin_cluster):
+    status, out, err = cli("stats", "1", "http")
+    assert status == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"broker 127.0.0.1:{admin_cluster.broker(1).port}"
+    assert [line.split()[0] for line in lines[1:]][:2] == ["http_requests", "http_put"]
+
+
+def test_stats_config_item_prints_the_brokers_file(cli, admin_cluster):
+    status, out, _ = cli("stats", "2", "config", "--json")
+    document = json.loads(out)
+    assert status == 0 and document["item"] == "config"
+    assert document["text"] == admin_cluster.broker(2).config_path.read_text().rstrip("\n")
+
+
+def test_stats_slave_of_a_master_is_refused_with_the_role_it_needs(cli):
+    status, out, err = cli("stats", "1", "slave")
+    assert status == 1 and out == ""
+    assert "is not an async slave: it reads 'stats slave' as a topic name" in err
+
+
 def test_stats_of_an_unregistered_broker_id_exits_1(cli):
     status, _, err = cli("stats", "7")
     assert status == 1
@@ -242,12 +263,18 @@ def test_browse_a_numeric_partition_of_a_two_broker_topic_needs_the_broker(cli, 
     assert cli("browse", "browse", "0", "--broker", "1", "--count", "1")[0] == 0
 
 
-def test_browse_off_a_record_boundary_exits_1(cli, factory):
+def test_browse_off_a_record_boundary_exits_1_naming_the_record_starts_around_it(cli, factory):
     results = put(factory, "browse", [b"boundary-record"])
     last = results[-1]
     status, _, err = cli("browse", "browse", str(last.partition), "--from", str(last.offset + 3))
     assert status == 1
     assert "not a record boundary" in err
+    assert f"the nearest record starts at {last.offset}, before it (none after it)" in err
+    if last.offset > 0:
+        status, _, err = cli(
+            "browse", "browse", str(last.partition), "--from", str(last.offset - 3)
+        )
+        assert f"(before it) and {last.offset} (after it)" in err
 
 
 def test_browse_past_the_end_says_where_the_partition_ends(cli):

@@ -7,10 +7,13 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from meta.admin.client import EXIT_STATUS_RULE
 from meta.admin.main import COMMAND_GROUPS, build_parser, main
+from meta.admin.stats_items import STATS_ITEMS
 from tests.integration.broker_process import free_port
 
 COMMANDS = {
@@ -22,7 +25,7 @@ COMMANDS = {
     "reset-offsets": ("GROUP", "--topic", "--to", "--execute", "--dry-run", "--partition", "TIME"),
     "browse": ("TOPIC", "PARTITION", "--from", "--count", "--broker", "--raw"),
     "find-message": ("ID", "--topic", "--scan-bytes-max"),
-    "stats": ("BROKER", "--topics"),
+    "stats": ("BROKER", "ITEM", "--topics", *STATS_ITEMS),
     "slaves": ("BROKER",),
     "spark-writes": ("--json",),
     "replication": ("BROKER",),
@@ -181,3 +184,27 @@ def test_stats_of_an_address_without_a_broker_names_it(capsys):
     status, _, err = run(capsys, "stats", address, "--timeout", "1")
     assert status == 2
     assert f"cannot connect to broker {address}" in err
+
+
+def test_stats_refuses_an_item_the_broker_does_not_answer(capsys):
+    status, _, err = run(capsys, "stats", "0", "htp")
+    assert status == 2
+    assert "invalid choice: 'htp'" in err
+
+
+def every_parser(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                yield from every_parser(command)
+
+
+def test_every_help_ends_with_the_one_exit_status_rule():
+    for parser in every_parser(build_parser()):
+        assert " ".join(parser.format_help().split()).endswith(EXIT_STATUS_RULE), parser.prog
+
+
+def test_the_docs_state_the_same_exit_status_rule():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "meta-admin.md").read_text()
+    assert EXIT_STATUS_RULE in " ".join(page.split())

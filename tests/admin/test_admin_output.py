@@ -37,6 +37,14 @@ def test_table_right_aligns_numbers_and_prints_none_as_dash():
     ]
 
 
+def test_a_column_of_dashes_alone_is_left_aligned_as_text():
+    """ATTRIBUTE with no value in any row lines up as it does when one row has a value."""
+    empty = table(["ATTRIBUTE", "SIZE"], [[None, 5], [None, 12]])
+    some = table(["ATTRIBUTE", "SIZE"], [[None, 5], ["eu", 12]])
+    assert empty.splitlines()[1] == "-             5"
+    assert some.splitlines()[1] == "-             5"
+
+
 def test_table_has_no_trailing_spaces_and_left_aligns_text():
     text = table(["A", "B"], [["x", "long text"], ["yy", None]])
     assert all(line == line.rstrip() for line in text.splitlines())

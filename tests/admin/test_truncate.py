@@ -63,19 +63,19 @@ def test_execute_cuts_back_to_the_offset_across_segments(capsys, tmp_path, parti
     assert os.listdir(partition) == [segment_name(0)]
 
 
-def test_an_offset_inside_a_record_is_refused_with_the_record_before_it(
+def test_an_offset_inside_a_record_is_refused_with_the_records_around_it(
     capsys, tmp_path, partition
 ):
     status, _out, err = run(capsys, str(tmp_path), "orders-0", "--end", str(4 * SIZE + 3))
-    assert status == 2
-    assert f"the record before it starts at {4 * SIZE}" in err
+    assert status == 1
+    assert f"the nearest records start at {4 * SIZE} (before it) and {5 * SIZE} (after it)" in err
     assert offsets(partition) == [n * SIZE for n in range(6)]
 
 
 def test_an_offset_before_the_first_segment_is_refused(capsys, tmp_path, partition):
     (partition / segment_name(0)).unlink()
     status, _out, err = run(capsys, str(tmp_path), "orders-0", "--end", str(SIZE))
-    assert status == 2
+    assert status == 1
     assert f"before the partition's first offset {3 * SIZE}" in err
 
 
@@ -99,7 +99,7 @@ def test_a_directory_a_broker_holds_is_refused(capsys, tmp_path, partition):
         status, _out, err = run(capsys, str(tmp_path), "orders-0", "--end", str(SIZE), "--execute")
     finally:
         lock.release()
-    assert status == 2
+    assert status == 1
     assert "in use by another broker" in err
     assert offsets(partition) == [n * SIZE for n in range(6)]
 

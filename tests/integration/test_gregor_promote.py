@@ -90,7 +90,7 @@ def test_promote_recovers_the_offsets_and_starts_a_plain_master(gregor, admin, z
     promoted = gregor.run("promote")
 
     assert promoted.returncode == 0, promoted.stdout + promoted.stderr
-    assert "stopping gregor slave" in promoted.stdout
+    assert "stopping the gregor slave (pid " in promoted.stdout
     assert "promoted: broker 0 serving" in promoted.stdout
     assert admin.get(consumed)[0].decode() == f"{IDS[4]}-{ends[IDS[4]]}"
     assert admin.exists(f"{zk_root}/brokers/ids/0/master")

@@ -51,6 +51,7 @@ def test_start_gregor_passes_the_shipped_gregor_file_and_restart_keeps_the_role(
     code, body = scripted.stats_sync()
     assert (code, body.splitlines()[0]) == (200, "role gregor")
     first_pid = scripted.pid()
+    assert f"running as gregor slave (pid {first_pid}, " in scripted.run("status").stdout
 
     restarted = scripted.run("restart", "gregor")
 
@@ -69,6 +70,7 @@ def test_start_samsa_reads_meta_samsa_conf(scripted, tmp_path):
 
     assert started.returncode == 0, started.stdout + started.stderr
     assert scripted.command_line()[-2:] == ["--samsa", str(samsa)]
+    assert f"running as samsa master (pid {scripted.pid()}, " in scripted.run("status").stdout
 
 
 @pytest.mark.parametrize(

@@ -229,6 +229,8 @@ def test_failover_promote_the_slave_after_kill_9_of_the_master(tmp_path, zookeep
         cluster.master.start()
         started = slave_script(cluster, "start", "slave")
         assert started.returncode == 0, started.stderr
+        status = slave_script(cluster, "status").stdout
+        assert "meta-server is running as async slave of broker 0 (pid " in status
         cluster.slave.log_path = cluster.slave.directory / "run" / "meta-server.log"
         collector = Collector()
         consumer_of(consumers, "alpha", "fo-group", collector,
@@ -244,6 +246,7 @@ def test_failover_promote_the_slave_after_kill_9_of_the_master(tmp_path, zookeep
                   if key[0] == "alpha"}  # fmt: skip
         promoted = slave_script(cluster, "promote")
         assert promoted.returncode == 0, promoted.stderr + promoted.stdout
+        assert "stopping the async slave of broker 0 (pid " in promoted.stdout
         assert "promoted: broker 0 serving" in promoted.stdout
         promoted_at = time.monotonic()
         wait_for(lambda: len(sender.acked_since(promoted_at)) >= 30, 30, "sends after promote")

@@ -67,3 +67,24 @@ def test_pipeline_counts_status_codes_per_minute(tmp_path_factory, zookeeper):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert ": OK: " in done.stdout
     assert "produced 400 lines to access-log" in done.stdout
+
+
+def test_without_pyspark_it_names_the_install_command_before_sending(tmp_path):
+    """Goal: a checkout set up by ``start local`` (no spark extra) gets one line saying what
+    to install, and nothing is sent. Method: run the script with ``pyspark`` made
+    unimportable (``sys.modules["pyspark"] = None``) against a ZooKeeper address where
+    nothing listens; the check must come before any connection."""
+    runner = (
+        "import runpy, sys\n"
+        "sys.modules['pyspark'] = None\n"
+        f"sys.argv = [{str(SCRIPT)!r}, '--zk-connect', '127.0.0.1:1']\n"
+        f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", runner], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"pyspark not installed for {sys.executable}; ")
+    assert f"{sys.executable} -m pip install -e '{REPO}[spark]'" in done.stderr
