@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from meta.admin.client import AdminClient, BrokerRefusedError
 from meta.admin.reads import stats_lines
+from meta.status.facts import is_unknown_topic_block
 
 STATS_ITEMS: dict[str, str] = {
     "topics": "partitions, messages and bytes per topic",
@@ -58,7 +59,7 @@ def item_text(client: AdminClient, item: str) -> str:
             )
         return text.rstrip("\n")
     lines = stats_lines(client, item)
-    if item in ROLE_ITEMS and lines[:1] == [item] and lines[1:2] == ["resultCode 1"]:
+    if item in ROLE_ITEMS and lines[:1] == [item] and is_unknown_topic_block(lines):
         raise BrokerRefusedError(
             f"broker {client.name} is not {ROLE_ITEMS[item]}: it reads 'stats {item}' as a "
             "topic name"

@@ -22,7 +22,6 @@ from meta.dashboard.html import error_fragment
 from meta.dashboard.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from meta.dashboard.metrics import consumer_lag_text
 from meta.dashboard.shell import shell_page
-from meta.server.stats import is_unknown_topic
 from meta.status import facts
 from meta.status.health import readiness
 
@@ -185,7 +184,8 @@ def _stats(dashboard: Any, request: Request, item: str = "") -> Reply:
     that is no item, no configured topic and no stored one: Java's ``resultCode 1``)."""
     code, body = dashboard.broker.render_stats(item)
     text = body.decode("utf-8", "replace")
-    if is_unknown_topic(body):
+    lines = text.split("\r\n", 3)
+    if lines[:1] == ["STATS"] and facts.is_unknown_topic_block(lines[1:3]):
         missing = f"no stats item or topic {item} on this broker (the stats page lists the items)"
         return unknown(request, missing)
     if request.wants_json:

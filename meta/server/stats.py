@@ -44,13 +44,10 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Protocol
 
 from meta.config import read_config_bytes
-from meta.status.facts import COUNTER_NAMES, exact_topic_names
+from meta.status.facts import COUNTER_NAMES, UNKNOWN_TOPIC_RESULT, exact_topic_names
 
 KINDS = ("put", "get", "offset", "get_miss", "put_failed", "message_size")
 """Realtime event kinds, in the order the ``realtime`` item prints them."""
-
-TOPIC_UNKNOWN = 1
-"""The per-topic item's ``resultCode`` of a topic neither configured nor stored."""
 
 AUTO_RESET_INTERVAL_S = 30 * 60
 """Realtime counters are zeroed this often (Java ``MetaStatLog.RealTimeStatRestTask``)."""
@@ -493,13 +490,6 @@ def _realtime_lines(realtime: RealtimeStats) -> list[str]:
     return [_line(f"realtime_{kind}", realtime.format_total(kind)) for kind in KINDS]
 
 
-def is_unknown_topic(body: bytes) -> bool:
-    """Whether a ``stats`` reply body is the per-topic item of an unknown topic
-    (``resultCode 1``): how this broker, as Java's, answers an item it does not know."""
-    lines = body.split(b"\r\n", 3)
-    return len(lines) > 3 and lines[0] == b"STATS" and lines[2] == _UNKNOWN_TOPIC_LINE
-
-
 def _topic_lines(topic: str, view: BrokerView, realtime: RealtimeStats) -> list[str]:
     """Java's resultCode: 0 = has stores, 1 = unknown, 2 = configured without stores yet."""
     totals = _topic_totals(store for store in view.partitions if store.topic == topic).get(topic)
@@ -508,7 +498,7 @@ def _topic_lines(topic: str, view: BrokerView, realtime: RealtimeStats) -> list[
     elif topic in exact_topic_names(view.config):
         result_code = 2
     else:
-        result_code = TOPIC_UNKNOWN
+        result_code = UNKNOWN_TOPIC_RESULT
     totals = totals or _TopicTotals(0, 0, 0)
     lines = [
         topic,
@@ -520,9 +510,6 @@ def _topic_lines(topic: str, view: BrokerView, realtime: RealtimeStats) -> list[
     for kind in KINDS:
         lines.append(_line(f"topic_realtime_{kind}", realtime.format_topic(kind, topic)))
     return lines
-
-
-_UNKNOWN_TOPIC_LINE = _line("resultCode", TOPIC_UNKNOWN).encode()
 
 
 def _read_config_file(path: str) -> tuple[int, bytes]:

@@ -29,6 +29,16 @@ COUNTER_NAMES = (
 )
 """The command counters the ``stats`` general item shows, in its order (``BrokerCounters``)."""
 
+UNKNOWN_TOPIC_RESULT = 1
+"""The ``resultCode`` of ``stats <topic>`` for a topic neither configured nor stored: how the
+broker, as Java's, answers an item it does not know (it reads it as a topic name)."""
+
+
+def is_unknown_topic_block(lines: list[str]) -> bool:
+    """Whether ``lines``, a ``stats`` reply's lines after ``STATS`` (the topic, then
+    ``resultCode N``, ...), are the block of an unknown topic (``UNKNOWN_TOPIC_RESULT``)."""
+    return len(lines) >= 2 and lines[1] == f"resultCode {UNKNOWN_TOPIC_RESULT}"
+
 
 class UnknownTopicError(LookupError):
     """The topic is neither configured nor stored on this broker (a 404 on the pages)."""
