@@ -416,8 +416,13 @@ class ThreadExecutor:
         if plans is None or signal is None:
             self._queue.put((lambda: run_batch(tasks), done))
             return
+        try:
+            native.submit(plans)
+        except Exception as error:  # no memory for its copy of the plans: the batch is lost
+            done(None, error)
+            return
+        # After the submit: its results are delivered on this thread's next eventfd read.
         signal.expect(native.take, lambda results: done(native_errors(results), None))
-        native.submit(plans)
 
     def _start(self) -> None:
         self._signal = completion_signal(self._reactor)

@@ -162,6 +162,38 @@ def test_without_the_extension_the_python_thread_runs_every_batch(plans, monkeyp
     assert [client.task.threads for client in clients] == [["meta-store-flusher"]] * 3
 
 
+class RefusingWorker:
+    """A C thread that cannot take a batch (its copy of the plans ran out of memory)."""
+
+    def submit(self, plans: list[tuple[str | int, ...]]) -> None:
+        raise MemoryError("no memory for the batch's plans")
+
+    def take(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        pass
+
+
+def test_a_batch_the_c_thread_cannot_take_fails_its_tasks_and_frees_the_flusher(plans, monkeypatch):
+    """Goal: a batch the C thread refuses fails its tasks at once, as a lost batch (their
+    puts get 500, never a hang), and the flusher takes the next request. Method: a worker
+    whose submit raises, on a real (not running) epoll reactor."""
+    monkeypatch.setattr(group_commit, "NATIVE", object())
+    monkeypatch.setattr(group_commit, "native_worker", lambda eventfd: RefusingWorker())
+    executor = ThreadExecutor(closing_reactor(epollreactor.EPollReactor()))
+    flusher = Flusher(executor)
+    first, second = (Client(PlanTask(Files(), plans[0])) for _ in range(2))
+    try:
+        flusher.request(first)
+        assert first.results == ["no memory for the batch's plans"]
+        flusher.request(second)
+        assert second.results == ["no memory for the batch's plans"]
+        assert flusher.batch_count == 2
+    finally:
+        executor.stop()
+
+
 @native
 def test_the_c_thread_fails_exactly_the_tasks_whose_sync_failed(plans):
     """Goal: a batch on the C thread gives each task the result and the error text the Python
