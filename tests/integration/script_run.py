@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.integration.broker_process import REPO
+from tests.integration.broker_process import REPO, server_ini
 
 SCRIPT = REPO / "tools" / "metaServer.sh"
 SCRIPT_TIMEOUT_S = 120.0  # metaServer.sh waits at most 60 s to start and 30 s to stop.
@@ -56,3 +56,13 @@ class ScriptRun:
         pid = self.pid()
         if pid is not None and Path(f"/proc/{pid}").exists():
             os.kill(pid, signal.SIGKILL)
+
+
+class StandaloneRunDir(ScriptRun):
+    """A broker without ZooKeeper (``server_ini``) on ``port`` (0: any free port), its data
+    in ``directory/data``."""
+
+    def __init__(self, directory: Path, port: int) -> None:
+        super().__init__(directory)
+        directory.mkdir(exist_ok=True)
+        self.conf.write_text(server_ini(port, directory / "data"))

@@ -9,21 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.broker_process import free_port, server_ini
-from tests.integration.script_run import ScriptRun
-
-
-class RunDir(ScriptRun):
-    """A config file and a run dir for one broker the script starts and stops."""
-
-    def __init__(self, directory, port: int) -> None:
-        super().__init__(directory)
-        self.conf.write_text(server_ini(port, directory / "data"))
+from tests.integration.broker_process import free_port
+from tests.integration.script_run import StandaloneRunDir
 
 
 @pytest.fixture
 def scripted(tmp_path):
-    run_dir = RunDir(tmp_path, free_port())
+    run_dir = StandaloneRunDir(tmp_path, free_port())
     yield run_dir
     run_dir.run("stop", "broker")
     run_dir.kill_leftover()

@@ -15,23 +15,14 @@ from pathlib import Path
 import pytest
 
 from tests.integration.broker_process import free_port, server_ini
-from tests.integration.script_run import SCRIPT, ScriptRun
+from tests.integration.script_run import SCRIPT, StandaloneRunDir
 
 ZOOKEEPER_SCRIPT = SCRIPT.parent / "zookeeper.sh"
 
 
-class RunDir(ScriptRun):
-    """A config file and a run dir for one broker the script starts and stops."""
-
-    def __init__(self, directory: Path, port: int) -> None:
-        super().__init__(directory)
-        directory.mkdir(exist_ok=True)
-        self.conf.write_text(server_ini(port, directory / "data"))
-
-
 @pytest.fixture
 def any_port(tmp_path):
-    scripted = RunDir(tmp_path, 0)
+    scripted = StandaloneRunDir(tmp_path, 0)
     yield scripted
     scripted.run("stop", "broker")
     scripted.kill_leftover()
@@ -39,7 +30,7 @@ def any_port(tmp_path):
 
 @pytest.fixture
 def fixed_port(tmp_path):
-    scripted = RunDir(tmp_path, free_port())
+    scripted = StandaloneRunDir(tmp_path, free_port())
     yield scripted
     scripted.run("stop", "broker")
     scripted.kill_leftover()
@@ -131,7 +122,7 @@ class LocalZooKeeper:
 def two_brokers(tmp_path):
     """Two brokers of this checkout in their own run dirs, as on one machine for HA, and the
     ZooKeeper the first one's 'start local' left running; all stopped after the test."""
-    first, second = (RunDir(tmp_path / name, free_port()) for name in ("first", "second"))
+    first, second = (StandaloneRunDir(tmp_path / name, free_port()) for name in ("first", "second"))
     zookeeper = LocalZooKeeper(first.run_dir)
     for scripted in (first, second):
         started = scripted.run("start")
