@@ -51,6 +51,11 @@ class ScriptRun:
         pid_file = self.run_dir / "meta-server.pid"
         return int(pid_file.read_text()) if pid_file.exists() else None
 
+    def stop_broker(self) -> None:
+        """A test's clean-up: ``stop broker``, then ``kill_leftover`` if it did not stop."""
+        self.run("stop", "broker")
+        self.kill_leftover()
+
     def kill_leftover(self) -> None:
         """After a failed test: kill the broker this test started, by its pid."""
         pid = self.pid()

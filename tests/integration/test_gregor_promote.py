@@ -50,8 +50,7 @@ def gregor(tmp_path, zookeeper, zk_root):
     started = run.run("start", "gregor")
     assert started.returncode == 0, started.stdout + started.stderr
     yield run
-    run.run("stop", "broker")
-    run.kill_leftover()
+    run.stop_broker()
 
 
 def sync_records(port: int) -> dict[int, int]:

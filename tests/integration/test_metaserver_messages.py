@@ -17,8 +17,7 @@ from tests.integration.script_run import StandaloneRunDir
 def scripted(tmp_path):
     run_dir = StandaloneRunDir(tmp_path, free_port())
     yield run_dir
-    run_dir.run("stop", "broker")
-    run_dir.kill_leftover()
+    run_dir.stop_broker()
 
 
 def test_a_second_start_while_one_runs_is_refused_and_names_the_running_pid(scripted):

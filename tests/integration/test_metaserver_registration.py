@@ -42,8 +42,7 @@ class RunDir(ScriptRun):
 def scripted(tmp_path, zookeeper, zk_root):
     run_dir = RunDir(tmp_path, zookeeper, zk_root)
     yield run_dir
-    run_dir.run("stop", "broker")
-    run_dir.kill_leftover()
+    run_dir.stop_broker()
 
 
 def test_start_after_a_kill_9_says_why_it_waits_and_returns_once_registered(

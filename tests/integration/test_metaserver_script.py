@@ -24,16 +24,14 @@ ZOOKEEPER_SCRIPT = SCRIPT.parent / "zookeeper.sh"
 def any_port(tmp_path):
     scripted = StandaloneRunDir(tmp_path, 0)
     yield scripted
-    scripted.run("stop", "broker")
-    scripted.kill_leftover()
+    scripted.stop_broker()
 
 
 @pytest.fixture
 def fixed_port(tmp_path):
     scripted = StandaloneRunDir(tmp_path, free_port())
     yield scripted
-    scripted.run("stop", "broker")
-    scripted.kill_leftover()
+    scripted.stop_broker()
 
 
 def accepts(port: int) -> bool:
@@ -130,8 +128,7 @@ def two_brokers(tmp_path):
     zookeeper.start()
     yield first, second, zookeeper
     for scripted in (first, second):
-        scripted.run("stop", "broker")
-        scripted.kill_leftover()
+        scripted.stop_broker()
     zookeeper.command("stop")
 
 

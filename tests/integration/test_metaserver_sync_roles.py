@@ -39,8 +39,7 @@ def scripted(tmp_path):
         tmp_path, free_port(), zk={"zk.zkEnable": "true", "zk.zkConnect": "127.0.0.1:1"}
     )
     yield run_dir
-    run_dir.run("stop", "broker")
-    run_dir.kill_leftover()
+    run_dir.stop_broker()
 
 
 def test_start_gregor_passes_the_shipped_gregor_file_and_restart_keeps_the_role(scripted):

@@ -131,5 +131,4 @@ def test_a_promoted_gregor_slave_serves_every_acknowledged_message_to_the_group(
     finally:
         factory.shutdown()
         master.kill()
-        slave.run("stop", "broker")
-        slave.kill_leftover()
+        slave.stop_broker()
