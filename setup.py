@@ -1,17 +1,20 @@
-"""The optional compiled build: the broker's hot path compiled with mypyc.
+"""The package's extension modules: two small C extensions in every build, and the optional
+compiled build of the broker's hot path with mypyc.
 
-Package metadata and dependencies live in setup.cfg; this file only adds extension modules,
-and only when the environment asks for them::
+Package metadata and dependencies live in setup.cfg; this file only adds extension modules.
 
-    METAQ_COMPILE=1 python setup.py build_ext --inplace
+* Every install (``pip install -e .``, as ``tools/setup-env.sh`` runs it) builds the two
+  plain C extensions of ``meta.compiled.C_EXTENSIONS`` when it can: the group-commit
+  flusher's C thread (POSIX threads) and the slave's record check (against ISA-L: Debian's
+  ``libisal-dev``). They are optional there: with
+  no C compiler, no Python headers or no ISA-L the install goes on without them, and the
+  broker runs the Python thread and the pure-Python check, with the same results.
+* ``METAQ_COMPILE=1 python setup.py build_ext --inplace`` also compiles the modules of
+  ``meta.compiled.COMPILED_MODULES`` in place, next to their sources, with mypyc (it needs
+  ``mypy``, a C compiler, Python's headers and the package's dependencies installed, since
+  mypyc type-checks what the modules import); there every extension is required.
 
-compiles the modules of ``meta.compiled.COMPILED_MODULES`` in place, next to their sources,
-with mypyc (it needs ``mypy``, a C compiler, Python's headers and the package's
-dependencies installed, since mypyc type-checks what the modules import), and builds the
-slave's record check (``RECORD_CHECK``, plain C against ISA-L: ``libisal-dev``) and the
-group-commit flusher's C thread (``FLUSH_WORKER``, plain C, POSIX threads). Without
-``METAQ_COMPILE=1`` the package is pure Python, as always. docs/performance.md, "The compiled
-build", gives its cost and what it saves.
+docs/performance.md, "The compiled build", gives their cost and what they save.
 """
 
 import os
@@ -26,34 +29,41 @@ OPT_LEVEL_VARIABLE = "METAQ_COMPILE_OPT_LEVEL"
 
 
 SOURCE_DIGESTS: dict = {}
-"""Each compiled module's name -> the SHA-256 of its source as mypyc read it (``extensions``),
-recorded beside its extension once the build succeeded (``BuildExtensions``)."""
+"""Each built module's name -> the SHA-256 of its source as the build read it
+(``extensions``), recorded beside its extension once the build succeeded
+(``BuildExtensions``)."""
 
 
 def extensions() -> list:
-    """mypyc's extension modules and the record check when ``METAQ_COMPILE=1``, else none."""
-    if os.environ.get(COMPILE_VARIABLE, "0") != "1":
-        return []
+    """The C extensions (optional unless ``METAQ_COMPILE=1``), and with ``METAQ_COMPILE=1``
+    mypyc's extension modules before them."""
+    compiling = os.environ.get(COMPILE_VARIABLE, "0") == "1"
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from meta.compiled import C_EXTENSIONS, COMPILED_MODULES, GROUP_NAME, source_digest
+
+    c_extensions = [
+        Extension(name, [source], libraries=list(libraries), optional=not compiling)
+        for name, (source, libraries) in C_EXTENSIONS.items()
+    ]
+    # Read before the compilers do: a source edited while the build runs is then found stale.
+    SOURCE_DIGESTS.update(
+        (name, source_digest(source)) for name, (source, _) in C_EXTENSIONS.items()
+    )
+    if not compiling:
+        return c_extensions
     from mypyc.build import mypycify
 
-    from meta.compiled import COMPILED_MODULES, GROUP_NAME, source_digest
-
     paths = [name.replace(".", "/") + ".py" for name in COMPILED_MODULES]
-    # Read before mypyc does: a source edited while the build runs is then found stale.
     SOURCE_DIGESTS.update(
         (name, source_digest(path)) for name, path in zip(COMPILED_MODULES, paths, strict=True)
     )
     opt_level = os.environ.get(OPT_LEVEL_VARIABLE, "3")
-    return mypycify(paths, opt_level=opt_level, group_name=GROUP_NAME) + [
-        RECORD_CHECK,
-        FLUSH_WORKER,
-    ]
+    return mypycify(paths, opt_level=opt_level, group_name=GROUP_NAME) + c_extensions
 
 
 class BuildExtensions(build_ext):
-    """``build_ext`` that, once every extension is built, records beside each compiled
-    module's extension the digest of the source it was compiled from
+    """``build_ext`` that, once the extensions are built, records beside each one the digest
+    of the source it was built from
     (``meta.compiled.stale_modules`` compares the checkout's sources with it)."""
 
     def run(self) -> None:
@@ -63,14 +73,9 @@ class BuildExtensions(build_ext):
         from meta.compiled import write_built_digest
 
         for name, digest in SOURCE_DIGESTS.items():
-            write_built_digest(self.get_ext_fullpath(name), name, digest)
+            extension = self.get_ext_fullpath(name)
+            if os.path.exists(extension):  # an optional extension may not have built
+                write_built_digest(extension, name, digest)
 
-
-RECORD_CHECK = Extension("meta.slave._record_crc", ["meta/slave/_record_crc.c"], libraries=["isal"])
-"""The slave's walk of a batch and its CRC check without the GIL (``meta.slave.record_check``)."""
-
-FLUSH_WORKER = Extension("meta.store._flush_worker", ["meta/store/_flush_worker.c"])
-"""The flusher's fsyncs of a batch on a C thread that never takes the GIL
-(``meta.store.group_commit``)."""
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": BuildExtensions})

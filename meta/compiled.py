@@ -17,9 +17,11 @@ the SHA-256 of each source it compiled beside the module's extension
 whatever the files' times (a rebase or a checkout that rewrites a source with the same bytes
 leaves the build current).
 
-The same build makes the slave's record check a C extension (``record_check``, from
-``meta.slave.record_check.IMPLEMENTATION``) and runs the group-commit flusher's system calls
-on a C thread (``flush_thread``, from ``meta.store.native_flush.IMPLEMENTATION``).
+Two plain C extensions (``C_EXTENSIONS``) are built by every install that has a C compiler,
+with or without mypyc: the slave's record check (``record_check``, from
+``meta.slave.record_check.IMPLEMENTATION``) and the group-commit flusher's C thread
+(``flush_thread``, from ``meta.store.native_flush.IMPLEMENTATION``). ``stale_modules``
+covers them too, against their ``.c`` sources.
 
 ``log_build`` is what the broker logs at start-up. Importing this module imports nothing of
 the broker; ``compiled_modules``, ``describe`` and ``stale_modules`` import the modules they
@@ -31,8 +33,10 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.machinery
+import importlib.util
 import logging
 import os
+from pathlib import Path
 
 COMPILED_MODULES = (
     "meta.message_id",
@@ -56,6 +60,14 @@ COMPILED_MODULES = (
     "meta.sync.slave_link",
 )
 """The modules of the compiled build, in the order ``setup.py`` passes them to mypyc."""
+
+C_EXTENSIONS = {
+    "meta.store._flush_worker": ("meta/store/_flush_worker.c", ()),
+    "meta.slave._record_crc": ("meta/slave/_record_crc.c", ("isal",)),
+}
+"""The plain C extensions, by module name: (source, libraries). Every install builds them
+when it can (``setup.py``; optional there, required with ``METAQ_COMPILE=1``): the
+group-commit flusher's C thread and the slave's record check."""
 
 GROUP_NAME = "metaq_compiled"
 """mypyc's name for the build: their code is in one library, the module ``GROUP_NAME +
@@ -102,20 +114,36 @@ def write_built_digest(extension: str, name: str, digest: str) -> None:
         file.write(digest + "\n")
 
 
+def _built_extension(name: str) -> str | None:
+    """The extension module ``name`` is imported from, or None when it would come from a
+    source or is not there. Imports only its parent packages."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except ImportError:
+        return None
+    origin = spec.origin if spec is not None else None
+    return origin if _is_extension(origin) else None
+
+
 def stale_modules() -> list[str]:
-    """Compiled modules whose source is not what the build compiled: its bytes differ from
-    the digest the build recorded, or the build recorded none (an older build).
+    """Built modules (mypyc's and the C extensions) whose source is not what the build read:
+    its bytes differ from the digest the build recorded, or the build recorded none (an
+    older build).
 
     A module whose source is missing (an installed build without its sources) has nothing
     to compare and is not stale.
     """
+    sources = {name: name.replace(".", "/") + ".py" for name in COMPILED_MODULES} | {
+        name: source for name, (source, _) in C_EXTENSIONS.items()
+    }
     stale = []
-    for name in compiled_modules():
-        extension = importlib.import_module(name).__file__
-        assert extension is not None  # compiled_modules found it
-        source = os.path.join(os.path.dirname(extension), name.rsplit(".", 1)[1] + ".py")
+    for name, relative in sources.items():
+        extension = _built_extension(name)
+        if extension is None:
+            continue
+        # An in-place build leaves each extension beside its source.
         try:
-            digest = source_digest(source)
+            digest = source_digest(os.path.join(os.path.dirname(extension), Path(relative).name))
         except OSError:
             continue  # no source: nothing to compare
         try:
@@ -149,13 +177,17 @@ def record_check() -> str:
 
 REBUILD_COMMAND = "METAQ_COMPILE=1 .venv/bin/python setup.py build_ext --inplace"
 """The in-place compiled build, as docs/performance.md ("The compiled build") gives it."""
+C_REBUILD_COMMAND = ".venv/bin/python setup.py build_ext --inplace"
+"""The in-place build of the C extensions alone (``C_EXTENSIONS``), as every install does."""
 
 
 def stale_message(stale: list[str]) -> str:
-    """What the suite and the broker say of the ``stale`` modules: which, and how to rebuild."""
+    """What the suite and the broker say of the ``stale`` modules: which, and how to rebuild
+    (the compiled build when one of them is mypyc's, else the C extensions alone)."""
+    command = REBUILD_COMMAND if set(stale) & set(COMPILED_MODULES) else C_REBUILD_COMMAND
     return (
-        f"compiled modules built from other sources than the checkout's: {', '.join(stale)}; "
-        f"rebuild them ({REBUILD_COMMAND}) or delete meta/**/*.so"
+        f"modules built from other sources than the checkout's: {', '.join(stale)}; "
+        f"rebuild them ({command}) or delete meta/**/*.so"
     )
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import importlib.machinery
 import os
+import shutil
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -95,22 +95,30 @@ def test_the_other_build_passes_the_tests_that_pin_the_hot_path_bytes(other_buil
     assert " passed" in output and "failed" not in output, output[-2000:]
 
 
-def fake_compiled_module(directory: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
-    """``meta.fake``, the only compiled module as ``stale_modules`` sees it: imported from an
-    extension in ``directory``, beside its source ``fake.py``. Returns both paths."""
+def fake_built_module(
+    directory: Path, monkeypatch: pytest.MonkeyPatch, source_name: str = "fake.py"
+) -> tuple[Path, Path]:
+    """``meta.fake``, the only built module as ``stale_modules`` sees it: a mypyc module (its
+    source ``fake.py``) or, with another ``source_name``, a C extension built from that
+    source, its extension in ``directory`` beside the source. Returns both paths."""
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    extension, source = directory / f"fake{suffix}", directory / "fake.py"
+    extension, source = directory / f"fake{suffix}", directory / source_name
     extension.write_bytes(b"")
     source.write_bytes(b"VALUE = 1\n")
-    module = types.ModuleType("meta.fake")
-    module.__file__ = str(extension)
+    real_find_spec = compiled.importlib.util.find_spec
 
-    def import_module(name: str) -> types.ModuleType:
-        assert name == "meta.fake"
-        return module
+    def find_spec(name: str) -> object:
+        if name != "meta.fake":
+            return real_find_spec(name)
+        return importlib.machinery.ModuleSpec(name, None, origin=str(extension))
 
-    monkeypatch.setattr(compiled, "COMPILED_MODULES", ("meta.fake",))
-    monkeypatch.setattr(compiled.importlib, "import_module", import_module)
+    if source_name == "fake.py":
+        monkeypatch.setattr(compiled, "COMPILED_MODULES", ("meta.fake",))
+        monkeypatch.setattr(compiled, "C_EXTENSIONS", {})
+    else:
+        monkeypatch.setattr(compiled, "COMPILED_MODULES", ())
+        monkeypatch.setattr(compiled, "C_EXTENSIONS", {"meta.fake": (f"meta/{source_name}", ())})
+    monkeypatch.setattr(compiled.importlib.util, "find_spec", find_spec)
     return extension, source
 
 
@@ -123,7 +131,7 @@ def test_a_source_touched_since_the_build_with_the_same_bytes_is_not_stale(tmp_p
     """Goal: a rebase or a checkout that rewrites a compiled module's source with the same
     bytes leaves the build current. Method: a fake compiled module built from its source,
     whose source is then rewritten as it was and dated after the build."""
-    extension, source = fake_compiled_module(tmp_path, monkeypatch)
+    extension, source = fake_built_module(tmp_path, monkeypatch)
     build(extension, source)
     os.utime(extension, (1e9, 1e9))
     source.write_bytes(source.read_bytes())
@@ -135,7 +143,7 @@ def test_a_source_changed_since_the_build_is_stale_whatever_its_time(tmp_path, m
     """Goal: an edited source is stale even when its file looks older than the build (a
     checkout of an older commit). Method: a fake compiled module built from its source, whose
     source is then changed and dated before the build."""
-    extension, source = fake_compiled_module(tmp_path, monkeypatch)
+    extension, source = fake_built_module(tmp_path, monkeypatch)
     build(extension, source)
     source.write_bytes(b"VALUE = 2\n")
     os.utime(source, (1e9, 1e9))
@@ -144,12 +152,84 @@ def test_a_source_changed_since_the_build_is_stale_whatever_its_time(tmp_path, m
 
 
 def test_a_build_that_recorded_no_digest_is_stale(tmp_path, monkeypatch):
-    fake_compiled_module(tmp_path, monkeypatch)
+    fake_built_module(tmp_path, monkeypatch)
     assert compiled.stale_modules() == ["meta.fake"]
 
 
+def test_a_c_extension_whose_c_source_changed_is_stale(tmp_path, monkeypatch):
+    """Goal: an edited ``.c`` file without a rebuild is found, as an edited compiled module
+    is. Method: a fake C extension built from ``fake.c``, which is then changed."""
+    extension, source = fake_built_module(tmp_path, monkeypatch, source_name="fake.c")
+    build(extension, source)
+    assert compiled.stale_modules() == []
+    source.write_bytes(b"int value = 2;\n")
+    assert compiled.stale_modules() == ["meta.fake"]
+
+
+def test_every_c_extension_is_a_c_source_of_the_package():
+    for name, (source, _libraries) in compiled.C_EXTENSIONS.items():
+        assert (ROOT / source).is_file(), name
+        assert Path(source).parent == Path(name.replace(".", "/")).parent, name
+
+
 def test_the_stale_message_names_the_modules_and_the_rebuild_command_of_the_docs():
-    message = compiled.stale_message(["meta.fake", "meta.other"])
-    assert "meta.fake, meta.other" in message
+    message = compiled.stale_message(["meta.protocol.codec", "meta.store._flush_worker"])
+    assert "meta.protocol.codec, meta.store._flush_worker" in message
     assert compiled.REBUILD_COMMAND in message
     assert compiled.REBUILD_COMMAND in (ROOT / "docs" / "performance.md").read_text()
+
+
+def test_stale_c_extensions_alone_are_rebuilt_without_the_compiled_build():
+    message = compiled.stale_message(["meta.store._flush_worker"])
+    assert compiled.C_REBUILD_COMMAND in message and "METAQ_COMPILE" not in message
+    assert compiled.C_REBUILD_COMMAND in (ROOT / "docs" / "performance.md").read_text()
+
+
+def _build_c_extensions(
+    tmp_path: Path, **environment: str
+) -> tuple[subprocess.CompletedProcess, Path]:
+    """``setup.py build_ext --inplace`` without ``METAQ_COMPILE``, as every install runs it,
+    in a copy of ``setup.py`` and ``meta/`` without their extensions."""
+    copy = tmp_path / "checkout"
+    shutil.copytree(
+        ROOT / "meta",
+        copy / "meta",
+        ignore=shutil.ignore_patterns("*.so", "*.built-sha256", "__pycache__"),
+    )
+    shutil.copy(ROOT / "setup.py", copy / "setup.py")
+    shutil.copy(ROOT / "setup.cfg", copy / "setup.cfg")
+    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    env = {**os.environ, **environment}
+    env.pop("METAQ_COMPILE", None)
+    result = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return result, copy
+
+
+def test_every_install_builds_the_c_extensions_and_records_their_sources(tmp_path):
+    """Goal: a plain install gets the C flusher thread and the C record check, and the stale
+    check knows what they were built from. Method: the C build of every install, in a copy."""
+    result, copy = _build_c_extensions(tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    for name, (source, _libraries) in compiled.C_EXTENSIONS.items():
+        extension = copy / (name.replace(".", "/") + suffix)
+        assert extension.is_file(), result.stderr[-4000:]
+        recorded = Path(compiled.built_digest_path(str(extension), name)).read_text().strip()
+        assert recorded == compiled.source_digest(str(copy / source))
+    assert not list(copy.glob("meta/**/codec*.so"))  # no mypyc without METAQ_COMPILE
+
+
+def test_an_install_without_a_c_compiler_goes_on_without_the_c_extensions(tmp_path):
+    """Goal: no C compiler is no failed install: the broker then runs the Python twins.
+    Method: the same build with a compiler that always fails (``CC=false``)."""
+    result, copy = _build_c_extensions(tmp_path, CC="false", LDSHARED="false")
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert list(copy.glob("meta/**/*.so")) == []
+    assert list(copy.glob("meta/**/*.built-sha256")) == []

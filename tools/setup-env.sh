@@ -8,16 +8,20 @@
 #      chromium                 when `chromium` is missing (the dashboard's browser test;
 #                               not with --broker-only)
 #      libisal-dev              when ISA-L is missing (the slave's record check in C links
-#                               it: the compiled build and its test; not with --broker-only)
+#                               it, and every install builds that check when ISA-L is
+#                               there; not with --broker-only)
 #    `apt-get update` runs only when a package has no install candidate yet.
 #    Not root and something missing: prints the exact command and exits 1.
 # 2. <checkout>/.venv: created when absent, reused when present.
 # 3. pip install -e '.[test,spark]' --config-settings editable_mode=compat into it (with
 #    --broker-only: -e . alone, what the broker and the client need; no PySpark, pyarrow,
-#    pandas or test tools), skipped while the install command, setup.cfg, pyproject.toml and
-#    the checkout path are unchanged since the last successful install and the install is
-#    still path-based (--force reinstalls). --broker-only is also satisfied by a full
-#    install, so `start local` after `tools/test` installs nothing.
+#    pandas or test tools), skipped while the install command, setup.cfg, pyproject.toml,
+#    setup.py, the C sources under meta/ and the checkout path are unchanged since the last
+#    successful install and the install is still path-based (--force reinstalls).
+#    --broker-only is also satisfied by a full install, so `start local` after `tools/test`
+#    installs nothing. The install builds the two C extensions in place when it can (the
+#    group-commit flusher's C thread; the slave's record check, with ISA-L), else goes on
+#    without them (setup.py); the last lines say which the broker will run.
 #    Why compat: setuptools' default editable mode serves a flat layout through an import
 #    finder, and PySpark finds Python data sources with pkgutil.iter_modules(), which lists
 #    only sys.path directories. compat puts the checkout on sys.path with a plain .pth line,
@@ -96,7 +100,7 @@ command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 { [ -f "$ZOOKEEPER_JAR" ] && dpkg -s zookeeper >/dev/null 2>&1; } || missing+=(zookeeper)
 # Debian's `chromium`: the dashboard's browser test loads every page in it, headless.
 [ "$BROKER_ONLY" -eq 1 ] || command -v chromium >/dev/null 2>&1 || missing+=(chromium)
-# Debian's `libisal-dev`: the slave's record check in C (setup.py's RECORD_CHECK) links ISA-L.
+# Debian's `libisal-dev`: the slave's record check in C (meta.compiled.C_EXTENSIONS) links ISA-L.
 [ "$BROKER_ONLY" -eq 1 ] || dpkg -s libisal-dev >/dev/null 2>&1 || missing+=(libisal-dev)
 
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -139,7 +143,9 @@ fi
 
 stamp_value() {
     # Anything that changes what the install would produce; the arguments are the install's.
-    { printf '%s\n' "$ROOT" "$@"; cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml"; } |
+    # setup.py and the C sources: the install builds the C extensions (meta.compiled.C_EXTENSIONS).
+    { printf '%s\n' "$ROOT" "$@"; cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml" "$ROOT/setup.py"
+        find "$ROOT/meta" -name '*.c' | LC_ALL=C sort | xargs cat; } |
         sha256sum | cut -d' ' -f1
 }
 
@@ -173,4 +179,7 @@ else
     Spark would not find format(\"metaq\") by itself; the install was not path-based"
     printf '%s\n' "$wanted" >"$STAMP"
 fi
+# The C extensions are optional (setup.py): say what this install got.
+say "$("$VENV/bin/python" -c 'import meta.compiled as c
+print(f"group-commit flusher: {c.flush_thread()}; slave record check: {c.record_check()}")')"
 say "ready: $VENV/bin/python, java $(java -version 2>&1 | head -n1 | cut -d'"' -f2)"

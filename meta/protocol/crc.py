@@ -16,7 +16,7 @@ on the project's record sizes. On the 2-core development VM (CPU ms per MiB chec
 zlib-ng ties isal on the 1 KiB message and leads on everything larger.
 
 One check computes its CRCs elsewhere: the async slave's check of a fetched batch, when the
-optional build made its C extension (``meta.slave.record_check``), calls ISA-L's
+install built its C extension (``meta.slave.record_check``), calls ISA-L's
 ``crc32_gzip_refl`` (the same values; the library ``isal`` wraps) over the whole batch with the
 GIL released.
 

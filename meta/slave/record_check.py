@@ -42,12 +42,13 @@ from meta.protocol.message import CHECKSUM_MASK, HEADER_SIZE
 def _load_extension() -> ModuleType | None:
     try:
         return importlib.import_module("meta.slave._record_crc")
-    except ImportError:  # the optional build is not there: the pure check, same results
+    except ImportError:  # not built (setup.py): the pure check, same results
         return None
 
 
 EXTENSION = _load_extension()
-"""The C check (``meta.slave._record_crc``, ``first_bad``) when the optional build made it."""
+"""The C check (``meta.slave._record_crc``, ``first_bad``) when the install built it (``setup.py``,
+``meta.compiled.C_EXTENSIONS``)."""
 NATIVE_CHECK = "C (ISA-L crc32_gzip_refl, GIL released)"
 IMPLEMENTATION = NATIVE_CHECK if EXTENSION is not None else "pure Python"
 """Which check ``check_records`` runs: the extension's or the pure one."""

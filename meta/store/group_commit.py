@@ -16,7 +16,7 @@ What lives here:
       of a completion's hand-off (a synchronous producer in group commit pays it per put).
       One that has ``submit_batch(tasks, done)`` (``ThreadExecutor``) is given the tasks
       themselves, so that it may run their plans of syncs without Python.
-    * The C thread (``meta.store.native_flush``, built by the optional build): where it was
+    * The C thread (``meta.store.native_flush``, built by every install that can): where it was
       built, ``ThreadExecutor`` hands a batch whose tasks all sync through the operating
       system's ``Files`` to a C thread that runs every fdatasync, directory fsync and journal
       check of the batch and writes the completion eventfd without ever taking the GIL. The

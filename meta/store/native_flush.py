@@ -1,6 +1,7 @@
 """The flusher's C thread (``meta.store._flush_worker``): loading it, and a batch in its terms.
 
-The optional build (``setup.py``, ``METAQ_COMPILE=1``) makes the extension; without it
+Every install builds the extension when it can (``setup.py``, ``meta.compiled.C_EXTENSIONS``:
+optional, since it needs a C compiler and Python's headers); without it
 ``NATIVE`` is None and ``meta.store.group_commit.ThreadExecutor`` runs every batch on its
 Python thread, with the same results. With it, a batch whose tasks all sync through the
 operating system's ``Files`` is described as one plan of syncs per task (``native_plans``:
@@ -24,12 +25,12 @@ from meta.store.files import CHECK_LENGTH, CHECK_OFFSET, UNCHECKABLE, Files, Syn
 def _load_extension() -> Any:
     try:
         return importlib.import_module("meta.store._flush_worker")
-    except ImportError:  # the optional build is not there: the Python thread, same results
+    except ImportError:  # not built (setup.py): the Python thread, same results
         return None
 
 
 NATIVE: Any = _load_extension()
-"""The C thread's extension (``meta.store._flush_worker``) when the optional build made it."""
+"""The C thread's extension (``meta.store._flush_worker``) when the install built it."""
 IMPLEMENTATION: Final = "C thread (GIL never taken)" if NATIVE is not None else "Python thread"
 """Which thread runs the flusher's system calls in production (``ThreadExecutor``)."""
 

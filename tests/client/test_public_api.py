@@ -36,7 +36,10 @@ def test_the_package_ships_its_py_typed_marker_as_package_data():
     assert "py.typed" in setup["options.package_data"]["meta"].split()
 
 
-@pytest.mark.parametrize("name, function", public_functions(), ids=lambda value: str(value))
+@pytest.mark.parametrize(
+    "name, function",
+    [pytest.param(name, function, id=name) for name, function in public_functions()],
+)
 def test_every_public_client_function_is_annotated(name, function):
     signature = inspect.signature(function)
     named = [

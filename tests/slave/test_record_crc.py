@@ -1,7 +1,7 @@
 """The slave's batch walk and check in C (``meta.slave._record_crc``) give exactly the pure
 walk's and check's results and errors, and the check releases the GIL while it runs.
 
-The extension under test is the checkout's when the optional build made it, else one built
+The extension under test is the checkout's when the install built it, else one built
 from the same source into a scratch directory for this module (a second or so), so both
 checks are compared whichever build the checkout holds.
 """

@@ -1,8 +1,9 @@
-"""The flusher's C thread (``meta.store._flush_worker``, the optional build) and its fallback,
-the Python thread: the same batches give the same results and the same errors.
+"""The flusher's C thread (``meta.store._flush_worker``, which every install builds when it
+can) and its fallback, the Python thread: the same batches give the same results and the
+same errors.
 
-The C tests run where the extension was built (``METAQ_COMPILE=1 setup.py build_ext``) and
-skip in the pure build; the fallback tests run in both. Each reactor test runs its own
+The C tests run where the extension was built and skip where the install could not build it
+(no C compiler); the fallback tests run in both. Each reactor test runs its own
 ``EPollReactor`` instance (never installed) with a deadline that stops it; the test thread is
 the reactor thread.
 """
@@ -25,7 +26,7 @@ from tests.descriptors import closing_reactor
 epollreactor = pytest.importorskip("twisted.internet.epollreactor")
 
 DEADLINE_S = 10.0
-native = pytest.mark.skipif(native_flush.NATIVE is None, reason="the optional build's extension")
+native = pytest.mark.skipif(native_flush.NATIVE is None, reason="the install built no extension")
 
 
 class PlanTask:
