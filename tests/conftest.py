@@ -9,10 +9,18 @@ Tests under ``tests/integration/`` are marked ``integration`` automatically.
 
 Tests in the directories of ``GUARDED_DIRECTORIES`` run under the descriptor guard
 (``tests.descriptors``): a test that leaves a descriptor open fails, naming its target.
+
+``tools/test`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadfile``: each
+module on one worker, so its module fixtures start once). The test modules that mention
+``tools/metaServer.sh`` hold one lock across the workers while they run
+(``script_modules_one_at_a_time``): the script's ``stop`` looks for the other brokers it
+started from this checkout, which a test on the other worker would otherwise be.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,6 +72,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def script_modules_one_at_a_time(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """Under pytest-xdist, a module that mentions ``metaServer.sh`` runs while holding an
+    exclusive lock that every worker's such modules take, so no two run at once."""
+    path = Path(request.node.path)
+    if not os.environ.get("PYTEST_XDIST_WORKER") or "metaServer.sh" not in path.read_text(
+        encoding="utf-8"
+    ):
+        yield
+        return
+    # The workers' base temporary directories share this parent.
+    lock_path = tmp_path_factory.getbasetemp().parent / "metaserver-script.lock"
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 @pytest.fixture(autouse=True)
 def descriptors_closed(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail a test of ``GUARDED_DIRECTORIES`` that leaves a descriptor open
@@ -82,8 +112,12 @@ OTHER_BUILD_TEST = "tests/test_compiled.py::test_the_other_build_passes_the_test
 @pytest.fixture(scope="session", autouse=True)
 def other_build(request: pytest.FixtureRequest) -> Iterator[object]:
     """The other build of the hot path (``tests.compiled_build.ScratchBuild``), started with
-    the session when its test is to run, so that its compiling overlaps the other tests."""
-    if not any(item.nodeid.startswith(OTHER_BUILD_TEST) for item in request.session.items):
+    the session when its test is to run, so that its compiling overlaps the other tests.
+
+    None under pytest-xdist, where every worker collects every test: there the test makes the
+    build itself, and the other worker's tests overlap it."""
+    wanted = any(item.nodeid.startswith(OTHER_BUILD_TEST) for item in request.session.items)
+    if not wanted or os.environ.get("PYTEST_XDIST_WORKER"):
         yield None
         return
     from tests.compiled_build import ScratchBuild

@@ -11,6 +11,7 @@ extensions when this run is compiled, else with them, built there in the backgro
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import os
 import shutil
@@ -82,6 +83,15 @@ def test_the_other_build_passes_the_tests_that_pin_the_hot_path_bytes(other_buil
     """Goal: both builds give the same bytes. Method: in the scratch copy the session made
     (``tests.compiled_build``: built in the background when this run is pure Python), check
     which build the copy runs, then run the pinning tests there."""
+    with contextlib.ExitStack() as stack:
+        if other_build is None:  # under pytest-xdist: made here (conftest.other_build)
+            from tests.compiled_build import ScratchBuild
+
+            other_build = stack.enter_context(contextlib.closing(ScratchBuild()))
+        _run_the_pinning_tests(other_build)
+
+
+def _run_the_pinning_tests(other_build) -> None:
     if other_build.skipped:
         pytest.skip(other_build.skipped)
     other_build.wait()
