@@ -179,9 +179,22 @@ def _api_topic(dashboard: Any, request: Request, topic: str) -> Any:
     return _topic(dashboard, replace(json_request, query={"group": group}), topic)
 
 
+RESET_ITEM = "reset"
+"""The one ``stats`` item that changes something (it zeroes the counters): not a page."""
+
+
 def _stats(dashboard: Any, request: Request, item: str = "") -> Reply:
     """``stats <item>``; 404 when the broker answers it as a topic it does not know (a name
-    that is no item, no configured topic and no stored one: Java's ``resultCode 1``)."""
+    that is no item, no configured topic and no stored one: Java's ``resultCode 1``).
+
+    ``reset`` answers 405 and resets nothing (the Java dashboard reset the counters on a
+    GET, which a browser's prefetch or a crawler makes): the wire's ``stats reset`` does it."""
+    if item == RESET_ITEM:
+        return text_reply(
+            405,
+            "stats reset zeroes the broker's counters, so no GET runs it: send the line "
+            "`stats reset` to the broker's port instead\n",
+        )
     code, body = dashboard.broker.render_stats(item)
     text = body.decode("utf-8", "replace")
     lines = text.split("\r\n", 3)

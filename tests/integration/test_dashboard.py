@@ -326,3 +326,17 @@ def test_unknown_topics_items_and_pages_answer_404_naming_them(broker):
         assert (status, named in body) == (404, True), (path, body)
     for path in ("/stats/topics", "/stats/test", "/topics/test", "/api/v1/stats/test"):
         assert get(port, path)[0] == 200, path
+
+
+def test_a_get_of_stats_reset_resets_nothing_and_names_the_command_that_does(broker):
+    """Goal: no GET changes the broker (a prefetch or a crawler sends GETs). Method: a put
+    counted in ``cmd_put``, then ``/stats/reset`` and its JSON twin, then the count again."""
+    port = dashboard_port(broker)
+    with broker.connect() as connection:
+        reply = connection.request(Put("test", 0, b"counted", 0, 1, checksum=checksum(b"counted")))
+    assert reply.code == 200
+    assert "cmd_put 1\r\n" in get(port, "/stats?format=json")[2].replace("\\r\\n", "\r\n")
+    for path in ("/stats/reset", "/api/v1/stats/reset"):
+        status, _content_type, body = get(port, path)
+        assert status == 405 and "`stats reset` to the broker's port" in body, (path, body)
+    assert "cmd_put 1\r\n" in get(port, "/stats?format=json")[2].replace("\\r\\n", "\r\n")
