@@ -66,7 +66,25 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         pytest.exit(stale_message(stale), returncode=4)
 
 
+SLOW_FIRST = tuple(
+    TESTS_DIR / name
+    for name in ("spark", "integration", "bench", "test_compiled.py", "test_install.py")
+)
+"""The directories and modules that run first, in this order: theirs are the long tests
+(Spark jobs, broker processes, builds), and pytest-xdist hands out modules in the order they
+come, so the quick unit tests fill the workers' last minutes instead of one long module."""
+
+
+def _slow_first(item: pytest.Item) -> int:
+    path = Path(item.path)
+    return next(
+        (rank for rank, slow in enumerate(SLOW_FIRST) if slow == path or slow in path.parents),
+        len(SLOW_FIRST),
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_slow_first)  # stable: each module's tests stay together, in order
     for item in items:
         if INTEGRATION_DIR in Path(item.path).parents:
             item.add_marker(pytest.mark.integration)
