@@ -171,6 +171,11 @@ class ClientClosedError(ClientError):
     """The producer, consumer or session factory was shut down."""
 
 
+class JobEndedError(ClientError):
+    """A transactional Spark write task found its batch job already committed or aborted
+    (a straggler attempt): it rolled back its own branches instead of handing them over."""
+
+
 class XAError(MetaError):
     """An XA failure with its standard JTA error code (``meta.protocol.xa``).
 

@@ -6,7 +6,8 @@ committed in full, and the decision of a batch whose commit has not finished. A 
 doubt is one whose decision is recorded but whose commit was cut short (the driver died, or a
 broker was down): its branches are committed when the query runs that batch again. The
 prepared branches themselves are listed by ``meta-admin tx list`` on each broker (XA unique
-qualifier ``spark-<writeId>``).
+qualifier ``spark-<writeId>``). The tokens of batch write jobs under way (``job-<token>``
+children) are not decisions and are not listed.
 
 Single-threaded.
 """
@@ -20,6 +21,7 @@ from meta.admin.client import EXIT_OK
 from meta.admin.options import cluster_options
 from meta.admin.output import table, to_json
 from meta.admin.session import ClusterSession
+from meta.client.zk.spark_commits import decision_batch
 
 HEADERS = ["WRITE_ID", "COMMITTED_BATCH", "IN_DOUBT_BATCH", "BRANCHES", "BROKERS"]
 
@@ -49,11 +51,14 @@ def spark_writes(session: ClusterSession) -> list[dict]:
         record = json.loads(zk.data(path) or b"{}")
         doubts = []
         for child in sorted(zk.children(path)):
+            batch = decision_batch(child)
+            if batch is None:
+                continue  # the token of a batch write job under way, not a decision
             decision = json.loads(zk.data(f"{path}/{child}") or b'{"branches": []}')
             branches = decision["branches"]
             doubts.append(
                 {
-                    "batch": int(child.removeprefix("batch-")),
+                    "batch": batch,
                     "branches": len(branches),
                     "brokers": sorted({uri for uri, _gid, _bid in branches}),
                 }

@@ -107,21 +107,32 @@ class MetaQBatchWriter(DataSourceWriter):
     At least once by default: a stored message stays whatever happens to its job. With
     ``transactional=true``, exactly once: tasks write into prepared XA branches and
     ``commit`` commits them (``meta.spark.transaction_log``); a failed job leaves nothing
-    visible. The write's id is ``transactionalId`` or a fresh one, made here on the driver
-    (every task gets this pickled object).
+    visible, nor prepared. The write's id is ``transactionalId`` or a fresh one, and the
+    job's fence token a fresh one, recorded as live in ZooKeeper: both are made here on the
+    driver, before any task runs (every task gets this pickled object).
+
+    Raises:
+        ClientError: ``transactional=true`` and ZooKeeper is unreachable (no task runs).
     """
 
     def __init__(self, options: WriteOptions, keyed: bool) -> None:
         self.options = options
         self.keyed = keyed
         self.write_id: str | None = None
+        self.job_token: str | None = None
         if options.transaction is not None:
+            from meta.spark.transaction_log import TransactionLog
+
             self.write_id = options.transaction.write_id or f"batch-{uuid.uuid4().hex[:24]}"
+            self.job_token = uuid.uuid4().hex
+            TransactionLog(options, self.write_id).start_job(self.job_token)
 
     def write(self, iterator: Iterator) -> WriterCommitMessage:
         if self.write_id is not None:
             transactional = worker_import("meta.spark.transactional_write")
-            return transactional.write_rows_transactionally(iterator, self.options, self.write_id)
+            return transactional.write_rows_transactionally(
+                iterator, self.options, self.write_id, self.job_token
+            )
         writing = worker_import("meta.spark.writing")
         return writing.write_rows(iterator, self.options, self.keyed)
 
@@ -132,7 +143,7 @@ class MetaQBatchWriter(DataSourceWriter):
             from meta.spark.transaction_log import TransactionLog, branches_of
 
             transactions = TransactionLog(self.options, self.write_id)
-            transactions.commit(branches_of(messages), 0)
+            transactions.commit(branches_of(messages), 0, self.job_token)
             if self.options.transaction and self.options.transaction.write_id is None:
                 transactions.forget()  # a fresh id: no later write can repeat this one
 
@@ -142,4 +153,7 @@ class MetaQBatchWriter(DataSourceWriter):
         if self.write_id is not None:
             from meta.spark.transaction_log import TransactionLog, branches_of
 
-            TransactionLog(self.options, self.write_id).abort(branches_of(messages), 0)
+            transactions = TransactionLog(self.options, self.write_id)
+            transactions.abort(branches_of(messages), 0, self.job_token)
+            if self.options.transaction and self.options.transaction.write_id is None:
+                transactions.forget()  # made with the job's token; kept if a commit is in doubt

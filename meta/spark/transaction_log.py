@@ -19,12 +19,36 @@ batch while it is being committed).
    is running; a straggler that prepares later is rolled back by the next commit.
 
 ``abort`` rolls back the given branches and the strays, unless a decision for the batch
-exists (then the commit under way wins). A branch that is gone when
-committed (``XAER_NOTA``) was committed by an earlier attempt of the same decision. A broker
-that cannot be reached fails the commit: the decision stays, and the next commit of the same
+exists (then the commit under way wins). A branch that is gone when committed
+(``XAER_NOTA``) was committed by an earlier attempt of the same decision. A broker that
+cannot be reached fails the commit: the decision stays, and the next commit of the same
 batch (the query restarted from its checkpoint, or ``meta-admin``) finishes it. Until then
 the branches on the other brokers are visible and that broker's are not: a batch is exactly
 once, not atomic across brokers.
+
+The fence of a batch write job. Rule 3 does not hold for a one-off batch write: there is no
+next commit, and Spark calls ``abort`` as soon as the job fails, while a task attempt of the
+job may still be running (Spark kills it asynchronously; its Python worker goes on). So
+each batch job has a token (``start_job``, on the driver when the writer is made, before
+any task runs), recorded as live in the write's commit record. A task, once it has prepared
+every branch and before it returns them, checks that the token is live, and if not rolls
+its branches back and fails (``meta.spark.transactional_write``). ``commit`` and ``abort``
+of the job first end the token, and only then commit or roll back the given branches and
+clean up through ``recover``. ZooKeeper orders the task's check (``sync``, then ``exists``)
+and the driver's delete of the token, so no prepared branch is left behind:
+
+* A task that saw its token live checked before the token was ended, and it had completed
+  its prepares (the brokers acknowledged them) before it checked. The driver's ``recover``
+  runs after the token was ended, so it lists those branches: a given branch is committed
+  or rolled back, a stray one (its commit message never reached the driver) rolled back.
+* A task that checks after the token was ended finds it gone and rolls back its own
+  branches (best effort: a broker it cannot reach just then keeps the branch prepared,
+  shown by ``meta-admin tx list``; it is never committed). A ZooKeeper failure in the check
+  fails the task the same way: it never returns branches it could not check.
+* ``forget`` deletes the whole record after a successful batch write, token included; a
+  straggler that finds the record gone finds its token gone.
+
+Streaming batches have no token: rule 3 covers their stragglers.
 
 Not thread-safe: the driver calls one commit or abort at a time per write.
 """
@@ -44,6 +68,7 @@ from meta.spark.transactional_write import (
     FORMAT_ID,
     PreparedBranch,
     TransactionalWriteResult,
+    commit_record,
     global_id,
     unique_qualifier,
 )
@@ -73,14 +98,28 @@ class TransactionLog:
         self._options = options
         self._write_id = write_id
 
-    def commit(self, branches: Sequence[PreparedBranch], batch_id: int) -> None:
+    def start_job(self, job_token: str) -> None:
+        """Record the token of a batch write job as live, before any of its tasks runs."""
+        with self._record() as record:
+            record.start_job(job_token)
+
+    def commit(
+        self, branches: Sequence[PreparedBranch], batch_id: int, job_token: str | None = None
+    ) -> None:
         """Commit batch ``batch_id`` exactly once (see the module docstring).
+
+        Args:
+            branches: the branches of the tasks' commit messages.
+            batch_id: the batch (0 for a batch write).
+            job_token: the batch write job's token, ended first (None in a stream).
 
         Raises:
             MetaError: ZooKeeper or a broker failed; the decision (if written) stays for
                 the next commit of the same batch.
         """
         with self._record() as record, self._producer() as producer:
+            if job_token is not None:
+                record.end_job(job_token)  # first: a task that checks later rolls back
             if batch_id <= record.committed_batch():
                 log.info("batch %d of %s was committed already", batch_id, self._write_id)
                 self._roll_back(producer, branches)
@@ -100,10 +139,15 @@ class TransactionLog:
                 record.delete_decision(batch_id)
             self._clean_up(record, producer)
 
-    def abort(self, branches: Sequence[PreparedBranch], batch_id: int) -> None:
+    def abort(
+        self, branches: Sequence[PreparedBranch], batch_id: int, job_token: str | None = None
+    ) -> None:
         """Roll back the batch's branches (those given, and strays that ``recover`` lists),
-        unless a decision to commit it exists: then nothing is rolled back."""
+        unless a decision to commit it exists: then nothing is rolled back. A batch write
+        job's token (``job_token``) is ended first in either case."""
         with self._record() as record:
+            if job_token is not None:
+                record.end_job(job_token)  # first: a task that checks later rolls back
             if record.has_decision(batch_id):
                 return  # a commit is under way for this batch: the decision wins
             with self._producer() as producer:
@@ -111,15 +155,15 @@ class TransactionLog:
                 self._clean_up(record, producer)
 
     def forget(self) -> None:
-        """Delete the write's commit record (a batch write whose id nobody reuses)."""
+        """Delete the write's commit record (a batch write whose id nobody reuses), unless a
+        decision in it is still in doubt (a commit cut short: ``meta-admin spark-writes``
+        lists it)."""
         with self._record() as record:
-            record.delete()
+            if not record.decided_branches():
+                record.delete()
 
     def _record(self) -> SparkCommitRecord:
-        zk = self._options.zk
-        return SparkCommitRecord(
-            zk.connect, zk.root, self._write_id, zk.session_timeout_ms, zk.connection_timeout_ms
-        )
+        return commit_record(self._options, self._write_id)
 
     def _producer(self) -> _Producer:
         return _Producer(self._options, self._write_id)

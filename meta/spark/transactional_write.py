@@ -23,6 +23,13 @@ Ids: format ``FORMAT_ID``; global id ``<writeId>``; branch qualifier
 (A streaming task does not know its batch id: the driver's decision record maps batches
 to branches.)
 
+A task of a batch write job (one with a fence token, ``job_token``) checks, after it has
+prepared every branch and before it returns them, that its job's token is still live in
+ZooKeeper (``meta.client.zk.spark_commits``); when the driver has ended it (the job was
+committed or aborted), or the check itself fails, the task rolls back its branches and
+raises. ``meta.spark.transaction_log`` says why this leaves no prepared branch behind. A
+streaming task has no token and no check: the next batch's commit cleans up after it.
+
 A task that fails rolls back the branches it began or prepared (best effort: a branch it
 could not reach is rolled back by the broker's timeout if unprepared, or by the driver's
 clean-up if prepared). Not thread-safe: one call per task.
@@ -43,7 +50,8 @@ from pyspark.sql.datasource import WriterCommitMessage
 from meta.client.factory import MetaMessageSessionFactory
 from meta.client.message import Message, SendResult
 from meta.client.produce.xa import XAMessageProducer, XAResource, Xid
-from meta.errors import ClientError, MetaError
+from meta.client.zk.spark_commits import SparkCommitRecord
+from meta.errors import ClientError, JobEndedError, MetaError
 from meta.protocol.crc import crc32
 from meta.spark.options import WriteOptions
 
@@ -86,14 +94,30 @@ def unique_qualifier(write_id: str) -> str:
     return f"spark-{write_id}"
 
 
+def commit_record(options: WriteOptions, write_id: str) -> SparkCommitRecord:
+    """The commit record of write ``write_id`` in the ZooKeeper of ``options`` (open)."""
+    zk = options.zk
+    return SparkCommitRecord(
+        zk.connect, zk.root, write_id, zk.session_timeout_ms, zk.connection_timeout_ms
+    )
+
+
 def write_rows_transactionally(
-    rows: Iterable, options: WriteOptions, write_id: str
+    rows: Iterable, options: WriteOptions, write_id: str, job_token: str | None = None
 ) -> TransactionalWriteResult:
     """Write every row into prepared branches; return them for the driver to commit.
 
+    Args:
+        rows: the task's rows.
+        options: the writer's options.
+        write_id: the write's id.
+        job_token: the fence token of the task's batch job (None in a stream: no check).
+
     Raises:
-        ClientError: a put, a BEGIN or a PREPARE failed (every branch begun here was rolled
-            back), or ZooKeeper or a broker could not be reached.
+        JobEndedError: the job's token was no longer live once every branch was prepared
+            (the job was committed or aborted already); every branch was rolled back.
+        ClientError: a put, a BEGIN or a PREPARE failed, or ZooKeeper or a broker could not
+            be reached (every branch begun here was rolled back).
     """
     from meta.spark.writing import client_config, keyed_selector, row_message
 
@@ -127,12 +151,30 @@ def write_rows_transactionally(
                     workers[index] = worker
                 worker.put(message)
             prepared = [branch for worker in workers.values() for branch in worker.finish()]
+            if job_token is not None and prepared:  # nothing prepared: nothing to fence
+                _check_job_live(options, write_id, job_token)
         except BaseException:
             for worker in workers.values():
                 worker.abandon()
             raise
     count = sum(worker.count for worker in workers.values())
     return TransactionalWriteResult(count, tuple(prepared))
+
+
+def _check_job_live(options: WriteOptions, write_id: str, job_token: str) -> None:
+    """Raise unless the task's job token is live (called once every branch is prepared).
+
+    Raises:
+        JobEndedError: the token (or the whole commit record) is gone.
+        ClientError: ZooKeeper could not answer.
+    """
+    with commit_record(options, write_id) as record:
+        if record.job_is_live(job_token):
+            return
+    raise JobEndedError(
+        f"write {write_id}: the batch job of this task attempt was already committed or "
+        f"aborted (job token {job_token} ended), so the attempt rolls back its branches"
+    )
 
 
 def _task_identity() -> tuple[int, str]:

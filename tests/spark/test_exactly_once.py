@@ -3,8 +3,9 @@
 Two brokers serve each topic of the module (3 partitions each) under a fresh ZooKeeper root,
 so a task's rows and a batch's branches span brokers. What is visible in a topic is read
 back through the ``metaq`` reader (committed records only: a prepared branch is invisible).
-Task attempts that Spark would retry are played by calling the executor's write function
-directly (``local[2]`` in the test session never retries a task).
+Task attempts that Spark would retry, and straggler attempts of a batch job that Spark has
+already committed or aborted, are played by calling the executor's write function directly
+(``local[2]`` in the test session never retries a task, and a straggler needs a race).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from kazoo.client import KazooClient
 from meta.admin.main import main as admin_main
 from meta.client import MetaMessageSessionFactory
 from meta.client.produce.xa import Xid
-from meta.client.zk.spark_commits import commit_record_path
+from meta.client.zk.spark_commits import SparkCommitRecord, commit_record_path
+from meta.errors import ClientError, JobEndedError
 from meta.spark.options import parse_write_options
 from meta.spark.transaction_log import TransactionLog, branches_of
 from meta.spark.transactional_write import FORMAT_ID, unique_qualifier, write_rows_transactionally
@@ -31,7 +33,16 @@ pytestmark = pytest.mark.integration
 
 TOPICS = {
     name: {"numPartitions": 3}
-    for name in ("eos-batch", "eos-failed", "eos-retry", "eos-rerun", "eos-crash", "eos-src")
+    for name in (
+        "eos-batch",
+        "eos-failed",
+        "eos-retry",
+        "eos-rerun",
+        "eos-crash",
+        "eos-src",
+        "eos-fence",
+        "eos-live",
+    )
 }
 TOPICS["eos-dst"] = {"numPartitions": 3}
 QUERY_WAIT_S = 180.0
@@ -125,6 +136,109 @@ def test_a_failed_job_leaves_nothing_visible_and_nothing_prepared(spark, zookeep
         writer.save()
     assert visible(spark, zookeeper, root, "eos-failed") == []
     assert prepared_xids(zookeeper, root, "eos-failed", "failing") == []
+    with zk_client(zookeeper) as zk:  # the abort ended the job's token
+        assert zk.get_children(commit_record_path(root, "failing")) == []
+
+
+def end_job_by_abort(transactions: TransactionLog, token: str) -> None:
+    """Spark aborted the failed job (no commit message of the straggler reached it)."""
+    transactions.abort([], 0, token)
+
+
+def end_job_by_commit_and_forget(transactions: TransactionLog, token: str) -> None:
+    """The job succeeded without the straggler and its fresh id's record was deleted."""
+    transactions.commit([], 0, token)
+    transactions.forget()
+
+
+@pytest.mark.parametrize("end_job", [end_job_by_abort, end_job_by_commit_and_forget])
+def test_a_straggler_of_an_ended_batch_job_rolls_back_its_branches(zookeeper, cluster, end_job):
+    """Goal: a task attempt that prepares its branches after the driver committed or aborted
+    its batch job (Spark kills such an attempt asynchronously) leaves no prepared branch,
+    although no later commit will clean up after it. Method: the driver starts and ends the
+    job; then the task writes with the job's token, as a straggler's late write does."""
+    root = cluster
+    write_id = f"straggler-{end_job.__name__.removeprefix('end_job_by_')}".replace("_", "-")
+    parsed = parse_write_options(options(zookeeper, root, "eos-fence", transactionalId=write_id))
+    transactions = TransactionLog(parsed, write_id)
+    transactions.start_job("token-1")
+    end_job(transactions, "token-1")
+    with pytest.raises(JobEndedError, match=f"write {write_id}: .* already committed or aborted"):
+        write_rows_transactionally(rows("late-", 30, keyed=True), parsed, write_id, "token-1")
+    assert prepared_xids(zookeeper, root, "eos-fence", write_id) == []
+
+
+def test_a_task_that_cannot_check_its_job_token_rolls_back_its_branches(
+    zookeeper, cluster, monkeypatch
+):
+    """A ZooKeeper failure in the task's check fails the task; no unchecked branch is left
+    prepared (nor returned)."""
+    root = cluster
+    parsed = parse_write_options(options(zookeeper, root, "eos-fence", transactionalId="unsure"))
+    TransactionLog(parsed, "unsure").start_job("token-2")
+
+    def zookeeper_fails(self, token):
+        raise ClientError("ZooKeeper did not answer")
+
+    monkeypatch.setattr(SparkCommitRecord, "job_is_live", zookeeper_fails)
+    with pytest.raises(ClientError, match="ZooKeeper did not answer"):
+        write_rows_transactionally(rows("unsure-", 30, keyed=True), parsed, "unsure", "token-2")
+    monkeypatch.undo()
+    assert prepared_xids(zookeeper, root, "eos-fence", "unsure") == []
+
+
+def test_a_task_of_a_live_batch_job_returns_its_branches_and_the_commit_lands_them(
+    spark, zookeeper, cluster
+):
+    """Goal: the fence lets a task of a job under way through. Method: the driver starts the
+    job; the task writes with its token and returns prepared branches (the token is not read
+    as a decision in doubt meanwhile); the driver's commit ends the token and lands them."""
+    root = cluster
+    parsed = parse_write_options(options(zookeeper, root, "eos-live", transactionalId="live"))
+    transactions = TransactionLog(parsed, "live")
+    transactions.start_job("token-3")
+    result = write_rows_transactionally(rows("live-", 30, keyed=True), parsed, "live", "token-3")
+    assert result.messages == 30
+    assert len({branch.broker_uri for branch in result.branches}) == 2
+    (write,) = [w for w in admin_json(zookeeper, root)["writes"] if w["write_id"] == "live"]
+    assert write == {"write_id": "live", "committed_batch": -1, "in_doubt": []}
+    connect = zookeeper.connect_string
+    with SparkCommitRecord(connect, root, "live", 10_000, 10_000) as record:
+        assert (record.job_is_live("token-3"), record.decided_branches()) == (True, [])
+    transactions.commit(branches_of([result]), 0, "token-3")
+    assert visible(spark, zookeeper, root, "eos-live") == sorted(
+        f"live-{n}".encode() for n in range(30)
+    )
+    assert prepared_xids(zookeeper, root, "eos-live", "live") == []
+    with zk_client(zookeeper) as zk:
+        assert zk.get_children(commit_record_path(root, "live")) == []
+
+
+@pytest.mark.parametrize("end_job", [end_job_by_abort, end_job_by_commit_and_forget])
+def test_a_task_that_saw_its_job_live_just_before_it_ended_is_rolled_back_by_the_driver(
+    zookeeper, cluster, monkeypatch, end_job
+):
+    """Goal: the driver ends the token before its clean-up, so a task that saw the token live
+    (and returned branches no commit message brought to the driver) is cleaned up. Method:
+    the task's whole write runs inside the driver's commit or abort, just before the token
+    is deleted; the driver is given none of its branches."""
+    root = cluster
+    write_id = f"last-{end_job.__name__.removeprefix('end_job_by_')}".replace("_", "-")
+    parsed = parse_write_options(options(zookeeper, root, "eos-fence", transactionalId=write_id))
+    transactions = TransactionLog(parsed, write_id)
+    transactions.start_job("token-4")
+    results = []
+    end = SparkCommitRecord.end_job
+
+    def task_checks_first(record: SparkCommitRecord, token: str) -> None:
+        results.append(write_rows_transactionally(rows("last-", 30), parsed, write_id, token))
+        end(record, token)
+
+    monkeypatch.setattr(SparkCommitRecord, "end_job", task_checks_first)
+    end_job(transactions, "token-4")
+    monkeypatch.undo()
+    assert [result.messages for result in results] == [30]  # it saw its token live
+    assert prepared_xids(zookeeper, root, "eos-fence", write_id) == []
 
 
 def test_a_retried_task_counts_once_and_its_failed_attempt_is_rolled_back(

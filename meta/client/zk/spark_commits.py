@@ -3,12 +3,18 @@
 ``<root>/spark/transactions/<writeId>`` holds ``{"committedBatch": N}``: the last batch
 whose branches were all committed (``NO_BATCH`` before the first). A child
 ``batch-<N>`` (N zero-padded to 20 digits) holds the decision for batch N while it is being
-committed: ``{"branches": [[brokerUri, globalIdHex, branchIdHex], ...]}``. The transaction
-manager that reads and writes them is ``meta.spark.transaction_log``; branches here are
-plain ``(broker URI, global id, branch id)`` tuples.
+committed: ``{"branches": [[brokerUri, globalIdHex, branchIdHex], ...]}``. A child
+``job-<token>`` (empty) is the fence token of a batch write job that is live: created by the
+driver before any task of the job runs, deleted when the driver commits or aborts the job;
+a task checks it before it hands its prepared branches over (``meta.spark.transaction_log``
+says why). The transaction manager that reads and writes them is
+``meta.spark.transaction_log``; branches here are plain ``(broker URI, global id, branch id)``
+tuples.
 
-Invariants: a decision is created once (a second create finds the first and returns it);
-every call is bounded by the connection's timeouts. Not thread-safe: one record per thread.
+Invariants: a decision is created once (a second create finds the first and returns it); a
+job token is created once and, once deleted, never comes back (a token whose record was
+deleted reads as not live); every call is bounded by the connection's timeouts, and
+``job_is_live`` by ``connection_timeout_ms`` on top. Not thread-safe: one record per thread.
 """
 
 from __future__ import annotations
@@ -17,9 +23,12 @@ import json
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from meta.client.zk.bounded import BoundedCalls
 from meta.client.zk.cluster_view import close_zookeeper, connect_zookeeper, normalize_root
 
 NO_BATCH = -1
+DECISION_PREFIX = "batch-"
+JOB_PREFIX = "job-"
 Branch = tuple[str, bytes, bytes]
 """(broker URI, XA global transaction id, XA branch qualifier)."""
 
@@ -27,6 +36,13 @@ Branch = tuple[str, bytes, bytes]
 def commit_record_path(root: str, write_id: str) -> str:
     """The ZooKeeper node of one write's commit record."""
     return f"{normalize_root(root)}/spark/transactions/{write_id}"
+
+
+def decision_batch(child: str) -> int | None:
+    """The batch of a commit record's child that is a decision (``batch-<N>``), else None."""
+    if not child.startswith(DECISION_PREFIX):
+        return None
+    return int(child.removeprefix(DECISION_PREFIX))
 
 
 class SparkCommitRecord:
@@ -53,6 +69,7 @@ class SparkCommitRecord:
     ) -> None:
         self.path = commit_record_path(root, write_id)
         self._zk = connect_zookeeper(connect, session_timeout_ms, connection_timeout_ms)
+        self._calls = BoundedCalls(self._zk, connection_timeout_ms / 1000, connect)
 
     def __enter__(self) -> SparkCommitRecord:
         return self
@@ -104,12 +121,40 @@ class SparkCommitRecord:
             return []
         branches: list[Branch] = []
         for child in children:
+            if decision_batch(child) is None:
+                continue  # a job token
             try:
                 data, _stat = self._zk.get(f"{self.path}/{child}")
             except NoNodeError:
                 continue
             branches += _parse_decision(data)
         return branches
+
+    def start_job(self, token: str) -> None:
+        """Record the fence token of a batch write job as live (before any task runs)."""
+        self._zk.ensure_path(self.path)
+        self._zk.create(self._job_path(token))
+
+    def end_job(self, token: str) -> None:
+        """Delete a job's token: from now on ``job_is_live(token)`` is False everywhere."""
+        try:
+            self._zk.delete(self._job_path(token))
+        except NoNodeError:
+            pass
+
+    def job_is_live(self, token: str) -> bool:
+        """Whether the job's token is still recorded (False when the record is gone too).
+
+        ``sync`` first, so the answer is at least as new as every change ZooKeeper
+        acknowledged before this call (a follower's stale view would let a task see a token
+        the driver has ended).
+
+        Raises:
+            ClientError: ZooKeeper failed or did not answer within the connection timeout.
+        """
+        path = self._job_path(token)
+        self._calls.wait(self._zk.sync_async(path), path)
+        return self._calls.wait(self._zk.exists_async(path), path) is not None
 
     def delete(self) -> None:
         """Delete the whole record (a write whose id nobody reuses)."""
@@ -119,7 +164,10 @@ class SparkCommitRecord:
             pass
 
     def _batch_path(self, batch_id: int) -> str:
-        return f"{self.path}/batch-{batch_id:020d}"
+        return f"{self.path}/{DECISION_PREFIX}{batch_id:020d}"
+
+    def _job_path(self, token: str) -> str:
+        return f"{self.path}/{JOB_PREFIX}{token}"
 
 
 def _parse_decision(data: bytes) -> list[Branch]:
