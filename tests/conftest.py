@@ -10,8 +10,9 @@ Tests under ``tests/integration/`` are marked ``integration`` automatically.
 Tests in the directories of ``GUARDED_DIRECTORIES`` run under the descriptor guard
 (``tests.descriptors``): a test that leaves a descriptor open fails, naming its target.
 
-``tools/test`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadfile``: each
-module on one worker, so its module fixtures start once). The test modules that mention
+``tools/test`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadfile
+--no-loadscope-reorder``: each module on one worker, so its module fixtures start once, and
+the modules in the order collected, ``SLOW_FIRST``). The test modules that mention
 ``tools/metaServer.sh`` hold one lock across the workers while they run
 (``script_modules_one_at_a_time``): the script's ``stop`` looks for the other brokers it
 started from this checkout, which a test on the other worker would otherwise be.
