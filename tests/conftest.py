@@ -10,9 +10,8 @@ Tests under ``tests/integration/`` are marked ``integration`` automatically.
 Tests in the directories of ``GUARDED_DIRECTORIES`` run under the descriptor guard
 (``tests.descriptors``): a test that leaves a descriptor open fails, naming its target.
 
-``tools/test`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadfile
---no-loadscope-reorder``: each module on one worker, so its module fixtures start once, and
-the modules in the order collected, ``SLOW_FIRST``). The test modules that mention
+``tools/test`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadfile``: each
+module on one worker, so its module fixtures start once). The test modules that mention
 ``tools/metaServer.sh`` hold one lock across the workers while they run
 (``script_modules_one_at_a_time``): the script's ``stop`` looks for the other brokers it
 started from this checkout, which a test on the other worker would otherwise be.
@@ -67,25 +66,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         pytest.exit(stale_message(stale), returncode=4)
 
 
-SLOW_FIRST = tuple(
-    TESTS_DIR / name
-    for name in ("spark", "integration", "bench", "test_compiled.py", "test_install.py")
-)
-"""The directories and modules that run first, in this order: theirs are the long tests
-(Spark jobs, broker processes, builds), and pytest-xdist hands out modules in the order they
-come, so the quick unit tests fill the workers' last minutes instead of one long module."""
-
-
-def _slow_first(item: pytest.Item) -> int:
-    path = Path(item.path)
-    return next(
-        (rank for rank, slow in enumerate(SLOW_FIRST) if slow == path or slow in path.parents),
-        len(SLOW_FIRST),
-    )
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=_slow_first)  # stable: each module's tests stay together, in order
     for item in items:
         if INTEGRATION_DIR in Path(item.path).parents:
             item.add_marker(pytest.mark.integration)
