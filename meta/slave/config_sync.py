@@ -15,6 +15,8 @@ Kept from the slave's own file (``SLAVE_SYSTEM_KEYS``): ``[system]`` ``brokerId`
 (the slave's own value when its file has that section with one, else the key is dropped so
 the topic lives under the slave's ``dataPath``). Everything else is the master's, so a
 restarted slave rolls segments at the master's ``maxSegmentSize`` and keeps byte identity.
+The merged file keeps the master's lines and comments in their order; a kept setting takes
+the place of the master's line of the same key, under the master's comment on it.
 
 Departure from Java, which writes the master's file over its own verbatim (so at the next
 restart a Java slave would take the master's port and paths) and only when the topic
@@ -75,10 +77,23 @@ def _key(line: str) -> str | None:
 
 
 def _with_own_keys(master: list[str], own: list[str], keys: tuple[str, ...]) -> list[str]:
-    """The master's section lines without ``keys``, then the slave's lines of ``keys``."""
-    kept = [line for line in own if _key(line) in keys]
-    body = [line for line in master[1:] if _key(line) not in keys]
-    return [master[0], *kept, *body]
+    """The master's section with the slave's lines of ``keys``: each where the master's line
+    of that key stood (under the master's comment on it), the ones the master's section
+    lacks right after its header; a key of ``keys`` the slave's section lacks is dropped."""
+    own_lines: dict[str, list[str]] = {}
+    for line in own:
+        key = _key(line)
+        if key in keys:
+            own_lines.setdefault(key, []).append(line)
+    body: list[str] = []
+    for line in master[1:]:
+        key = _key(line)
+        if key in keys:
+            body += own_lines.pop(key, [])
+        else:
+            body.append(line)
+    rest = [line for line in own if _key(line) in own_lines]
+    return [master[0], *rest, *body]
 
 
 def merge_master_config(master_text: str, own_text: str) -> str:

@@ -81,6 +81,25 @@ def test_a_topic_path_of_the_master_is_dropped_when_the_slave_has_none():
     assert "dataPath" not in sections(merge_master_config(MASTER, slave))["topic=alpha"]
 
 
+def test_the_slaves_own_settings_stand_where_the_masters_did_under_their_comments():
+    """Goal: a synced slave.ini still reads as the master's file does, each setting under the
+    comment that explains it. Method: a master whose port and data path have comments, a
+    slave with its own values and a key of its own the master lacks (``dashboardHttpPort``)."""
+    master = MASTER.replace(
+        "serverPort=8123\ndataPath=/master/data\n",
+        "# the port producers and consumers connect to\nserverPort=8123\n"
+        "# where the partitions live\ndataPath=/master/data\n",
+    )
+    slave = SLAVE.replace("[system]\n", "[system]\ndashboardHttpPort=8121\n")
+    lines = merge_master_config(master, slave).splitlines()
+    assert (
+        lines[lines.index("# the port producers and consumers connect to") + 1] == "serverPort=8124"
+    )
+    assert lines[lines.index("# where the partitions live") + 1] == "dataPath=/slave/data"
+    assert lines[lines.index("[system]") + 1] == "dashboardHttpPort=8121"
+    assert lines.index("brokerId=3") < lines.index("hostName=10.0.0.2")  # the master's order
+
+
 def test_merging_twice_changes_nothing():
     once = merge_master_config(MASTER, SLAVE)
     assert merge_master_config(MASTER, once) == once
