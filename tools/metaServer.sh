@@ -452,25 +452,39 @@ wait_registered() {
     done
 }
 
+# Prints the first text since log offset $1 of $LOG_FILE that the extended regex $2 matches
+# (grep -o), once the broker logged it. Fails, with the log tail, naming $4 if the broker
+# exits first, or $5 if nothing matched within $3 s. Called in $(...), where errexit does
+# not hold: callers add `|| exit 1`.
+wait_log_match() {
+    local offset="$1" pattern="$2" timeout_s="$3" exited="$4" timed_out="$5" waited=0 found
+    while :; do
+        found="$(tail -c +"$((offset + 1))" "$LOG_FILE" 2>/dev/null |
+            grep -m 1 -oE -- "$pattern" || true)"
+        [ -z "$found" ] || break
+        if ! running_pid >/dev/null; then
+            log_tail_since "$offset"
+            rm -f "$PID_FILE"
+            die "$exited"
+        fi
+        if [ "$waited" -ge $((timeout_s * 10)) ]; then
+            log_tail_since "$offset"
+            die "$timed_out"
+        fi
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+    printf '%s\n' "$found"
+}
+
 # Prints HOST:PORT of the HTTP protocol of the broker started at log offset $1, once it logged
 # "HTTP protocol serving" (just after its registration); fails, with the log tail, if the
 # broker exits first (a port it cannot take stops it) or nothing is logged in 10 s.
 wait_http_serving() {
-    local waited=0 serving
-    while :; do
-        serving="$(tail -c +"$(($1 + 1))" "$LOG_FILE" 2>/dev/null |
-            grep -m 1 -oE 'HTTP protocol serving http://[^/ ]+' || true)"
-        [ -z "$serving" ] || break
-        if ! running_pid >/dev/null; then
-            log_tail_since "$1"
-            rm -f "$PID_FILE"
-            die "meta-server exited before it served the HTTP protocol; see $LOG_FILE"
-        fi
-        [ "$waited" -lt 100 ] ||
-            die "meta-server logged no 'HTTP protocol serving' line in 10 s; see $LOG_FILE"
-        sleep 0.1
-        waited=$((waited + 1))
-    done
+    local serving
+    serving="$(wait_log_match "$1" 'HTTP protocol serving http://[^/ ]+' 10 \
+        "meta-server exited before it served the HTTP protocol; see $LOG_FILE" \
+        "meta-server logged no 'HTTP protocol serving' line in 10 s; see $LOG_FILE")" || exit 1
     printf '%s\n' "${serving#HTTP protocol serving http://}"
 }
 
@@ -620,7 +634,7 @@ do_reload() {
         -h|--help) usage_reload; exit 0 ;;
         *) usage_reload >&2; die "reload takes no arguments (got $*)" ;;
     esac
-    local pid log_offset outcome="" waited=0
+    local pid log_offset outcome
     if ! pid="$(running_pid)"; then
         say "meta-server is not running (no live meta-server pid in $PID_FILE)"
         exit 3
@@ -630,17 +644,11 @@ do_reload() {
     log_offset="$(wc -c <"$LOG_FILE")"
     kill -HUP "$pid" || die "could not signal meta-server (pid $pid)"
     say "reload requested (SIGHUP sent to pid $pid); waiting for the outcome in $LOG_FILE"
-    while :; do
-        outcome="$(tail -c +"$((log_offset + 1))" "$LOG_FILE" 2>/dev/null |
-            grep -m 1 -E 'config reload (done|failed)' || true)"
-        [ -z "$outcome" ] || break
-        running_pid >/dev/null || die "meta-server (pid $pid) exited; see $LOG_FILE"
-        if [ "$waited" -ge $((RELOAD_TIMEOUT_S * 10)) ]; then
-            die "no reload outcome in $LOG_FILE within ${RELOAD_TIMEOUT_S} s (it is logged at INFO)"
-        fi
-        sleep 0.1
-        waited=$((waited + 1))
-    done
+    # The whole line: its level (ERROR) is the outcome.
+    outcome="$(wait_log_match "$log_offset" '.*config reload (done|failed).*' \
+        "$RELOAD_TIMEOUT_S" "meta-server (pid $pid) exited; see $LOG_FILE" \
+        "no reload outcome in $LOG_FILE within ${RELOAD_TIMEOUT_S} s (it is logged at INFO)")" ||
+        exit 1
     printf '%s\n' "$outcome"
     case "$outcome" in
         *" ERROR "*) exit 1 ;;
@@ -751,24 +759,11 @@ write_promoted_samsa_conf() {
 
 # Waits until the broker started at log offset $1 logged its registration as master.
 wait_for_master_registration() {
-    local log_offset="$1" waited=0 serving
+    local serving
     say "waiting for the registration as master (the old master's ZooKeeper session must end)"
-    while :; do
-        serving="$(tail -c +"$((log_offset + 1))" "$LOG_FILE" 2>/dev/null |
-            grep -m 1 -o "broker [0-9]* serving meta://[^ ]*" || true)"
-        [ -z "$serving" ] || break
-        if ! running_pid >/dev/null; then
-            log_tail_since "$log_offset"
-            rm -f "$PID_FILE"
-            die "the promoted broker exited (does another master of its brokerId still run?)"
-        fi
-        if [ "$waited" -ge $((PROMOTE_TIMEOUT_S * 10)) ]; then
-            log_tail_since "$log_offset"
-            die "not registered within ${PROMOTE_TIMEOUT_S} s; it still runs"
-        fi
-        sleep 0.1
-        waited=$((waited + 1))
-    done
+    serving="$(wait_log_match "$1" 'broker [0-9]* serving meta://[^ ]*' "$PROMOTE_TIMEOUT_S" \
+        "the promoted broker exited (does another master of its brokerId still run?)" \
+        "not registered within ${PROMOTE_TIMEOUT_S} s; it still runs")" || exit 1
     say "promoted: $serving is the master"
 }
 

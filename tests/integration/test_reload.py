@@ -10,6 +10,7 @@ process serves before and after. Every wait polls with a deadline.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import threading
@@ -269,6 +270,24 @@ def test_the_reload_subcommand_exits_1_on_a_broken_file_and_3_without_a_broker(s
 
     assert reloaded.returncode == 1, reloaded.stdout + reloaded.stderr
     assert "config reload failed" in reloaded.stdout and "bogusKey" in reloaded.stdout
+    assert script_broker.run("status").returncode == 0
+
+
+def test_the_reload_subcommand_fails_naming_the_wait_when_no_outcome_is_logged(script_broker):
+    """Goal: a reload that logs no outcome in time fails and says what it waited for. Method:
+    the broker stopped with SIGSTOP (it cannot log) and a 1 s ``META_RELOAD_TIMEOUT_S``."""
+    started = script_broker.run("start")
+    assert started.returncode == 0, started.stdout + started.stderr
+    pid = script_broker.pid()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        reloaded = script_broker.run("reload", META_RELOAD_TIMEOUT_S="1")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+    assert reloaded.returncode == 1, reloaded.stdout + reloaded.stderr
+    assert "no reload outcome in" in reloaded.stderr and "within 1 s" in reloaded.stderr
+    assert "(this start) ---" in reloaded.stderr  # the log tail
     assert script_broker.run("status").returncode == 0
 
 
