@@ -234,12 +234,14 @@ def stats_page(item: str, code: int, text: str) -> str:
 
 
 def config_page(dashboard: Any) -> str:
+    """The broker's config file as it is on disk now.
+
+    Raises:
+        OSError: the file cannot be read (the route answers 500 naming it).
+    """
     path = dashboard.broker.config.path
-    try:
-        text = read_config_bytes(path).decode("utf-8", "replace")
-        modified = datetime.datetime.fromtimestamp(os.stat(path).st_mtime, datetime.UTC)
-    except OSError as error:
-        return error_fragment(f"cannot read {path}: {error}")
+    text = read_config_bytes(path).decode("utf-8", "replace")
+    modified = datetime.datetime.fromtimestamp(os.stat(path).st_mtime, datetime.UTC)
     return (
         heading(f"Config {path}")
         + paragraph(f"Last modified {modified:%Y-%m-%d %H:%M:%S} UTC", "note")

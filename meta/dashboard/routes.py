@@ -143,6 +143,15 @@ def _metrics(dashboard: Any, request: Request) -> Any:
     return lag
 
 
+def _config(dashboard: Any, request: Request) -> Reply:
+    """The config file's page; 500 with an error box naming the file when it cannot be read."""
+    try:
+        return html_reply(pages.config_page(dashboard))
+    except OSError as error:
+        path = dashboard.broker.config.path
+        return html_reply(error_fragment(f"cannot read the config file {path}: {error}"), 500)
+
+
 def _logging(dashboard: Any, request: Request) -> Reply:
     since = request.query.get("since") or request.query.get("timetamp") or "0"
     since_ms = int(since) if since.isdigit() else 0
@@ -220,7 +229,7 @@ FIXED: dict[str, Callable[[Any, Request], Any]] = {
     "/topics": _page(pages.topics_page, lambda d: facts.topics_facts(d.broker)),
     "/replication": _page(pages.replication_page, lambda d: facts.replication_facts(d.broker)),
     "/transactions": _page(pages.transactions_page, lambda d: facts.transactions_facts(d.broker)),
-    "/config": _page(pages.config_page),
+    "/config": _config,
     "/java-properties": _page(pages.runtime_page),
     "/thread-dump": _page(lambda dashboard: pages.thread_dump_page()),
     "/logging": _logging,

@@ -89,6 +89,17 @@ def test_unknown_paths_answer_404_naming_the_path_and_other_methods_405():
     assert route(dashboard, Request("PUT", "/topics")).code == 405
 
 
+def test_the_config_page_of_a_file_that_cannot_be_read_is_500_naming_it(tmp_path):
+    broker = FakeBroker()
+    broker.config.path = str(tmp_path / "gone.ini")
+    reply = route(SimpleNamespace(broker=broker), Request("GET", "/config"))
+    assert (reply.code, reply.content_type) == (500, "text/html; charset=utf-8")
+    assert b"cannot read the config file " + str(tmp_path / "gone.ini").encode() in reply.body
+    (tmp_path / "gone.ini").write_text("[system]\nbrokerId=3\n")
+    shown = route(SimpleNamespace(broker=broker), Request("GET", "/config"))
+    assert shown.code == 200 and b"brokerId=3" in shown.body
+
+
 @pytest.mark.parametrize("path", ["/topics/nope", "/topics/nope?group=g"])
 def test_the_page_of_an_unknown_topic_is_404_naming_it(path):
     path, _, query = path.partition("?")
