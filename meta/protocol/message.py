@@ -8,6 +8,10 @@ The checksum is CRC-32 (IEEE, ``meta.protocol.crc.crc32``) of the payload only, 
 cleared.
 A payload with flag bit 0 set starts with ``int32 attribute_length`` and the UTF-8 attribute.
 
+A record whose 20-byte header is all zeros (length 0, checksum 0, id 0, flag 0) is not a
+record but zeroed bytes (``is_zero_header``): every decoder here refuses it, see
+docs/formats.md §2.2.
+
 Invariants: functions here are pure and never trust their input: a bad record yields
 ``InvalidRecordError`` or ends a scan, never an exception from ``struct``. Thread-safe.
 """
@@ -30,6 +34,27 @@ ATTRIBUTE_LENGTH = struct.Struct(">i")
 FLAG_ATTRIBUTE = 1
 CHECKSUM_MASK = 0x7FFFFFFF
 PAYLOAD_LENGTH_MAX = 2**31 - 1
+
+
+def is_zero_header(length: int, stored_checksum: int, msg_id: int, flag: int) -> bool:
+    """Whether a record header is all zeros: zeroed bytes, never a stored message.
+
+    The one rule that tells a zeroed region from records (docs/formats.md §2.2). Zeros pass
+    the other checks: length 0 fits anywhere and the CRC-32 of an empty payload is 0. A real
+    empty message has length 0 and checksum 0 too, but never id 0 together with flag 0:
+    metaq-py's ids carry wall-clock milliseconds since 2011 in their top bits, so they are
+    positive, and a Java broker's id is 0 only if its monotonic clock read exactly its epoch
+    while its broker id and sequence were 0.
+    """
+    return length == 0 and msg_id == 0 and stored_checksum == 0 and flag == 0
+
+
+def zero_header_error(offset: int) -> InvalidRecordError:
+    """The error for an all-zero header at ``offset`` (``is_zero_header``)."""
+    return InvalidRecordError(
+        f"zeroed bytes at offset {offset} (an all-zero record header: length 0, id 0), "
+        "not a message: the data there is corrupt"
+    )
 
 
 def checksum(payload: bytes | bytearray | memoryview) -> int:
@@ -102,7 +127,8 @@ def iter_messages(buffer: bytes | bytearray | memoryview, base_offset: int = 0) 
     Stops quietly at a trailing partial record, as Java's ``MessageIterator`` does.
 
     Raises:
-        InvalidRecordError: a complete record has a negative length or a wrong checksum.
+        InvalidRecordError: a complete record has a negative length or a wrong checksum, or
+            its header is all zeros (``is_zero_header``).
     """
     view = memoryview(buffer)
     position = 0
@@ -115,6 +141,8 @@ def iter_messages(buffer: bytes | bytearray | memoryview, base_offset: int = 0) 
         end = position + HEADER_SIZE + length
         if end > total:
             return
+        if length == 0 and is_zero_header(length, stored_checksum, msg_id, flag):
+            raise zero_header_error(base_offset + position)
         payload = bytes(view[position + HEADER_SIZE : end])
         if crc32(payload) & CHECKSUM_MASK != stored_checksum:
             raise InvalidRecordError(f"checksum mismatch at offset {base_offset + position}")
@@ -141,7 +169,7 @@ def scan_valid_prefix(buffer: bytes | bytearray | memoryview) -> tuple[int, int]
         end = position + HEADER_SIZE + length
         if length < 0 or end > total:
             break
-        if length == 0 and msg_id == 0 and stored_checksum == 0 and flag == 0:
+        if is_zero_header(length, stored_checksum, msg_id, flag):
             break  # zeros, not a record
         if crc32(view[position + HEADER_SIZE : end]) & CHECKSUM_MASK != stored_checksum:
             break

@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 from meta.errors import InvalidRecordError
 from meta.protocol.crc import crc32 as _crc32
-from meta.protocol.message import CHECKSUM_MASK, HEADER_SIZE
+from meta.protocol.message import CHECKSUM_MASK, HEADER_SIZE, zero_header_error
 
 
 def _load_extension() -> ModuleType | None:
@@ -180,12 +180,42 @@ def check_records(data: bytes | bytearray | memoryview, ends: list[int], base: i
     one C call that releases the GIL (``check_native``) instead.
 
     Raises:
-        InvalidRecordError: a record's payload does not match its CRC.
+        InvalidRecordError: a record's payload does not match its CRC, or its header is all
+            zeros (``check_no_zero_header``).
     """
     if EXTENSION is not None:
         check_native(EXTENSION, data, ends, base)
     else:
         check_pure(data, ends, base)
+    check_no_zero_header(data, ends, base)
+
+
+ZERO_HEADER = bytes(HEADER_SIZE)
+
+
+def _find_zero_header(data: bytes | bytearray | memoryview, end: int) -> int:
+    """Where 20 zero bytes first occur before ``end`` (-1: nowhere); no copy of bytes."""
+    if isinstance(data, (bytes, bytearray)):
+        return data.find(ZERO_HEADER, 0, end)
+    return bytes(data[:end]).find(ZERO_HEADER)
+
+
+def check_no_zero_header(data: bytes | bytearray | memoryview, ends: list[int], base: int) -> None:
+    """Refuse a record whose header is all zeros (``meta.protocol.message.is_zero_header``):
+    zeroed bytes pass the CRC check (length 0, checksum 0). Zeros are looked for at C speed
+    first; only a batch holding 20 zero bytes somewhere has its record starts looked at.
+
+    Raises:
+        InvalidRecordError: a record's header is all zeros.
+    """
+    found = _find_zero_header(data, ends[-1]) if ends else -1
+    if found < 0:
+        return
+    start = 0
+    for end in ends:
+        if start >= found and data[start : start + HEADER_SIZE] == ZERO_HEADER:
+            raise zero_header_error(base + start)
+        start = end
 
 
 def frame_records(data: bytes | bytearray | memoryview, base: int) -> Frame:
@@ -238,12 +268,15 @@ def check_frame(data: bytes | bytearray | memoryview, frame: Frame, base: int) -
     (``check_frame_native``), else the pure check of the frame's ends.
 
     Raises:
-        InvalidRecordError: a record's payload does not match its CRC.
+        InvalidRecordError: a record's payload does not match its CRC, or its header is all
+            zeros (``check_no_zero_header``).
     """
     if EXTENSION is not None:
         check_frame_native(EXTENSION, data, frame, base)
     else:
         check_pure(data, frame_ends(data, frame, base), base)
+    if frame.count and _find_zero_header(data, frame.end) >= 0:
+        check_no_zero_header(data, frame_ends(data, frame, base), base)
 
 
 def check_frame_native(

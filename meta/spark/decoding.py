@@ -53,6 +53,7 @@ from meta.protocol.message import (
     HEADER_FORMAT,
     HEADER_SIZE,
     decode_payload,
+    zero_header_error,
 )
 from meta.spark.schema import ARROW_SCHEMA
 
@@ -132,8 +133,9 @@ def decode_message_set(
             reader that stops there would.
 
     Raises:
-        InvalidRecordError: a complete record has a negative length, a wrong checksum or a
-            malformed attribute section.
+        InvalidRecordError: a complete record has a negative length, a wrong checksum, an
+            all-zero header (``meta.protocol.message.is_zero_header``) or a malformed
+            attribute section.
     """
     view = memoryview(buffer).cast("B")
     stop_at = len(view) if stop_offset is None else stop_offset - base_offset
@@ -142,6 +144,9 @@ def decode_message_set(
     value_starts = positions + HEADER_SIZE
     computed = _checksums(view, value_starts, lengths, stride)
     bad = np.flatnonzero(computed != checksums)
+    zeroed = np.flatnonzero((lengths == 0) & (checksums == 0) & (msg_ids == 0) & (flags == 0))
+    if zeroed.size and (not bad.size or zeroed[0] < bad[0]):
+        raise zero_header_error(base_offset + int(positions[zeroed[0]]))
     if bad.size:
         where = base_offset + int(positions[bad[0]])
         raise InvalidRecordError(f"checksum mismatch at offset {where}")

@@ -13,7 +13,9 @@ Invariants:
     * A failed append truncates the file back to ``written_size``; when even that fails,
       ``written_size`` counts the append's bytes (the file may hold them).
     * Only the last segment of a partition is validated at load (``recover``); earlier ones are
-      trusted by size, as Java does.
+      trusted by size, as Java does, and checked later by the scrubber (``meta.store.scrub``).
+    * Recovery cuts only a tail after which no valid record follows; corrupt ranges followed
+      by valid records stay in the file (``recovery.corrupt``) and the partition fences them.
     * The last ``SEGMENTS_UNSYNCED_AT_LOAD`` segments load as not yet durable
       (``flushed_size`` 0): the first flush of the partition fsyncs them.
     * The file's size is always its data: blocks allocated ahead of the writes
@@ -29,11 +31,13 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 
 from meta.errors import StoreError
-from meta.protocol.message import HEADER, HEADER_SIZE, scan_valid_prefix
+from meta.protocol.message import HEADER_SIZE
 from meta.store.append import Records, finish_write, truncate_after_failed_write
 from meta.store.files import Files
+from meta.store.integrity import Finding, SegmentScan
 
 logger = logging.getLogger("meta.store")
 
@@ -52,6 +56,23 @@ SEGMENTS_UNSYNCED_AT_LOAD = 2
 # its end (``Files.allocate``): ext4 then finds the blocks of the next writes allocated and
 # skips its delayed allocation inside each ``pwrite``, in one call per this many bytes.
 PREALLOCATE_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """What ``Segment.recover`` found in the last segment at start-up.
+
+    Attributes:
+        kept_records: valid records kept.
+        valid_size: the file's size after the cut.
+        cut_bytes: bytes cut off the end (a torn or zeroed tail); 0 when none.
+        corrupt: corrupt ranges kept inside the file, in file order (positions).
+    """
+
+    kept_records: int
+    valid_size: int
+    cut_bytes: int
+    corrupt: tuple[Finding, ...]
 
 
 def segment_name(start: int) -> str:
@@ -88,6 +109,7 @@ class Segment:
             allocate the file's blocks ahead of their end, ``PREALLOCATE_BYTES`` at a time
             (the partition's roll size, on the segment it writes); set to 0 again when the
             file system cannot.
+        recovery: what ``recover`` found (None when it did not run: not the last segment).
     """
 
     __slots__ = (
@@ -98,6 +120,7 @@ class Segment:
         "message_count",
         "path",
         "preallocate_position_max",
+        "recovery",
         "start",
         "written_size",
     )
@@ -113,6 +136,7 @@ class Segment:
         # segment): its share of the partition's message count. Kept by the owner.
         self.message_count = 0
         self.preallocate_position_max = 0
+        self.recovery: Recovery | None = None
         # The position up to which this process allocated the file's blocks ahead of its
         # writes (``Files.allocate``); beyond ``written_size`` only while some are unused.
         self._allocated_size = size
@@ -248,11 +272,13 @@ class Segment:
         self._allocated_size = size  # the truncation freed every block past ``size``
 
     def recover(self, chunk_bytes: int = RECOVER_CHUNK_BYTES) -> int:
-        """Validate the file record by record, truncate at the first bad one, count records.
+        """Validate the file record by record; cut a torn tail, keep and report corruption.
 
-        This is Java's ``FileMessageSet.recover``: stop at a short header, a negative length, a
-        record running past the end of the file or a checksum mismatch; everything from there
-        on, valid records after a corrupt one included, is cut. The cut is logged.
+        The scan is ``meta.store.integrity``'s. A bad range after which no valid record
+        follows is a torn or zeroed tail, what a crash leaves: it is truncated and logged at
+        ERROR with its position and size. A bad range followed by valid records is corruption
+        of acknowledged data: nothing is cut (Java cuts everything from there on), each range
+        is logged at ERROR and kept in ``recovery.corrupt`` for the partition to fence.
 
         Args:
             chunk_bytes: how much to read at a time (tests make it small).
@@ -266,50 +292,54 @@ class Segment:
         assert chunk_bytes >= HEADER_SIZE
         file_size = self.written_size
         try:
-            valid_size, count = self._scan(file_size, chunk_bytes)
+            scan = SegmentScan(self._read_at, file_size, chunk_bytes=chunk_bytes).run()
+            findings = scan.findings
+            tail = findings[-1] if findings and findings[-1].tail else None
+            valid_size = tail.position if tail is not None else scan.end
             if valid_size < file_size:
                 self._files.truncate(self._fd, valid_size)
         except OSError as error:
             raise StoreError(f"cannot recover segment {self.path}: {error}") from error
-        if valid_size < file_size:
-            logger.warning(
-                "recovered %s: kept %d records (%d bytes), cut %d bytes",
-                self.path,
-                count,
-                valid_size,
-                file_size - valid_size,
-            )
+        corrupt = tuple(finding for finding in findings if finding is not tail)
+        self.recovery = Recovery(scan.records, valid_size, file_size - valid_size, corrupt)
+        self._log_recovery(tail)
         self.written_size = valid_size
         self.flushed_size = valid_size
         self._allocated_size = valid_size
-        return count
+        return scan.records
 
-    def _scan(self, file_size: int, chunk_bytes: int) -> tuple[int, int]:
-        """Return ``(valid_size, record_count)`` of the file, reading it piece by piece."""
-        position = 0
-        count = 0
-        want = chunk_bytes
-        while position < file_size:
-            buffer = self._files.read(self._fd, position, min(want, file_size - position))
-            if not buffer:
-                break  # the file is shorter than its size said; keep what was validated
-            valid, found = scan_valid_prefix(buffer)
-            position += valid
-            count += found
-            want = chunk_bytes
-            if valid == len(buffer):
-                continue
-            rest = len(buffer) - valid
-            if rest < HEADER_SIZE:
-                if position + HEADER_SIZE > file_size:
-                    break  # a torn header at the end of the file
-                continue  # the header straddles the piece: read again from ``position``
-            length = HEADER.unpack_from(buffer, valid)[0]
-            record_size = HEADER_SIZE + length
-            if length < 0 or position + record_size > file_size or record_size <= rest:
-                break  # negative length, torn record, or a complete record that failed CRC
-            want = max(chunk_bytes, record_size)  # a record larger than the piece: read it whole
-        return position, count
+    def _read_at(self, position: int, length: int) -> bytes:
+        return self._files.read(self._fd, position, length)
+
+    def _log_recovery(self, tail: Finding | None) -> None:
+        """ERROR lines an operator can act on: the cut, and each corrupt range kept."""
+        recovery = self.recovery
+        assert recovery is not None
+        if recovery.cut_bytes:
+            reason = tail.reason if tail is not None else "the file is shorter than its size"
+            logger.error(
+                "recovered %s: cut %d bytes at position %d (offset %d) to the end of the file: "
+                "%s, and no valid record after it (a torn or zeroed tail); kept %d records "
+                "(%d bytes)",
+                self.path,
+                recovery.cut_bytes,
+                recovery.valid_size,
+                self.start + recovery.valid_size,
+                reason,
+                recovery.kept_records,
+                recovery.valid_size,
+            )
+        for finding in recovery.corrupt:
+            logger.error(
+                "corrupt record in %s at position %d (offset %d): %s; valid records resume at "
+                "position %d (offset %d); kept, and not served (docs/durability.md)",
+                self.path,
+                finding.position,
+                self.start + finding.position,
+                finding.reason,
+                finding.resume,
+                self.start + finding.resume,
+            )
 
     def close(self) -> None:
         """Close the descriptor; the segment must not be used afterwards."""

@@ -21,7 +21,7 @@ def walked(data: bytes, base: int = 0) -> list[int]:
 
 
 def records(sizes: list[int]) -> bytes:
-    return b"".join(pack_message(index, 0, bytes([index % 251]) * size)
+    return b"".join(pack_message(index + 1, 0, bytes([index % 251]) * size)
                     for index, size in enumerate(sizes))  # fmt: skip
 
 

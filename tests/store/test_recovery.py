@@ -46,13 +46,16 @@ def test_a_garbage_tail_is_cut_at_load(tmp_path):
     assert log.max_offset == 23
 
 
-def test_a_corrupt_record_in_the_middle_drops_everything_after_it(tmp_path):
+def test_a_corrupt_record_in_the_middle_is_kept_with_the_records_after_it(tmp_path):
+    """A flipped bit followed by valid records is corruption, not a torn tail: the acknowledged
+    records after it stay (Java cut them all)."""
     corrupt = bytearray(record(b"two"))
     corrupt[5] ^= 0x01  # the checksum no longer matches
     data = record(b"one") + bytes(corrupt) + record(b"three") + record(b"four")
     directory = make_directory(tmp_path, {name(0): data})
     log = open_partition(directory)
-    assert (log.max_offset, log.message_count) == (23, 1)
+    assert (log.max_offset, log.message_count) == (len(data), 3)
+    assert (tmp_path / "test-0" / name(0)).read_bytes() == data
 
 
 def test_earlier_segments_are_not_validated(tmp_path):

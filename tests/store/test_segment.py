@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from meta.errors import StoreError
 from meta.protocol.message import pack_message, scan_valid_prefix
 from meta.store.files import Files
+from meta.store.integrity import SegmentScan
 from meta.store.segment import Segment, parse_segment_name, segment_name
 from tests.descriptors import closers
 from tests.store.conftest import ENOSPC, RecordingFiles, record
@@ -153,13 +154,27 @@ def test_recover_cuts_a_garbage_tail(tmp_path):
     assert (tmp_path / "s.meta").read_bytes() == record(b"one")
 
 
-def test_recover_drops_valid_records_after_a_corrupt_one(tmp_path):
+def test_recover_keeps_valid_records_after_a_corrupt_one_and_reports_the_range(tmp_path):
     corrupt = bytearray(record(b"two"))
     corrupt[-1] ^= 0xFF
-    write_file(tmp_path / "s.meta", record(b"one") + bytes(corrupt) + record(b"three"))
+    data = record(b"one") + bytes(corrupt) + record(b"three")
+    write_file(tmp_path / "s.meta", data)
+    segment = open_segment(tmp_path / "s.meta")
+    assert segment.recover() == 2
+    assert (tmp_path / "s.meta").read_bytes() == data
+    (finding,) = segment.recovery.corrupt
+    assert (finding.position, finding.resume, finding.tail) == (23, 23 + len(corrupt), False)
+    assert segment.recovery.cut_bytes == 0
+
+
+def test_recover_cuts_a_corrupt_last_record_as_a_torn_tail(tmp_path):
+    corrupt = bytearray(record(b"two"))
+    corrupt[-1] ^= 0xFF
+    write_file(tmp_path / "s.meta", record(b"one") + bytes(corrupt))
     segment = open_segment(tmp_path / "s.meta")
     assert segment.recover() == 1
     assert (tmp_path / "s.meta").read_bytes() == record(b"one")
+    assert (segment.recovery.cut_bytes, segment.recovery.corrupt) == (len(corrupt), ())
 
 
 def test_recover_reads_a_record_larger_than_the_chunk(tmp_path):
@@ -187,4 +202,9 @@ def test_chunked_recovery_keeps_what_a_whole_file_scan_keeps(tmp_path_factory, p
     segment = open_segment(path)
     count = segment.recover(chunk_bytes=chunk_bytes)
     segment.close()
-    assert (segment.written_size, count) == scan_valid_prefix(data)
+    whole = SegmentScan(lambda position, length: data[position : position + length], len(data))
+    whole.run()
+    tail = whole.findings[-1].position if whole.findings and whole.findings[-1].tail else len(data)
+    assert (segment.written_size, count) == (tail, whole.records)
+    if not whole.findings:
+        assert (segment.written_size, count) == scan_valid_prefix(data)

@@ -30,6 +30,8 @@ from meta.protocol.message import (
     HEADER,
     HEADER_SIZE,
     decode_payload,
+    is_zero_header,
+    zero_header_error,
 )
 
 log = logging.getLogger("meta.client")
@@ -119,8 +121,9 @@ def decode_batch(
     Same rules as ``iter_messages``: stops quietly at a trailing partial record.
 
     Raises:
-        InvalidRecordError: a complete record has a negative length, a wrong checksum or
-            an attribute section that does not fit (after the good records before it).
+        InvalidRecordError: a complete record has a negative length, a wrong checksum, an
+            all-zero header (``is_zero_header``) or an attribute section that does not fit
+            (after the good records before it).
     """
     unpack = HEADER.unpack_from
     total = len(data)
@@ -134,6 +137,8 @@ def decode_batch(
         end = start + length
         if end > total:
             return
+        if length == 0 and is_zero_header(length, stored_checksum, msg_id, flag):
+            raise zero_header_error(base_offset + position)
         payload = data[start:end]
         if crc32(payload) & CHECKSUM_MASK != stored_checksum:
             raise InvalidRecordError(f"checksum mismatch at offset {base_offset + position}")
