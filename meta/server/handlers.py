@@ -108,7 +108,11 @@ def handle_body_too_large(broker: BrokerServices, event: BodyTooLarge, connectio
 
 
 def handle_get(broker: BrokerServices, command: Get, connection) -> Reply:
-    """Serve a slice of one segment, or the 301/400/404 answers of a Java broker's get."""
+    """Serve a slice of one segment, or the 301/400/404 answers of a Java broker's get.
+
+    A slice ends before a known corrupt range; a get starting in one gets 500 naming the
+    range and what to do (``corrupt_range_text``).
+    """
     broker.counters.cmd_get += 1
     partition_log = broker.store.get(command.topic, command.partition)
     if partition_log is None:
@@ -123,6 +127,8 @@ def handle_get(broker: BrokerServices, command: Get, connection) -> Reply:
     if found.kind == "data":
         header = encode_value_header(found.length, command.opaque)
         return FileReply(header, found.segment, found.position, found.length)
+    if found.kind == "corrupt":
+        return _get_corrupt(broker, command, found.corrupt)
     if command.max_wait_ms and found.kind == "after" and command.offset == found.offset:
         # Long polling: hold the get until data arrives at this offset or the wait ends.
         def woken() -> None:
@@ -138,7 +144,29 @@ def _get_after_wait(broker: BrokerServices, command: Get, partition_log, limit: 
     if found.kind == "data":
         header = encode_value_header(found.length, command.opaque)
         return FileReply(header, found.segment, found.position, found.length)
+    if found.kind == "corrupt":
+        return _get_corrupt(broker, command, found.corrupt)
     return _get_out_of_range(broker, command, found.kind, found.offset)
+
+
+def corrupt_range_text(broker_id: int, topic: str, partition: int, corrupt: Any) -> str:
+    """The answer to a get that starts in a known corrupt range: what, where, what to do."""
+    return (
+        f"partition {topic}-{partition}: {corrupt.describe()} is corrupt and is not served. "
+        f"To skip it (the records in it are lost), move the consumer to offset {corrupt.end}: "
+        f"stop the group, then `meta-admin reset-offsets GROUP --topic {topic} "
+        f"--partition {broker_id}-{partition} --to {corrupt.end} --execute`; or stop the "
+        f"broker and restore the segment file from a replica (docs/operations.md, "
+        f"Corrupt data)"
+    )
+
+
+def _get_corrupt(broker: BrokerServices, command: Get, corrupt: Any) -> bytes:
+    """500 for a get in a corrupt range: a Java consumer logs it and retries the same
+    offset (a 301 would skip silently, a 403 or 404 would look like "nothing new")."""
+    broker.counters.get_failed += 1
+    text = corrupt_range_text(broker.config.broker_id, command.topic, command.partition, corrupt)
+    return encode_result(500, text.encode(), command.opaque)
 
 
 def _get_out_of_range(broker: BrokerServices, command: Get, kind: str, answer: int) -> bytes:

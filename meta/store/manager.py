@@ -23,6 +23,8 @@ Invariants:
     * After ``close`` no partition accepts appends and every file is closed; the retention
       timer is cancelled and a running archive is stopped before the files are closed.
     * A partition is in the retention queue at most once, and only one runner works on it.
+    * The scrubber (``meta.store.scrub``) runs from ``start`` to ``close`` on the background
+      executor, at ``scrubBytesPerSecond``.
 
 Thread affinity: reactor thread only.
 """
@@ -50,6 +52,7 @@ from meta.store.group_commit import (
     ThreadExecutor,
 )
 from meta.store.partition import PartitionLog
+from meta.store.scrub import Scrubber
 from meta.store.segment import Segment, segment_name
 from meta.store.tail_cut import is_descriptor_shortage
 
@@ -116,6 +119,13 @@ class StoreManager:
         self._retention_running = False
         self._retention_runner: Deferred | None = None  # while a runner waits on an archive
         self._retention_stop = threading.Event()  # set by close: stop an archive being written
+        self.scrubber = self._make_scrubber(config)
+
+    def _make_scrubber(self, config: BrokerConfig) -> Scrubber:
+        """The background scrubber (``meta.store.scrub``), on the background executor."""
+        return Scrubber(
+            self.partitions, self.get, self._reactor, self.background, config.scrub_bytes_per_s
+        )
 
     @property
     def files(self) -> Files:
@@ -322,6 +332,7 @@ class StoreManager:
         for log in self._partitions.values():
             self._ensure_timer(log)
         self._arm_retention()
+        self.scrubber.start()
 
     def _ensure_timer(self, log: PartitionLog) -> None:
         policy = log.policy
@@ -371,6 +382,7 @@ class StoreManager:
                 timer.stop()
         self._timers.clear()
         self._stop_retention()
+        self.scrubber.stop()
         for log in self._partitions.values():
             log.stop_appends()
             if log.failed is None and log.is_dirty:

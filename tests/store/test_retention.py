@@ -91,7 +91,10 @@ class Store:
         os.makedirs(self.root, exist_ok=True)
         if topics is None:
             topics = (make_topic("test", self.root, delete_policy=policy, delete_when=when),)
-        self.config = broker_config(self.root, topics=topics, segment_bytes_max=SEGMENT_BYTES)
+        # No scrubber: these tests count the timers on the clock (retention arms one).
+        self.config = broker_config(
+            self.root, topics=topics, segment_bytes_max=SEGMENT_BYTES, scrub_bytes_per_s=0
+        )
         self.clock = Clock()
         self.clock.advance(T0)
         self.store = closing_store(
