@@ -102,6 +102,7 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily(
             "metaq_connections", "Open TCP client connections.", value=len(broker.connections)
         )
+        yield from _scrubber_families(broker.store.scrubber)
 
     def _request_families(self) -> Iterator[Any]:
         broker = self._broker
@@ -200,10 +201,35 @@ PARTITION_FAMILIES: tuple[tuple[str, str, str], ...] = (
         "gauge",
         "1 when a failed write or fsync stopped the partition until an operator acts.",
     ),
+    (
+        "metaq_partition_corrupt_ranges",
+        "gauge",
+        "Known corrupt ranges of the partition, which the broker refuses to serve.",
+    ),
+    (
+        "metaq_partition_corrupt_bytes",
+        "gauge",
+        "Bytes in the partition's known corrupt ranges.",
+    ),
+    (
+        "metaq_scrub_bytes_total",
+        "counter",
+        "Bytes of the partition's records the background scrubber checked in this process.",
+    ),
+    (
+        "metaq_scrub_passes_total",
+        "counter",
+        "Complete scrubber passes over the partition in this process.",
+    ),
+    (
+        "metaq_recovery_cut_bytes",
+        "gauge",
+        "Bytes start-up recovery cut off the partition's last segment (a torn or zeroed tail).",
+    ),
 )
 """The per-partition families: name as written (counters with ``_total``), type, help."""
 
-EMPTY_PARTITION = (0, 0, 0, 0, 0, 0, 0)
+EMPTY_PARTITION = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 """The per-partition values of a configured partition without a store (no segment yet)."""
 
 assert len(EMPTY_PARTITION) == len(PARTITION_FAMILIES)
@@ -224,6 +250,8 @@ def partitions_text(logs: Iterable[Any], unwritten: Iterable[tuple[str, int]] = 
     for partition_log in logs:
         halted = partition_log.failed is not None
         closed = not partition_log.accepts_appends and not halted
+        health = partition_log.health
+        corrupt = health.ranges_from(partition_log.min_offset)
         values = (
             partition_log.appended_messages,
             partition_log.appended_bytes,
@@ -232,6 +260,11 @@ def partitions_text(logs: Iterable[Any], unwritten: Iterable[tuple[str, int]] = 
             len(partition_log.segments),
             int(closed),
             int(halted),
+            len(corrupt),
+            sum(known.end - known.start for known in corrupt),
+            health.scrubbed_bytes,
+            health.scrub_passes,
+            health.recovery_cut_bytes,
         )
         found.append((partition_log.topic, partition_log.partition, values))
     found += [(topic, partition, EMPTY_PARTITION) for topic, partition in unwritten]
@@ -245,6 +278,25 @@ def partitions_text(logs: Iterable[Any], unwritten: Iterable[tuple[str, int]] = 
         parts.append(f"# HELP {name} {documentation}\n# TYPE {name} {kind}\n")
         parts.extend(f"{name}{{{labels}}} {values[index]}\n" for labels, values in rows)
     return "".join(parts)
+
+
+def _scrubber_families(scrubber: Any) -> Iterator[Any]:
+    """The background scrubber's store-wide numbers (``meta.store.scrub``)."""
+    yield GaugeMetricFamily(
+        "metaq_scrub_rate_bytes_per_second",
+        "The scrubber's configured rate (scrubBytesPerSecond); 0 when it is off.",
+        value=scrubber.bytes_per_s,
+    )
+    yield CounterMetricFamily(
+        "metaq_scrub_store_passes",
+        "Complete scrubber passes over every partition of the store in this process.",
+        value=scrubber.passes,
+    )
+    yield CounterMetricFamily(
+        "metaq_scrub_corrupt_found",
+        "Corrupt ranges the scrubber found in this process (recovery's are not counted).",
+        value=scrubber.corrupt_found,
+    )
 
 
 def _label_value(text: str) -> str:

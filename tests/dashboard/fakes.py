@@ -8,6 +8,7 @@ from typing import Any
 
 from meta.server.stats import BrokerCounters
 from meta.server.topic_counters import TopicCounters
+from meta.store.corruption import PartitionHealth
 from tests.store.conftest import topic_config
 
 
@@ -24,6 +25,7 @@ class FakePartition:
     segments: tuple = (object(),)
     accepts_appends: bool = True
     failed: Any = None
+    health: PartitionHealth = field(default_factory=lambda: PartitionHealth("fake"))
 
 
 @dataclass
@@ -49,5 +51,8 @@ class FakeBroker:
         self.counters = BrokerCounters()
         self.put_failed_by_topic = TopicCounters()
         self.get_miss_by_topic = TopicCounters()
-        self.store = SimpleNamespace(partitions=lambda: list(self.partitions))
+        self.store = SimpleNamespace(
+            partitions=lambda: list(self.partitions),
+            scrubber=SimpleNamespace(bytes_per_s=4194304, passes=0, corrupt_found=0),
+        )
         self.transactions = SimpleNamespace(describe=lambda: list(self.live_transactions))

@@ -49,6 +49,15 @@ METRICS = {
     "metaq_sync_published": set(),
     "metaq_fsync_seconds": set(),
     "metaq_sync_latency_seconds": set(),
+    # Ours: the integrity checks (docs/durability.md, Corrupt data).
+    "metaq_partition_corrupt_ranges": {"topic", "partition"},
+    "metaq_partition_corrupt_bytes": {"topic", "partition"},
+    "metaq_scrub_bytes": {"topic", "partition"},
+    "metaq_scrub_passes": {"topic", "partition"},
+    "metaq_recovery_cut_bytes": {"topic", "partition"},
+    "metaq_scrub_rate_bytes_per_second": set(),
+    "metaq_scrub_store_passes": set(),
+    "metaq_scrub_corrupt_found": set(),
 }
 # Families whose samples exist only with a feature this broker does not run here.
 WITHOUT_SAMPLES = {
