@@ -43,6 +43,7 @@ from meta.admin import (
     spark_writes,
     truncate,
     tx,
+    verify,
 )
 from meta.admin.client import EXIT_OK, EXIT_STATUS_RULE, EXIT_USAGE, AdminClient, AdminError
 from meta.admin.options import (
@@ -65,6 +66,7 @@ COMMAND_GROUPS = (
     replication,
     spark_writes,
     truncate,
+    verify,
 )
 """Modules registering commands; add new groups here."""
 

@@ -65,6 +65,7 @@ def test_every_command_group_is_registered():
         "replication",
         "spark_writes",
         "truncate",
+        "verify",
     }
 
 
