@@ -147,7 +147,9 @@ def verify_partition(name: str, directory: str, report: Report) -> None:
     for index, (start, path) in enumerate(files):
         size = os.path.getsize(path)
         if expected_start is not None and start != expected_start:
-            reason = f"the previous segment ends at offset {expected_start}, this one starts at {start}"
+            reason = (
+                f"the previous segment ends at offset {expected_start}, this one starts at {start}"
+            )
             report.problems.append(Problem(name, path, 0, start, 0, start, reason, "chain"))
         expected_start = start + size
         last = index == len(files) - 1

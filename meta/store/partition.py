@@ -71,8 +71,8 @@ class PartitionLog:
             an append cut back after a failed write or fsync never counts.
         on_visible: None, or a callable given this log each time ``max_offset`` advances;
             the owner (the broker's long-polling ``get``) sets and clears it.
-        health: the corrupt ranges known in its files (``meta.store.corruption``), which
-            ``slice`` never serves, and its scrub and recovery counters.
+        health: the corrupt ranges known in its files (``meta.store.corruption``): ``slice``
+            ends before one, or answers ``"corrupt"`` inside one; scrub and recovery counts.
     """
 
     def __init__(
@@ -99,7 +99,6 @@ class PartitionLog:
         self.appended_bytes = 0
         # Called with this log after acknowledgements moved ``max_offset`` (long polling).
         self.on_visible: Callable[[PartitionLog], None] | None = None
-        # Corrupt ranges known from recovery and the scrubber; ``slice`` fences them.
         self.health = PartitionHealth.from_segments(self.name, segments)
         self._files = files
         self._flusher = flusher
@@ -531,9 +530,6 @@ class PartitionLog:
     def slice(self, offset: int, limit: int) -> SliceResult:
         """Locate the bytes a ``get`` at ``offset`` returns, at most ``limit`` of them.
 
-        A ``"data"`` slice ends before a known corrupt range; a read starting inside one
-        gets ``"corrupt"`` (``PartitionHealth.fence``).
-
         Args:
             offset: where the consumer wants to read.
             limit: the most bytes to return (``min(maxTransferSize, maxSize)``), >= 0.
@@ -548,8 +544,7 @@ class PartitionLog:
         position = offset - segment.start
         visible_size = min(segment.written_size, visible_end - segment.start)
         found = SliceResult(DATA, offset, segment, position, min(visible_size - position, limit))
-        # Known corrupt data is never served: the read stops before it, or is refused.
-        return self.health.fence(found)
+        return self.health.fence(found)  # never into known corrupt data
 
     def read(self, result: SliceResult) -> bytes:
         """Return the bytes a ``"data"`` slice names (empty for the other kinds)."""

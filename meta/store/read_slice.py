@@ -8,7 +8,6 @@ in a known corrupt range, ``meta.store.corruption``). Immutable, so thread-safe.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import Any
 
 from meta.store.segment import Segment

@@ -6,8 +6,9 @@ record's framing and CRC with ``meta.store.integrity.SegmentScan`` (the checks o
 recovery and ``meta-admin verify``). A corrupt range it finds is logged at ERROR with its
 file and position, added to the partition's ``health`` (``meta.store.corruption``), which
 fences it from every read from then on, and counted in the metrics. After a full pass it
-starts again from the beginning. Progress is not kept across restarts: a restarted broker
-scrubs from the start again (recovery has checked the last segments by then).
+starts again from the beginning, at most once every ``PASS_INTERVAL_MIN_S`` (10 s).
+Progress is not kept across restarts: a restarted broker scrubs from the start again
+(recovery has checked the last segment by then).
 
 Pacing: the reactor thread only chooses what to check next and keeps the counts; the reading
 and the CRCs run as one piece of at most ``step_bytes`` at a time on ``executor`` (the
@@ -38,6 +39,9 @@ logger = logging.getLogger("meta.store.scrub")
 STEP_BYTES = 64 * 1024
 # With nothing to check (an empty store), look again this much later.
 IDLE_S = 10.0
+# A pass starts at most this often: a small store is checked in milliseconds, and checking
+# it again at once would only spend CPU.
+PASS_INTERVAL_MIN_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,7 @@ class Scrubber:
         executor: runs ``scan_piece`` off the reactor thread, returns a Deferred.
         bytes_per_s: the rate; 0 turns the scrubber off.
         step_bytes: bytes checked per piece.
+        pass_interval_min_s: the least time from the start of a pass to the next one's.
 
     Attributes:
         passes: complete passes over the whole store in this process.
@@ -102,6 +107,7 @@ class Scrubber:
         executor: Callable[[Callable[[], Any]], Any],
         bytes_per_s: int,
         step_bytes: int = STEP_BYTES,
+        pass_interval_min_s: float = PASS_INTERVAL_MIN_S,
     ) -> None:
         assert bytes_per_s >= 0
         assert step_bytes > 0
@@ -111,6 +117,9 @@ class Scrubber:
         self._executor = executor
         self.bytes_per_s = bytes_per_s
         self._step_bytes = step_bytes
+        self._pass_interval_min_s = pass_interval_min_s
+        self._pass_started_s: float | None = None
+        self._in_pass = False
         self.passes = 0
         self.bytes_scrubbed = 0
         self.corrupt_found = 0
@@ -145,13 +154,13 @@ class Scrubber:
             self._call = self._reactor.callLater(max(0.0, delay_s), self._tick)
 
     def _tick(self) -> None:
-        """Reactor: hand the next piece to the executor, or end the pass."""
+        """Reactor: hand the next piece to the executor, or wait for the next pass."""
         self._call = None
         if self._stopped or self._running:
             return
         piece = self._next_piece()
-        if piece is None:
-            self._schedule(IDLE_S)
+        if not isinstance(piece, Piece):
+            self._schedule(piece)
             return
         self._running = True
         started_s = self._reactor.seconds()
@@ -163,8 +172,9 @@ class Scrubber:
             errbackArgs=(piece,),
         )
 
-    def _next_piece(self) -> Piece | None:
-        """The next piece of this pass; a new pass when this one is done (None: no data)."""
+    def _next_piece(self) -> Piece | float:
+        """The next piece of this pass, starting a new pass when it is time; otherwise the
+        seconds to wait (until the next pass may start, or ``IDLE_S`` with no partition)."""
         for _attempt in range(2):
             while self._index < len(self._order):
                 piece = self._piece_in(self._order[self._index])
@@ -172,13 +182,35 @@ class Scrubber:
                     return piece
                 self._index += 1
                 self._offset = -1
-            if self._order:
-                self.passes += 1
-                logger.info("scrubber: pass %d over every segment done", self.passes)
+            if self._in_pass:
+                self._pass_done()
+            now_s = self._reactor.seconds()
+            if self._pass_started_s is not None:
+                wait_s = self._pass_started_s + self._pass_interval_min_s - now_s
+                if wait_s > 0:
+                    return wait_s
             self._order = sorted((log.topic, log.partition) for log in self._partitions())
+            if not self._order:
+                return IDLE_S
             self._index = 0
             self._offset = -1
-        return None
+            self._pass_started_s = now_s
+            self._in_pass = True
+        return self._pass_interval_min_s  # a pass over partitions that are all empty
+
+    def _pass_done(self) -> None:
+        self._in_pass = False
+        self.passes += 1
+        took_s = self._reactor.seconds() - (self._pass_started_s or 0.0)
+        # The first pass after a start says the store is checked; later ones only at DEBUG.
+        level = logging.INFO if self.passes == 1 else logging.DEBUG
+        logger.log(
+            level,
+            "scrubber: pass %d over every segment done in %.1f s (%d corrupt ranges found)",
+            self.passes,
+            took_s,
+            self.corrupt_found,
+        )
 
     def _piece_in(self, key: tuple[str, int]) -> Piece | None:
         """The next piece of partition ``key`` from ``_offset`` (None: it is done or gone)."""

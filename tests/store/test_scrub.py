@@ -45,8 +45,12 @@ def records(count: int, first_id: int = 1) -> bytes:
     return b"".join(record(PAYLOAD, first_id + index) for index in range(count))
 
 
-def scrubber(store: StoreManager, clock: Clock, rate: int, step: int = 1000) -> Scrubber:
-    return Scrubber(store.partitions, store.get, clock, SynchronousExecutor(), rate, step)
+def scrubber(
+    store: StoreManager, clock: Clock, rate: int, step: int = 1000, pass_s: float = 0.0
+) -> Scrubber:
+    """A scrubber over ``store`` (passes ``pass_s`` apart at least: none by default)."""
+    executor = SynchronousExecutor()
+    return Scrubber(store.partitions, store.get, clock, executor, rate, step, pass_s)
 
 
 def started(scrub: Scrubber, clock: Clock) -> Scrubber:
@@ -78,6 +82,18 @@ def test_a_full_pass_is_counted_and_the_next_starts_from_the_beginning(tmp_path)
     assert (scrub.passes, scrub.bytes_scrubbed) == (1, 2000)
     assert store.get("test", 0).health.scrub_passes == 1
     assert store.get("test", 0).health.scrubbed_bytes == 2000
+
+
+def test_a_pass_starts_no_sooner_than_the_least_interval_after_the_last(tmp_path):
+    store = make_store(tmp_path, {0: records(10)})
+    clock = Clock()
+    scrub = started(scrubber(store, clock, rate=1000, pass_s=10.0), clock)
+    clock.advance(1.0)
+    assert (scrub.passes, scrub.bytes_scrubbed) == (1, 1000)
+    clock.advance(8.9)
+    assert scrub.bytes_scrubbed == 1000
+    clock.advance(0.1)
+    assert scrub.bytes_scrubbed == 2000
 
 
 def test_a_rate_of_zero_schedules_nothing(tmp_path):
