@@ -236,6 +236,8 @@ class Scrubber:
     def _piece_done(self, result: PieceResult, piece: Piece, started_s: float) -> None:
         """Reactor: count the bytes, report new ranges, and pace the next piece."""
         self._running = False
+        if self._stopped:
+            return
         log = self._log(piece.key)
         checked = result.position - piece.position
         if result.missing or log is None:
