@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from meta.protocol.commands import Data, Get, Put, Result
 from meta.protocol.message import checksum, iter_messages
 from tests.integration.broker_process import REPO, BrokerProcess
+from tests.integration.client_helpers import make_root
 
 WAIT_S = 60.0
 PAYLOAD_BYTES = 80
@@ -229,3 +230,81 @@ def test_a_torn_tail_is_cut_and_reported_at_error_with_its_position(broker):
     records, offset, reply = consume(broker)
     assert (len(records), offset, reply.code) == (RECORDS, RECORDS * RECORD_BYTES, 404)
     assert metrics(broker)["metaq_recovery_cut_bytes"] == 64
+
+
+def consumed_ids(path: Path) -> list[int]:
+    if not path.exists():
+        return []
+    return [int(line) for line in path.read_text().split("\n")[:-1]]  # last may be partial
+
+
+def start_consumer(zookeeper, root: str, out: Path, log: Path) -> subprocess.Popen:
+    """A real group member (``tests.integration.consumer_process``) of group ``g`` on test."""
+    command = [sys.executable, "-m", "tests.integration.consumer_process"]
+    command += [zookeeper.connect_string, root, "test", "g", "c1", str(out)]
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
+    with log.open("ab") as stderr:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=stderr
+        )
+
+
+def reset_offsets(zookeeper, root: str, to: int) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "meta.admin", "reset-offsets", "g", "--topic", "test"]
+    command += ["--partition", "0-0", "--to", str(to), "--execute"]
+    command += ["--zk-connect", zookeeper.connect_string, "--zk-root", root]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO)
+
+
+def test_a_consumer_stops_at_corrupt_data_until_an_operator_moves_it_past(zookeeper, tmp_path):
+    """Goal: a real consumer group member never receives a record of a zeroed range, stops at
+    it with the broker's text in its log, and after the documented operator action (stop the
+    group, ``meta-admin reset-offsets --to END``) consumes every record after the range.
+
+    Method: a ZooKeeper-registered broker, a zeroed record at offset 2400 of an older segment
+    found by the scrubber; a consumer process records each message id it receives."""
+    root = make_root(zookeeper)
+    broker = BrokerProcess(
+        tmp_path / "broker",
+        system={"maxSegmentSize": SEGMENT_BYTES},
+        zk_connect=zookeeper.connect_string,
+        zk={"zk.zkRoot": root},
+    )
+    broker.start()
+    consumer = None
+    try:
+        fill(broker)
+        broker.stop()
+        alter(segment_path(broker, 2000), 400, zero_record)
+        broker.start()
+        wait_for_log(broker, "scrubber: corrupt record in")
+        out, log = tmp_path / "ids.txt", tmp_path / "consumer.log"
+        consumer = start_consumer(zookeeper, root, out, log)
+        # The client logs the first 200 bytes of the broker's text with the status.
+        stopped = "500 b'partition test-0: offsets 2400 to 2500"
+        wait_until(lambda: stopped in log.read_text(), "the 500 in the consumer's log")
+        time.sleep(1.0)  # the consumer's retries of the same offset deliver nothing more
+        before = consumed_ids(out)
+        assert len(before) == 24 and 0 not in before
+        consumer.kill()
+        consumer.wait(30)
+        wait_until(lambda: reset_offsets(zookeeper, root, 2500).returncode == 0, "the reset")
+        consumer = start_consumer(zookeeper, root, out, log)
+        wait_until(lambda: len(consumed_ids(out)) >= 24 + 40, "the records after the range")
+        after = consumed_ids(out)[24:]
+        assert len(after) == 40 and 0 not in after and not set(after) & set(before)
+    finally:
+        if consumer is not None and consumer.poll() is None:
+            consumer.kill()
+            consumer.wait(30)
+        broker.stop()
+
+
+def wait_until(condition, what: str) -> None:
+    """Poll ``condition`` every 0.1 s for at most ``WAIT_S`` (it may raise nothing)."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {WAIT_S} s waiting for {what}")
