@@ -83,6 +83,9 @@ def add_parser(commands: argparse._SubParsersAction, connection: argparse.Argume
 
 def run_verify(arguments: argparse.Namespace, _session: None) -> int:
     report = Report()
+    if not os.path.isdir(arguments.directory):
+        print(f"meta-admin: {arguments.directory} is not a directory", file=sys.stderr)
+        return EXIT_USAGE
     try:
         directories = partition_directories(arguments.directory, arguments.partitions)
     except FileNotFoundError as error:

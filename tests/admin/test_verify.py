@@ -94,3 +94,8 @@ def test_json_lists_each_problem(tmp_path, capsys):
     assert (status, document["corrupt_ranges"], document["records"]) == (1, 1, 12)
     (problem,) = document["problems"]
     assert (problem["offset"], problem["resume_offset"], problem["kind"]) == (400, 500, "corrupt")
+
+
+def test_a_missing_directory_is_exit_2(tmp_path, capsys):
+    assert main(["verify", str(tmp_path / "nowhere")]) == 2
+    assert "nowhere is not a directory" in capsys.readouterr().err
