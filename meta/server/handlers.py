@@ -150,14 +150,15 @@ def _get_after_wait(broker: BrokerServices, command: Get, partition_log, limit: 
 
 
 def corrupt_range_text(broker_id: int, topic: str, partition: int, corrupt: Any) -> str:
-    """The answer to a get that starts in a known corrupt range: what, where, what to do."""
+    """The answer to a get that starts in a known corrupt range: what, what to do, where (in
+    that order: a client may log only the start of it)."""
     return (
-        f"partition {topic}-{partition}: {corrupt.describe()} is corrupt and is not served. "
-        f"To skip it (the records in it are lost), move the consumer to offset {corrupt.end}: "
-        f"stop the group, then `meta-admin reset-offsets GROUP --topic {topic} "
-        f"--partition {broker_id}-{partition} --to {corrupt.end} --execute`; or stop the "
-        f"broker and restore the segment file from a replica (docs/operations.md, "
-        f"Corrupt data)"
+        f"partition {topic}-{partition}: offsets {corrupt.start} to {corrupt.end} are corrupt "
+        f"and not served ({corrupt.reason}). To skip them (their records are lost), stop the "
+        f"group and run `meta-admin reset-offsets GROUP --topic {topic} --partition "
+        f"{broker_id}-{partition} --to {corrupt.end} --execute`, or stop the broker and "
+        f"restore {corrupt.path} (bad from position {corrupt.position}) from a replica; see "
+        f"docs/operations.md, Corrupt data"
     )
 
 

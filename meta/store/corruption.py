@@ -45,13 +45,6 @@ class CorruptRange:
     reason: str
     found_by: str
 
-    def describe(self) -> str:
-        """``offsets 100 to 160 (file F position 100: reason)``, for logs and replies."""
-        return (
-            f"offsets {self.start} to {self.end} ({self.path} position {self.position}: "
-            f"{self.reason})"
-        )
-
 
 @dataclass(slots=True)
 class PartitionHealth:

@@ -141,7 +141,7 @@ def assert_fenced(broker: BrokerProcess, start: int, end: int) -> None:
     assert reply.code == 500, reply
     text = reply.body.decode()
     assert f"partition test-0: offsets {start} to {end}" in text
-    assert "is corrupt and is not served" in text
+    assert "are corrupt and not served" in text
     assert f"--partition 0-0 --to {end} --execute" in text
     rest, final, last = consume(broker, end)
     total = RECORDS * RECORD_BYTES
