@@ -70,10 +70,10 @@ class PartitionHealth:
     def from_segments(cls, name: str, segments: Sequence[Any]) -> PartitionHealth:
         """What recovery found in the last of ``segments`` (``Segment.recovery``)."""
         health = cls(name)
-        last = segments[-1] if segments else None
-        recovery = getattr(last, "recovery", None)
-        if recovery is None:
+        if not segments or segments[-1].recovery is None:
             return health
+        last = segments[-1]
+        recovery = last.recovery
         if recovery.cut_bytes:
             health.recovery_cut_bytes = recovery.cut_bytes
             health.recovery_cut_offset = last.start + recovery.valid_size
