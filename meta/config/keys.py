@@ -85,6 +85,7 @@ SYSTEM_KEYS: tuple[_Key, ...] = (
     _Key("brokerId", "broker_id", "int", 0, required=True, low=0, high=1023),
     _Key("serverPort", "server_port", "int", 8123, low=0, high=65535),
     _Key("dashboardHttpPort", "dashboard_http_port", "int", 8120, low=-1, high=65535),
+    _Key("dashboardAdminTokenFile", "dashboard_admin_token_file", "path"),  # unset: no actions
     _Key("hostName", "host_name", "str"),
     _Key("dataPath", "data_path", "path", "~/meta"),
     _Key("dataLogPath", "data_log_path", "path"),  # default: dataPath

@@ -110,6 +110,7 @@ class BrokerConfig:
     broker_id: int  # 0..1023
     server_port: int = 8123  # 0 means "any free port" (tests)
     dashboard_http_port: int = 8120  # -1 turns the dashboard off, 0 picks a free port
+    dashboard_admin_token_file: str | None = None  # the operator token of dashboard actions
     host_name: str | None = None  # listen/register address when set (compatibility.md)
     data_path: str  # default ~/meta, expanded, absolute
     data_log_path: str  # default = data_path

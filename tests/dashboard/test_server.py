@@ -14,6 +14,7 @@ from twisted.web.test.requesthelper import DummyRequest
 from meta.admin.client import NotFoundError
 from meta.config import ZkConfig
 from meta.dashboard import server as dashboard_server
+from meta.dashboard.actions import Actions
 from meta.dashboard.routes import Reply, Request, route
 from meta.dashboard.server import DashboardResource
 from meta.dashboard.zookeeper import ZooKeeperViews
@@ -92,11 +93,12 @@ def test_unknown_paths_answer_404_naming_the_path_and_other_methods_405():
 def test_the_config_page_of_a_file_that_cannot_be_read_is_500_naming_it(tmp_path):
     broker = FakeBroker()
     broker.config.path = str(tmp_path / "gone.ini")
-    reply = route(SimpleNamespace(broker=broker), Request("GET", "/config"))
+    dashboard = SimpleNamespace(broker=broker, actions=Actions(None, None))
+    reply = route(dashboard, Request("GET", "/config"))
     assert (reply.code, reply.content_type) == (500, "text/html; charset=utf-8")
     assert b"cannot read the config file " + str(tmp_path / "gone.ini").encode() in reply.body
     (tmp_path / "gone.ini").write_text("[system]\nbrokerId=3\n")
-    shown = route(SimpleNamespace(broker=broker), Request("GET", "/config"))
+    shown = route(dashboard, Request("GET", "/config"))
     assert shown.code == 200 and b"brokerId=3" in shown.body
 
 
@@ -149,3 +151,67 @@ def test_the_topic_page_is_shown_without_groups_when_zookeeper_cannot_be_read(mo
     assert reply.code == 200
     assert b"<h2>Topic t</h2>" in reply.body
     assert b"Not available: no session" in reply.body
+
+
+SECURITY = {
+    b"content-security-policy": dashboard_server.CONTENT_SECURITY_POLICY.encode(),
+    b"x-content-type-options": b"nosniff",
+    b"referrer-policy": b"no-referrer",
+    b"x-frame-options": b"DENY",
+}
+
+
+def assert_secured(made: DummyRequest) -> None:
+    for name, value in SECURITY.items():
+        assert made.responseHeaders.getRawHeaders(name) == [value], name
+
+
+def test_every_answer_carries_the_security_headers_errors_and_late_ones_too(monkeypatch):
+    made, _result, _seen = render_with(monkeypatch, lambda parsed: Reply(200, "text/x", b""))
+    assert_secured(made)
+
+    def broken(parsed):
+        raise RuntimeError("boom")
+
+    made, _result, _seen = render_with(monkeypatch, broken)
+    assert made.responseCode == 500
+    assert_secured(made)
+    made, _result, _seen = render_with(monkeypatch, lambda parsed: defer.fail(ValueError("x")))
+    assert made.responseCode == 500
+    assert_secured(made)
+    extra = Reply(401, "text/plain", b"", (("WWW-Authenticate", "Bearer"),))
+    made, _result, _seen = render_with(monkeypatch, lambda parsed: defer.succeed(extra))
+    assert_secured(made)
+    assert made.responseHeaders.getRawHeaders(b"www-authenticate") == [b"Bearer"]
+
+
+def test_the_policy_allows_no_inline_script_no_framing_and_only_this_origin():
+    policy = dict(
+        part.strip().split(" ", 1) for part in dashboard_server.CONTENT_SECURITY_POLICY.split(";")
+    )
+    assert policy["default-src"] == "'self'"
+    assert policy["script-src"] == "'self'"
+    assert policy["connect-src"] == "'self'"
+    assert policy["frame-ancestors"] == "'none'"
+    assert "unsafe" not in dashboard_server.CONTENT_SECURITY_POLICY
+
+
+def test_the_authorization_header_reaches_the_route(monkeypatch):
+    seen: list[Request] = []
+    monkeypatch.setattr(
+        dashboard_server,
+        "route",
+        lambda dashboard, parsed: seen.append(parsed) or Reply(200, "text/plain", b""),
+    )
+    made = request(b"/reload-config", b"POST", {b"Authorization": b"Bearer abc"})
+    DashboardResource(SimpleNamespace()).render(made)
+    assert seen[0].authorization == "Bearer abc"
+
+
+def test_the_script_and_style_sheet_are_served_with_their_types():
+    dashboard = SimpleNamespace()
+    script = route(dashboard, Request("GET", "/static/dashboard.js"))
+    style = route(dashboard, Request("GET", "/static/dashboard.css"))
+    assert (script.code, script.content_type) == (200, "text/javascript; charset=utf-8")
+    assert b"sessionStorage" in script.body
+    assert (style.code, style.content_type) == (200, "text/css; charset=utf-8")
