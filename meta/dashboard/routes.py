@@ -132,7 +132,6 @@ def _as_page(dashboard: Any, request: Request, reply: Reply) -> Reply:
     return replace(reply, body=page.encode("utf-8"))
 
 
-
 def _page(
     html: Callable[[Any], str], facts_of: Callable[[Any], Any] | None = None
 ) -> Callable[[Any, Request], Reply]:

@@ -161,7 +161,8 @@ function showTokenState() {
 function setUpToken() {
   const input = document.getElementById("operator-token");
   if (!input) { return; }
-  document.getElementById("operator-use").addEventListener("click", () => {
+  document.getElementById("operator").addEventListener("submit", (event) => {
+    event.preventDefault();
     const token = input.value.trim();
     if (token) { sessionStorage.setItem(TOKEN, token); }
     input.value = "";
@@ -245,15 +246,17 @@ def operator_panel(token_configured: bool, how_to_enable: str) -> str:
     when no token is configured, ``how_to_enable`` (the actions are off)."""
     if not token_configured:
         return f'<p class="error" id="operator-off" role="note">{escape(how_to_enable)}</p>\n'
+    # A form, so Enter uses the token; it is never submitted: the script takes the submit
+    # event, the input has no name, and the policy's form-action 'none' blocks a submission.
     return (
-        '<div class="operator" id="operator">'
+        '<form class="operator" id="operator">'
         '<label for="operator-token">Operator token</label> '
         '<input id="operator-token" type="password" autocomplete="off" spellcheck="false"> '
-        '<button type="button" id="operator-use">Use</button> '
+        '<button type="submit" id="operator-use">Use</button> '
         '<button type="button" id="operator-forget">Forget</button> '
         '<span id="operator-state" role="status"></span>'
         '<br><span class="note">The actions need the token in the file that '
-        "[system] dashboardAdminTokenFile names; it is kept in this tab only.</span></div>\n"
+        "[system] dashboardAdminTokenFile names; it is kept in this tab only.</span></form>\n"
     )
 
 

@@ -80,7 +80,10 @@ def put_messages(broker, topic: str, partition: int, count: int) -> None:
 
 @pytest.fixture
 def cluster(tmp_path, zookeeper):
-    made = make_cluster(tmp_path, zookeeper, SYSTEM, TOPICS)
+    token = tmp_path / "dashboard.token"  # the actions are on: pages show the token field
+    token.write_text("0123456789abcdef0123456789abcdef\n")
+    token.chmod(0o600)
+    made = make_cluster(tmp_path, zookeeper, {**SYSTEM, "dashboardAdminTokenFile": token}, TOPICS)
     made.master.start()
     made.slave.start()
     try:
@@ -133,13 +136,13 @@ def test_every_page_loads_in_chromium_and_shows_the_broker(cluster, admin, tmp_p
         (
             "group",
             "topics/alpha?group=readers",
-            ["Group readers on topic alpha", "readers-host-1", str(end - 100)],
+            ["Group readers on topic alpha", "readers-host-1", str(end - 100), "Operator token"],
         ),
         ("replication", "replication", ["This broker is a master"]),
         ("transactions", "transactions", ["No transaction is open or prepared."]),
         ("stats", "stats", ["cmd_put 48"]),
         ("stats-topics", "stats/topics", ["alpha partitions 2 message_count 45"]),
-        ("config", "config", ["[topic=alpha]", "Reload config"]),
+        ("config", "config", ["[topic=alpha]", "Reload config", "Operator token"]),
         ("logging", "logging", ["dashboard serving"]),
         ("runtime", "java-properties", ["Python", "RLIMIT_NOFILE"]),
         ("threads", "thread-dump", ["(reactor)"]),

@@ -61,7 +61,8 @@ def attack_page(dashboard: int) -> str:
         "<!DOCTYPE html><title>attack</title><script>(async () => { const results = [];"
         f" for (const path of ['/reload-config', '{SKIP}']) {{"
         "  for (const options of [{method: 'POST', mode: 'no-cors'},"
-        f"    {{method: 'POST', headers: {{'X-MetaQ-Admin': '1', 'Authorization': 'Bearer {TOKEN}'}}}}]) {{"
+        "    {method: 'POST', headers: {'X-MetaQ-Admin': '1',"
+        f"     'Authorization': 'Bearer {TOKEN}'}}}}]) {{"
         f"   try {{ results.push((await fetch('{base}' + path, options)).status); }}"
         "   catch (error) { results.push('blocked'); } } }"
         " document.title = 'attack done ' + results.join(' '); })();</script>"
@@ -79,7 +80,7 @@ class OtherOrigin:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 owner.asked.append(self.path)
-                body = (attack_page(dashboard) if self.path == "/attack" else FRAGMENT_HTML)
+                body = attack_page(dashboard) if self.path == "/attack" else FRAGMENT_HTML
                 self.send_response(200)
                 self.send_header("Content-Type", "text/html; charset=utf-8")
                 self.send_header("Access-Control-Allow-Origin", "*")
@@ -189,7 +190,9 @@ def test_another_origin_cannot_run_an_action_through_the_dashboard_page(
 def open_page(chromium: Chromium, url: str) -> None:
     """Go to ``url`` and wait until it has loaded, its script included."""
     chromium.navigate(url)
-    chromium.wait_until(f"location.href === {json.dumps(url)} && document.readyState === 'complete'")
+    chromium.wait_until(
+        f"location.href === {json.dumps(url)} && document.readyState === 'complete'"
+    )
 
 
 def operate(chromium: Chromium, dashboard: str) -> None:
@@ -213,7 +216,9 @@ def test_the_operator_confirms_a_skip_and_needs_the_token(broker, chromium, admi
     with a wrong one, the page says why nothing ran."""
     dashboard = f"http://127.0.0.1:{dashboard_port(broker)}"
     open_page(chromium, f"{dashboard}/topics/test?group={GROUP}")
-    end = chromium.evaluate("document.querySelector('button[data-action]').closest('tr').cells[3].textContent")
+    end = chromium.evaluate(
+        "document.querySelector('button[data-action]').closest('tr').cells[3].textContent"
+    )
     assert int(end) > 0
     click_skip = "document.querySelector('button[data-action]').click()"
     chromium.evaluate(click_skip)
