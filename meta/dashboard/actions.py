@@ -36,7 +36,14 @@ from urllib.parse import unquote
 
 from twisted.internet import defer
 
-from meta.dashboard.routes import Reply, Request, not_found, text_reply
+from meta.dashboard.routes import (
+    Reply,
+    Request,
+    is_node_name,
+    not_a_group,
+    not_found,
+    text_reply,
+)
 from meta.operator_access import is_operator_peer
 
 log = logging.getLogger("meta.dashboard")
@@ -151,6 +158,8 @@ class Actions:
             return refused  # not logged: a hostile page could fill the log
         if skip is not None:
             topic, group, partition = unquote(skip[1]), unquote(skip[2]), int(skip[3])
+            if not is_node_name(group):
+                return text_reply(404, not_a_group(group) + "\n")
             log.info("dashboard action: skip %s %s %d", topic, group, partition)
             answer = defer.maybeDeferred(self._views.skip, topic, group, partition)
         elif self._reload is None:

@@ -79,6 +79,16 @@ def html_reply(fragment: str, code: int = 200) -> Reply:
     return Reply(code, HTML, fragment.encode("utf-8"))
 
 
+def is_node_name(name: str) -> bool:
+    """Whether ``name`` can be a consumer group: one ZooKeeper node name (a group named
+    ``a/b`` or ``..`` would address another node)."""
+    return bool(name) and "/" not in name and name not in (".", "..")
+
+
+def not_a_group(name: str) -> str:
+    return f"no consumer group {name}: a group's name is one ZooKeeper node name, without '/'"
+
+
 def not_found(path: str) -> Reply:
     """The 404 of a path that is no page of the dashboard, naming it. (The Java dashboard's
     text, "I am sorry, i can't find the page.", named nothing; no tool reads it.)"""
@@ -204,6 +214,8 @@ def _topic(dashboard: Any, request: Request, topic: str) -> Any:
     except facts.UnknownTopicError as error:
         return unknown(request, str(error))
     group = request.query.get("group")
+    if group is not None and not is_node_name(group):
+        return unknown(request, not_a_group(group))
     if group is not None:
         return dashboard.views.page(topic, group, request.wants_json)
     if request.wants_json:

@@ -230,6 +230,7 @@ document.addEventListener("click", (event) => {
   if (path.endsWith("/skip") && ACTION.test(path)) { confirmSkip(button, path); }
   else { post(path); }
 });
+window.addEventListener("hashchange", followFragment);
 followFragment();
 refreshLog();
 setUpToken();

@@ -163,3 +163,16 @@ def test_a_request_addressed_by_a_name_other_than_localhost_is_not_trusted():
     assert is_trusted(post("/reload-config", host_header="127.0.0.1"))
     assert not is_trusted(post("/reload-config", host_header="evil.example:8120"))
     assert not is_trusted(post("/reload-config", host_header=""))
+
+
+@pytest.mark.parametrize("group", ["a%2Fb", "..", "%2E%2E", "."])
+def test_a_skip_of_a_group_that_is_no_node_name_is_404_and_writes_nothing(token_file, group):
+    class Views:
+        def skip(self, topic, group, partition):
+            raise AssertionError("no skip may run")
+
+    reply = Actions(Views(), None, token_file).route(
+        post(f"/topics/test/groups/{group}/partitions/0/skip")
+    )
+    assert reply.code == 404
+    assert b"one ZooKeeper node name" in reply.body

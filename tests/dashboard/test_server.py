@@ -215,3 +215,13 @@ def test_the_script_and_style_sheet_are_served_with_their_types():
     assert (script.code, script.content_type) == (200, "text/javascript; charset=utf-8")
     assert b"sessionStorage" in script.body
     assert (style.code, style.content_type) == (200, "text/css; charset=utf-8")
+
+
+@pytest.mark.parametrize("group", ["a/b", "..", "/../../x"])
+def test_the_page_of_a_group_that_is_no_node_name_is_404_without_reading_zookeeper(group):
+    broker = FakeBroker(configured={"orders": 2})
+    views = SimpleNamespace(page=lambda *args: pytest.fail("ZooKeeper must not be read"))
+    dashboard = SimpleNamespace(broker=broker, views=views, actions=Actions(None, None))
+    reply = route(dashboard, Request("GET", "/topics/orders", {"group": group}))
+    assert reply.code == 404
+    assert b"one ZooKeeper node name" in reply.body

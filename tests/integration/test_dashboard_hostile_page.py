@@ -166,12 +166,20 @@ def test_another_origin_cannot_run_an_action_through_the_dashboard_page(
         f"stats/{quote('../..//' + other, safe='')}",
     ]
     for fragment in tricks:
+        open_page(chromium, "about:blank")
         chromium.navigate(f"{dashboard}/#{fragment}")
         chromium.wait_until(f"location.href !== 'about:blank' && ({SETTLED})")
         title = chromium.evaluate("document.title")
         assert not title.startswith("evil done"), (fragment, title)
         assert chromium.evaluate("document.querySelector('main .error').textContent"), fragment
         assert other_origin.asked == [], fragment  # nothing was fetched from the other origin
+    # The fragment changed in a page already open (a link or an edit of the address bar).
+    open_page(chromium, f"{dashboard}/")
+    chromium.evaluate(f"location.hash = '#/{other}/y'")
+    chromium.wait_until(f"{SETTLED} || document.title.startsWith('evil done')")
+    assert not chromium.evaluate("document.title").startswith("evil done")
+    assert f"No page #/{other}/y" in chromium.evaluate("document.querySelector('main').textContent")
+    assert other_origin.asked == []
     assert chromium.evaluate("document.getElementById('evil') === null")
 
     # The other origin's own page posts across origins (simple, and with the headers).
