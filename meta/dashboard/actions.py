@@ -39,7 +39,7 @@ from twisted.internet import defer
 from meta.dashboard.routes import (
     Reply,
     Request,
-    is_node_name,
+    is_group_name,
     not_a_group,
     not_found,
     text_reply,
@@ -158,7 +158,7 @@ class Actions:
             return refused  # not logged: a hostile page could fill the log
         if skip is not None:
             topic, group, partition = unquote(skip[1]), unquote(skip[2]), int(skip[3])
-            if not is_node_name(group):
+            if not is_group_name(group):
                 return text_reply(404, not_a_group(group) + "\n")
             log.info("dashboard action: skip %s %s %d", topic, group, partition)
             answer = defer.maybeDeferred(self._views.skip, topic, group, partition)

@@ -79,14 +79,18 @@ def html_reply(fragment: str, code: int = 200) -> Reply:
     return Reply(code, HTML, fragment.encode("utf-8"))
 
 
-def is_node_name(name: str) -> bool:
-    """Whether ``name`` can be a consumer group: one ZooKeeper node name (a group named
-    ``a/b`` or ``..`` would address another node)."""
-    return bool(name) and "/" not in name and name not in (".", "..")
+def is_group_name(name: str) -> bool:
+    """Whether ``name`` can name a consumer group's ZooKeeper path: no part between its
+    ``/``s is empty, ``.`` or ``..`` (ZooKeeper refuses those; a client creating
+    ``consumers/a/b`` makes group ``a/b`` work, so ``/`` itself is allowed)."""
+    return all(part not in ("", ".", "..") for part in name.split("/"))
 
 
 def not_a_group(name: str) -> str:
-    return f"no consumer group {name}: a group's name is one ZooKeeper node name, without '/'"
+    return (
+        f"no consumer group {name}: a group's name cannot hold an empty, '.' or '..' part "
+        "between '/'s (ZooKeeper refuses such a path)"
+    )
 
 
 def not_found(path: str) -> Reply:
@@ -214,7 +218,7 @@ def _topic(dashboard: Any, request: Request, topic: str) -> Any:
     except facts.UnknownTopicError as error:
         return unknown(request, str(error))
     group = request.query.get("group")
-    if group is not None and not is_node_name(group):
+    if group is not None and not is_group_name(group):
         return unknown(request, not_a_group(group))
     if group is not None:
         return dashboard.views.page(topic, group, request.wants_json)
