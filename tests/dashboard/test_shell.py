@@ -3,6 +3,7 @@ page's script is a same-origin file that never turns fetched text into markup.""
 
 from __future__ import annotations
 
+import json
 import re
 
 from meta.dashboard.routes import FIXED
@@ -45,7 +46,7 @@ def test_the_script_never_writes_markup_and_keeps_the_token_in_session_storage()
     for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
         assert sink not in SCRIPT, sink
     assert "localStorage" not in SCRIPT
-    assert f'sessionStorage.getItem("{TOKEN_STORAGE_KEY}")' not in SCRIPT  # via the constant
+    assert f"const TOKEN = {json.dumps(TOKEN_STORAGE_KEY)};" in SCRIPT
     assert "sessionStorage.getItem(TOKEN)" in SCRIPT
 
 
