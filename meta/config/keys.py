@@ -21,6 +21,7 @@ from meta.config.grammars import (
     check_cron,
     check_delete_policy,
     parse_bool,
+    parse_host_optional_port,
     parse_host_port,
     parse_int_expression,
     parse_java_bool,
@@ -57,6 +58,7 @@ CONVERTERS: dict[str, Callable[[str], object]] = {
     "path": parse_path,
     "zk_root": parse_zk_root,
     "host_port": parse_host_port,
+    "host_optional_port": parse_host_optional_port,
     "delete_policy": check_delete_policy,
     "cron": check_cron,
 }
@@ -167,10 +169,14 @@ SAMSA_KEYS: tuple[_Key, ...] = (
     _Key("maxSyncsInFlight", "syncs_in_flight_max", "int", 10_000, low=1),
     _Key("recoverParallel", "recover_parallel", "java_bool", True),
     _Key("recoverParallelHint", "recover_parallel_hint", "int", None, low=1),
+    _Key("syncSecret", "sync_secret", "str"),  # not Java's: meta.sync.peers
 )
 
-# conf/gregor_slave.properties: a synchronous-replication slave has no keys.
-GREGOR_KEYS: tuple[_Key, ...] = ()
+# conf/gregor_slave.properties: Java's has no keys; these name who may send `sync`.
+GREGOR_KEYS: tuple[_Key, ...] = (
+    _Key("master", "master", "host_optional_port", required=True),
+    _Key("syncSecret", "sync_secret", "str"),
+)
 
 # Field names of Java's MetaConfig that its key check accepts in [system]; ignored here.
 JAVA_INTERNAL_KEYS = frozenset(

@@ -227,6 +227,8 @@ class SamsaConfig:
     syncs_in_flight_max: int = 10_000  # maxSyncsInFlight (not Java's)
     recover_parallel: bool = True  # recoverParallel
     recover_parallel_hint: int | None = None  # recoverParallelHint
+    # syncSecret (not Java's): proves this master to a metaq-py gregor slave (meta.sync.peers)
+    sync_secret: str | None = field(default=None, repr=False)
 
     @property
     def slave_address(self) -> tuple[str, int]:
@@ -237,7 +239,15 @@ class SamsaConfig:
 
 @dataclass(frozen=True)
 class GregorConfig:
-    """A validated ``gregor_slave.properties``: a synchronous-replication slave (no keys)."""
+    """A validated ``gregor_slave.properties``: a synchronous-replication slave.
+
+    Java's file has no keys; here ``master`` (required) names the samsa master whose ``sync``
+    the slave takes, as ``host`` or ``host:port``, and ``sync_secret``, when set, is the
+    secret that master must prove (``meta.sync.peers``).
+    """
+
+    master: str
+    sync_secret: str | None = field(default=None, repr=False)
 
 
 def validate_topic_name(topic: str) -> None:

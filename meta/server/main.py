@@ -239,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
 
     broker = Broker(config, reactor, slave_id=-1 if slave is None else slave.slave_id)
     is_gregor = gregor is not None
-    if is_gregor:
-        become_gregor(broker, reactor)
+    if is_gregor and not become_gregor(broker, reactor, gregor):
+        return 1
     if not _dashboard_started(broker, reactor, overrides, is_gregor):
         return 1
     replicator = _replication_roles(broker, reactor, slave, samsa)
