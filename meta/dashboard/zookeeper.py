@@ -1,23 +1,33 @@
 """The dashboard's views that read ZooKeeper: consumer groups, the cluster, and the skip.
 
-Every ZooKeeper call runs on the broker registry's worker thread (``BrokerRegistry.read``),
-through ``meta.admin.zk.ZkAdmin`` on the registry's own session; results come back to the
-reactor, where the pages are built. ``/cluster`` asks each registered broker for its
-``stats config`` over TCP on the reactor's thread pool, with a short timeout; a
-broker that does not answer is shown as unreachable, and answers are cached for
-``PEER_CACHE_S``.
+Every ZooKeeper call of the dashboard runs on its own worker (``ZooKeeperReads``: at most
+``READ_THREADS`` threads and ``READS_QUEUED_MAX`` distinct reads waiting), through
+``meta.admin.zk.ZkAdmin`` on the registry's kazoo session
+(``BrokerRegistry.read_on_this_thread``), never on the registry's worker: however many pages
+are asked for, the broker's registration does not wait behind them. Identical reads asked
+while one is running share it, and a result is reused for ``READ_CACHE_S``; a page whose read
+is not done within ``READ_WAIT_S`` gets 504, and one asked while the worker is full gets 503,
+each naming ZooKeeper. Results come back to the reactor, where the pages are built.
+``/cluster`` asks each registered broker for its ``stats config`` over TCP on the reactor's
+thread pool, with a short timeout; a broker that does not answer is shown as unreachable, and
+answers are cached for ``PEER_CACHE_S``.
 
-Reactor thread only (the functions passed to ``read`` and ``deferToThread`` run elsewhere
-and touch no shared state).
+Reactor thread only, but ``ZooKeeperReads``' threads, which run the read functions (they
+touch no shared state) and hand each result back with ``callFromThread``.
 """
 
 from __future__ import annotations
 
 import configparser
+import queue
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet import defer, threads
+from twisted.python.failure import Failure
 
 from meta.admin.client import NotFoundError
 from meta.admin.zk import ZkAdmin
@@ -38,6 +48,150 @@ SKIP_OWNED = (
 )
 """The Java dashboard's refusal text, spelling included."""
 SKIP_DONE = "success"
+
+READ_THREADS = 2
+"""Threads of the dashboard's ZooKeeper worker."""
+READS_QUEUED_MAX = 32
+"""Distinct reads waiting for a thread; one more gets 503 at once."""
+READ_CACHE_S = 2.0
+"""How long a read's result is reused for the same read."""
+READS_CACHED_MAX = 256
+READ_WAIT_S = 10.0
+"""Longest wait of a page for its read; then 504 (the read goes on, and is cached)."""
+
+
+class ZooKeeperBusy(MetaError):
+    """The dashboard's ZooKeeper worker has ``READS_QUEUED_MAX`` reads waiting (503)."""
+
+
+class ZooKeeperSlow(MetaError):
+    """A dashboard read of ZooKeeper was not done within ``READ_WAIT_S`` (504)."""
+
+
+class ZooKeeperReads:
+    """The dashboard's own ZooKeeper worker: bounded, coalescing, with a short cache.
+
+    Args:
+        reactor: where results are delivered (``callFromThread``, ``callLater``).
+        threads: worker threads, started when first needed (daemons: a read stuck in
+            ZooKeeper never holds the process at exit).
+        queued_max: distinct reads waiting for a thread before new ones are refused.
+        cache_s: how long the result of a keyed read is reused.
+        wait_s: how long a caller waits for its result.
+    """
+
+    def __init__(
+        self,
+        reactor: Any,
+        threads: int = READ_THREADS,
+        queued_max: int = READS_QUEUED_MAX,
+        cache_s: float = READ_CACHE_S,
+        wait_s: float = READ_WAIT_S,
+    ) -> None:
+        self._reactor = reactor
+        self._threads_max = threads
+        self._queued_max = queued_max
+        self._cache_s = cache_s
+        self._wait_s = wait_s
+        self._threads: list[threading.Thread] = []
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._waiters: dict[Hashable, list[defer.Deferred]] = {}  # read in work -> callers
+        self._cache: OrderedDict[Hashable, tuple[float, Any]] = OrderedDict()
+        self._stopped = False
+
+    @property
+    def in_work(self) -> int:
+        """Reads queued or running."""
+        return len(self._waiters)
+
+    def read(self, key: Hashable | None, function: Callable[[], Any]) -> defer.Deferred:
+        """A Deferred of ``function()``, run on a worker thread. Callers of the same ``key``
+        share one run and, for ``READ_CACHE_S``, its result; None: never shared (a write).
+        Fails with ``ZooKeeperBusy`` at once when the worker is full, ``ZooKeeperSlow`` after
+        ``wait_s`` without a result."""
+        if key is not None:
+            cached = self._cache.get(key)
+            if cached is not None and self._reactor.seconds() - cached[0] < self._cache_s:
+                return defer.succeed(cached[1])
+            waiting = self._waiters.get(key)
+            if waiting is not None:
+                return self._waiter(waiting)
+        if self._stopped or len(self._waiters) >= self._threads_max + self._queued_max:
+            return defer.fail(
+                ZooKeeperBusy(
+                    f"ZooKeeper reads of the dashboard are busy ({len(self._waiters)} in work):"
+                    " try again (the broker's registration is not affected)"
+                )
+            )
+        if key is None:
+            key = object()  # its own entry: never shared
+        waiting = self._waiters[key] = []
+        self._queue.put((key, function))
+        if len(self._threads) < min(self._threads_max, len(self._waiters)):
+            self._start_thread()
+        return self._waiter(waiting)
+
+    def forget(self) -> None:
+        """Drop the cached results (after a write)."""
+        self._cache.clear()
+
+    def stop(self) -> None:
+        """End the threads once their current read is done; later reads get 503."""
+        self._stopped = True
+        for _thread in self._threads:
+            self._queue.put(None)
+
+    def _waiter(self, waiting: list[defer.Deferred]) -> defer.Deferred:
+        waiter: defer.Deferred = defer.Deferred()
+        waiting.append(waiter)
+        waiter.addTimeout(self._wait_s, self._reactor, self._timed_out)
+        return waiter
+
+    def _timed_out(self, result: Any, timeout: float) -> Any:
+        if isinstance(result, Failure) and result.check(defer.CancelledError):
+            return Failure(
+                ZooKeeperSlow(
+                    f"ZooKeeper did not answer the dashboard's read within {timeout:g} s: "
+                    "try again (the broker's registration is not affected)"
+                )
+            )
+        return result
+
+    def _start_thread(self) -> None:
+        if not self._threads:
+            self._reactor.addSystemEventTrigger("before", "shutdown", self.stop)
+        thread = threading.Thread(
+            target=self._work, name=f"meta-dashboard-zk-{len(self._threads)}", daemon=True
+        )
+        self._threads.append(thread)
+        thread.start()
+
+    def _work(self) -> None:
+        """A worker thread: run reads until ``stop``."""
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            key, function = item
+            try:
+                result = function()
+            except Exception:
+                result = Failure()
+            self._reactor.callFromThread(self._done, key, result)
+
+    def _done(self, key: Hashable, result: Any) -> None:
+        waiting = self._waiters.pop(key, [])
+        if not isinstance(result, Failure) and type(key) is not object:
+            self._cache[key] = (self._reactor.seconds(), result)
+            self._cache.move_to_end(key)
+            while len(self._cache) > READS_CACHED_MAX:
+                self._cache.popitem(last=False)
+        for waiter in waiting:
+            if not waiter.called:
+                if isinstance(result, Failure):
+                    waiter.errback(result)
+                else:
+                    waiter.callback(result)
 
 
 @dataclass(frozen=True)
@@ -71,19 +225,21 @@ class ZooKeeperViews:
         broker: the ``Broker``; ZooKeeper is read through ``broker.registry``.
         clock: seconds (the reactor's), for the cache of peers' dashboard ports.
         own_port: returns this dashboard's port (None when not listening).
+        reactor: the reactor, for the ZooKeeper worker (``ZooKeeperReads``).
     """
 
-    def __init__(self, broker: Any, clock: Any, own_port: Any) -> None:
+    def __init__(self, broker: Any, clock: Any, own_port: Any, reactor: Any) -> None:
         self._broker = broker
         self._clock = clock
         self._own_port = own_port
         self._peers: dict[str, tuple[float, int | None]] = {}
+        self.reads = ZooKeeperReads(reactor)
 
     # --- consumer groups ------------------------------------------------------------------
 
     def page(self, topic: str, group: str, wants_json: bool) -> Any:
         """``/topics/<t>?group=G``: per partition of this broker, owner, offsets and lag."""
-        read = self._read(lambda admin: _read_group(admin, group, topic))
+        read = self._read(("group", group, topic), lambda admin: _read_group(admin, group, topic))
         read.addCallback(self._group_reply, topic, group, wants_json)
         read.addErrback(_error_reply, wants_json)
         return read
@@ -116,7 +272,7 @@ class ZooKeeperViews:
         """Deferred: the groups with offsets or owners for ``topic`` (empty without ZK)."""
         if self._broker.registry is None:
             return defer.succeed([])
-        return self._read(lambda admin: _groups_of(admin, topic))
+        return self._read(("groups of", topic), lambda admin: _groups_of(admin, topic))
 
     def consumer_lag(self, groups: list[str]) -> Any:
         """Deferred: ``(group, topic, partition, lag bytes)`` for this broker's partitions
@@ -124,7 +280,10 @@ class ZooKeeperViews:
         groups = groups[:LAG_GROUPS_MAX]
         logs = {(log.topic, log.partition): log for log in self._broker.store.partitions()}
         topics = sorted({topic for topic, _partition in logs})
-        read = self._read(lambda admin: _read_offsets(admin, groups, topics))
+        read = self._read(
+            ("offsets", tuple(groups), tuple(topics)),
+            lambda admin: _read_offsets(admin, groups, topics),
+        )
         broker_id = self._broker.config.broker_id
 
         def lag_rows(offsets: dict) -> list[tuple[str, str, int, int]]:
@@ -150,13 +309,15 @@ class ZooKeeperViews:
             return defer.succeed(f"topic {topic} has no partition {partition} on this broker")
         end = partition_log.max_offset
         name = f"{self._broker.config.broker_id}-{partition}"
-        return self._read(lambda admin: _skip(admin, group, topic, name, end))
+        done = self._read(None, lambda admin: _skip(admin, group, topic, name, end))
+        done.addBoth(lambda result: self.reads.forget() or result)  # pages show the skip
+        return done
 
     # --- the cluster ------------------------------------------------------------------------
 
     def cluster(self, wants_json: bool) -> Any:
         """``/cluster``: every broker registered in ZooKeeper, with its dashboard link."""
-        read = self._read(lambda admin: admin.brokers())
+        read = self._read(("brokers",), lambda admin: admin.brokers())
         read.addCallback(self._with_dashboard_ports)
         read.addCallback(self._cluster_reply, wants_json)
         read.addErrback(_error_reply, wants_json)
@@ -223,7 +384,9 @@ class ZooKeeperViews:
         headers = ("Broker", "Slave", "URI", "Dashboard", "")
         return html_reply(heading("Cluster") + table(headers, shown, raw_columns=(0, 1, 2, 3, 4)))
 
-    def _read(self, reader: Any) -> Any:
+    def _read(self, key: Hashable | None, reader: Any) -> Any:
+        """``reader(ZkAdmin)`` on the dashboard's worker; ``key`` names the read for
+        sharing (None: a write, never shared)."""
         registry = self._broker.registry
         if registry is None:
             return defer.fail(MetaError("ZooKeeper is disabled on this broker (zk.zkEnable)"))
@@ -233,7 +396,7 @@ class ZooKeeperViews:
         def run(client: Any) -> Any:
             return reader(ZkAdmin(client, zookeeper.connect, zookeeper.root, timeout_s))
 
-        return registry.read(run)
+        return self.reads.read(key, lambda: registry.read_on_this_thread(run))
 
 
 def _read_group(admin: ZkAdmin, group: str, topic: str) -> tuple:
@@ -286,7 +449,7 @@ def _error_reply(failure: Any, wants_json: bool) -> Reply:
     naming it, or ``{"error": text}`` as JSON."""
     failure.trap(MetaError)
     text = failure.getErrorMessage()
-    code = 404 if failure.check(NotFoundError) else 503
+    code = 404 if failure.check(NotFoundError) else 504 if failure.check(ZooKeeperSlow) else 503
     if wants_json:
         return json_reply({"error": text}, code)
     return html_reply(error_fragment(text), code)
