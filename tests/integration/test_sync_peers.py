@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from meta.protocol.codec import NEED_DATA, Decoder, encode
 from meta.protocol.commands import Put, Result, Sync
 from meta.protocol.message import checksum
@@ -126,3 +128,15 @@ def test_with_a_secret_a_master_that_proves_another_or_none_is_refused(tmp_path)
             master.stop()
     finally:
         slave.stop()
+
+
+def test_a_master_name_that_does_not_resolve_stops_the_start_naming_it(tmp_path):
+    properties = tmp_path / "gregor_slave.properties"
+    properties.write_text("master=no-such-master.invalid:8123\n")
+    slave = BrokerProcess(tmp_path, topics={"test": {}})
+    slave.arguments = ["--gregor", str(properties)]
+    with pytest.raises(RuntimeError, match="broker exited with 1"):
+        slave.start()
+    assert "the master no-such-master.invalid:8123 of gregor_slave.properties does not " in (
+        slave.log()
+    )
