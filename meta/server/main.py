@@ -87,7 +87,8 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         "--gregor",
         metavar="FILE",
         help="run as a synchronous-replication slave configured by FILE "
-        "(gregor_slave.properties): take sync from a samsa master, answer puts with 403",
+        "(gregor_slave.properties): take sync only from the master it names, answer puts "
+        "with 403",
     )
     parser.add_argument(
         "-F",
