@@ -80,3 +80,14 @@ def test_a_wrong_hello_takes_back_an_accepted_master_connection(tmp_path):
     slave.executor.run_all()
     got = [(r.opaque, r.code) for r in replies(transport)]
     assert sorted(got) == [(1, 200), (2, 403), (9, 200), (9, 403)]
+
+
+def test_the_configured_master_is_read_as_host_or_host_port():
+    from meta.config import GregorConfig
+    from meta.sync.peers import SyncPeers
+
+    for master in ("[::1]:8123", "[::1]", "127.0.0.1:8123", "localhost"):
+        peers = SyncPeers.from_config(GregorConfig(master=master), lambda c: True, print)
+        assert peers.master == master
+        assert LOCAL_SOURCES <= peers.accepted, master
+        assert "127.0.0.2" not in peers.accepted
