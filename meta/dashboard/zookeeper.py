@@ -1,33 +1,27 @@
 """The dashboard's views that read ZooKeeper: consumer groups, the cluster, and the skip.
 
-Every ZooKeeper call of the dashboard runs on its own worker (``ZooKeeperReads``: at most
-``READ_THREADS`` threads and ``READS_QUEUED_MAX`` distinct reads waiting), through
+Every ZooKeeper call of the dashboard runs on its own worker (``meta.dashboard.zk_reads``:
+bounded, shared runs of identical reads, a short cache, 503/504 naming ZooKeeper), through
 ``meta.admin.zk.ZkAdmin`` on the registry's kazoo session
 (``BrokerRegistry.read_on_this_thread``), never on the registry's worker: however many pages
-are asked for, the broker's registration does not wait behind them. Identical reads asked
-while one is running share it, and a result is reused for ``READ_CACHE_S``; a page whose read
-is not done within ``READ_WAIT_S`` gets 504, and one asked while the worker is full gets 503,
-each naming ZooKeeper. Results come back to the reactor, where the pages are built.
+are asked for, the broker's registration does not wait behind them. Results come back to the
+reactor, where the pages are built.
 ``/cluster`` asks each registered broker for its ``stats config`` over TCP on the reactor's
 thread pool, with a short timeout; a broker that does not answer is shown as unreachable, and
 answers are cached for ``PEER_CACHE_S``.
 
-Reactor thread only, but ``ZooKeeperReads``' threads, which run the read functions (they
-touch no shared state) and hand each result back with ``callFromThread``.
+Reactor thread only (the functions passed to ``ZooKeeperReads`` and ``deferToThread`` run
+elsewhere and touch no shared state).
 """
 
 from __future__ import annotations
 
 import configparser
-import queue
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet import defer, threads
-from twisted.python.failure import Failure
 
 from meta.admin.client import NotFoundError
 from meta.admin.zk import ZkAdmin
@@ -35,6 +29,7 @@ from meta.client.cluster import BrokerAddress
 from meta.client.net.connection import BrokerConnection
 from meta.dashboard.html import bar_chart, error_fragment, escape, facts_table, heading, link, table
 from meta.dashboard.routes import Reply, html_reply, json_reply
+from meta.dashboard.zk_reads import ZooKeeperReads, ZooKeeperSlow
 from meta.errors import MetaError
 from meta.protocol.commands import Stats
 
@@ -48,150 +43,6 @@ SKIP_OWNED = (
 )
 """The Java dashboard's refusal text, spelling included."""
 SKIP_DONE = "success"
-
-READ_THREADS = 2
-"""Threads of the dashboard's ZooKeeper worker."""
-READS_QUEUED_MAX = 32
-"""Distinct reads waiting for a thread; one more gets 503 at once."""
-READ_CACHE_S = 2.0
-"""How long a read's result is reused for the same read."""
-READS_CACHED_MAX = 256
-READ_WAIT_S = 10.0
-"""Longest wait of a page for its read; then 504 (the read goes on, and is cached)."""
-
-
-class ZooKeeperBusy(MetaError):
-    """The dashboard's ZooKeeper worker has ``READS_QUEUED_MAX`` reads waiting (503)."""
-
-
-class ZooKeeperSlow(MetaError):
-    """A dashboard read of ZooKeeper was not done within ``READ_WAIT_S`` (504)."""
-
-
-class ZooKeeperReads:
-    """The dashboard's own ZooKeeper worker: bounded, coalescing, with a short cache.
-
-    Args:
-        reactor: where results are delivered (``callFromThread``, ``callLater``).
-        threads: worker threads, started when first needed (daemons: a read stuck in
-            ZooKeeper never holds the process at exit).
-        queued_max: distinct reads waiting for a thread before new ones are refused.
-        cache_s: how long the result of a keyed read is reused.
-        wait_s: how long a caller waits for its result.
-    """
-
-    def __init__(
-        self,
-        reactor: Any,
-        threads: int = READ_THREADS,
-        queued_max: int = READS_QUEUED_MAX,
-        cache_s: float = READ_CACHE_S,
-        wait_s: float = READ_WAIT_S,
-    ) -> None:
-        self._reactor = reactor
-        self._threads_max = threads
-        self._queued_max = queued_max
-        self._cache_s = cache_s
-        self._wait_s = wait_s
-        self._threads: list[threading.Thread] = []
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._waiters: dict[Hashable, list[defer.Deferred]] = {}  # read in work -> callers
-        self._cache: OrderedDict[Hashable, tuple[float, Any]] = OrderedDict()
-        self._stopped = False
-
-    @property
-    def in_work(self) -> int:
-        """Reads queued or running."""
-        return len(self._waiters)
-
-    def read(self, key: Hashable | None, function: Callable[[], Any]) -> defer.Deferred:
-        """A Deferred of ``function()``, run on a worker thread. Callers of the same ``key``
-        share one run and, for ``READ_CACHE_S``, its result; None: never shared (a write).
-        Fails with ``ZooKeeperBusy`` at once when the worker is full, ``ZooKeeperSlow`` after
-        ``wait_s`` without a result."""
-        if key is not None:
-            cached = self._cache.get(key)
-            if cached is not None and self._reactor.seconds() - cached[0] < self._cache_s:
-                return defer.succeed(cached[1])
-            waiting = self._waiters.get(key)
-            if waiting is not None:
-                return self._waiter(waiting)
-        if self._stopped or len(self._waiters) >= self._threads_max + self._queued_max:
-            return defer.fail(
-                ZooKeeperBusy(
-                    f"ZooKeeper reads of the dashboard are busy ({len(self._waiters)} in work):"
-                    " try again (the broker's registration is not affected)"
-                )
-            )
-        if key is None:
-            key = object()  # its own entry: never shared
-        waiting = self._waiters[key] = []
-        self._queue.put((key, function))
-        if len(self._threads) < min(self._threads_max, len(self._waiters)):
-            self._start_thread()
-        return self._waiter(waiting)
-
-    def forget(self) -> None:
-        """Drop the cached results (after a write)."""
-        self._cache.clear()
-
-    def stop(self) -> None:
-        """End the threads once their current read is done; later reads get 503."""
-        self._stopped = True
-        for _thread in self._threads:
-            self._queue.put(None)
-
-    def _waiter(self, waiting: list[defer.Deferred]) -> defer.Deferred:
-        waiter: defer.Deferred = defer.Deferred()
-        waiting.append(waiter)
-        waiter.addTimeout(self._wait_s, self._reactor, self._timed_out)
-        return waiter
-
-    def _timed_out(self, result: Any, timeout: float) -> Any:
-        if isinstance(result, Failure) and result.check(defer.CancelledError):
-            return Failure(
-                ZooKeeperSlow(
-                    f"ZooKeeper did not answer the dashboard's read within {timeout:g} s: "
-                    "try again (the broker's registration is not affected)"
-                )
-            )
-        return result
-
-    def _start_thread(self) -> None:
-        if not self._threads:
-            self._reactor.addSystemEventTrigger("before", "shutdown", self.stop)
-        thread = threading.Thread(
-            target=self._work, name=f"meta-dashboard-zk-{len(self._threads)}", daemon=True
-        )
-        self._threads.append(thread)
-        thread.start()
-
-    def _work(self) -> None:
-        """A worker thread: run reads until ``stop``."""
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            key, function = item
-            try:
-                result = function()
-            except Exception:
-                result = Failure()
-            self._reactor.callFromThread(self._done, key, result)
-
-    def _done(self, key: Hashable, result: Any) -> None:
-        waiting = self._waiters.pop(key, [])
-        if not isinstance(result, Failure) and type(key) is not object:
-            self._cache[key] = (self._reactor.seconds(), result)
-            self._cache.move_to_end(key)
-            while len(self._cache) > READS_CACHED_MAX:
-                self._cache.popitem(last=False)
-        for waiter in waiting:
-            if not waiter.called:
-                if isinstance(result, Failure):
-                    waiter.errback(result)
-                else:
-                    waiter.callback(result)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from meta.dashboard.routes import Reply, Request, route
 from meta.dashboard.server import DashboardResource
 from meta.dashboard.zookeeper import ZooKeeperViews
 from tests.dashboard.fakes import FakeBroker
-from tests.dashboard.test_zookeeper_reads import Reactor
+from tests.dashboard.test_zk_reads import Reactor
 
 
 def request(path: bytes, method: bytes = b"GET", headers: dict | None = None) -> DummyRequest:

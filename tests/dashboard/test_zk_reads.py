@@ -1,4 +1,4 @@
-"""The dashboard's own ZooKeeper worker (``meta.dashboard.zookeeper.ZooKeeperReads``).
+"""The dashboard's own ZooKeeper worker (``meta.dashboard.zk_reads.ZooKeeperReads``).
 
 Goal: reads run on the worker's threads, never the caller's; identical reads in work share one
 run and, for a while, its result; a full worker refuses at once (503 text naming ZooKeeper);
@@ -14,7 +14,7 @@ import threading
 
 from twisted.internet.task import Clock
 
-from meta.dashboard.zookeeper import ZooKeeperBusy, ZooKeeperReads, ZooKeeperSlow
+from meta.dashboard.zk_reads import ZooKeeperBusy, ZooKeeperReads, ZooKeeperSlow
 
 WAIT_S = 30.0
 
