@@ -18,7 +18,7 @@ A gregor slave stores what ``sync`` sends it, so it takes ``sync`` only from its
    ``"metaq-sync-hello <nonce>"`` under the secret. The slave answers ``result 200`` or 403
    and remembers the outcome for the connection. The secret itself never travels, and a
    nonce the slave accepted lately is refused again. A ``stats`` item is what every broker
-   reads (a Java broker reads an unknown item as "no such stats"), so no frame changes: a
+   reads (a Java broker reads an unknown item as a topic name), so no frame changes: a
    master without ``syncSecret`` (every Java master) sends no hello, and a gregor slave
    without it needs none;
 3. **the leader epoch** (``epoch_refusal``): a place for automatic failover to refuse a
