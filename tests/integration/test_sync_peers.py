@@ -95,6 +95,13 @@ def test_a_sync_from_another_address_is_refused_and_nothing_is_stored(tmp_path):
         assert "diverged" not in master.log()
         assert slave_end(slave)[0] > before[0]
         assert f"refused sync from {STRANGER}" in slave.log()
+        slave.stop()  # the master compares the ends again when the slave is back
+        wait_until(lambda: "connected false" in stats_sync(master), "the link down")
+        slave.start()
+        wait_until(lambda: "connected true" in stats_sync(master), "the link up again")
+        wait_until(lambda: "partition test-0 ok" in " ".join(stats_sync(master)), "the compare")
+        assert [(r.code, r.body) for r in put(master, [b"five"])][0][0] == 200, stats_sync(master)
+        assert "diverged" not in master.log()
     finally:
         master.stop()
         slave.stop()
