@@ -265,12 +265,12 @@ def test_rotating_connections_and_qualifiers_from_one_address_leaves_room_for_ot
     broker = default_broker(tmp_path)
     try:
         refused = rotating_attack(broker, b"x", ATTACK_ROUND, "rotate")
+        assert_another_address_gets_transactions(broker, b"victim")
         assert refused.code == 500
         assert b"maxTxPerAddress" in refused.body, refused.body
         assert b"the most are held by 127.0.0.1 (10000 transactions, 210000 bytes)" in (
             refused.body
         )
-        assert_another_address_gets_transactions(broker, b"victim")
         with SourceConnection(broker, "127.0.0.1") as again:  # local ones count too
             reply = again.tx(f"TX:again{time.monotonic_ns()}:1", "BEGIN")
             assert reply.code == 500
@@ -284,10 +284,10 @@ def test_one_address_filling_branches_with_megabytes_leaves_room_for_others(tmp_
     broker = default_broker(tmp_path)
     try:
         refused = rotating_attack(broker, BIG, 1, "bytes")
+        assert_another_address_gets_transactions(broker, BIG)
         assert refused.code == 500
         assert b"maxTxBytesPerAddress" in refused.body, refused.body
         assert b"the most are held by 127.0.0.1 (" in refused.body
-        assert_another_address_gets_transactions(broker, BIG)
     finally:
         broker.stop()
 
