@@ -1,8 +1,9 @@
 """Timeouts of transactions that are not prepared, and what a late command is told.
 
-What lives here: ``BranchTimeouts``. Two deadlines, each counted from BEGIN with one value
-for every transaction, so begin order is deadline order: each is an insertion-ordered table
-served by one reactor timer, and 100,000 begins cost one ``DelayedCall``.
+What lives here: ``BranchTimeouts``, every timeout of a transaction that is not prepared.
+The first two are counted from BEGIN with one value for every transaction, so begin order
+is deadline order: each is an insertion-ordered table served by one reactor timer, and
+100,000 begins cost one ``DelayedCall``.
 
 * Active (``txActiveTimeoutInSeconds``): a transaction, local or an XA branch, still active
   (begun, perhaps holding messages, neither prepared nor committing) this long after its BEGIN
@@ -11,16 +12,17 @@ served by one reactor timer, and 100,000 begins cost one ``DelayedCall``.
   recover. A prepared branch is never timed out: it is the transaction manager's promise.
 * Unused (``txUnusedTimeoutInSeconds``): an XA branch begun without a timeout of its own that
   has taken no put by then is rolled back sooner.
+* The BEGIN's own timeout (Java's): at most ``maxTxTimeoutInSeconds``, with at most
+  ``maxTxTimeoutTimerCapacity`` armed at once; a command after it is answered as Java does
+  ("has not been started"). One ``DelayedCall`` each (``Transaction.timer``), as in Java.
 
-The BEGIN's own timeout (Java's, at most ``maxTxTimeoutInSeconds``) is armed by
-``TransactionStore`` and answered afterwards as Java does ("has not been started"); the
-deadlines here apply too, whichever comes first. A transaction rolled back by one of these is
-remembered (at most ``EXPIRED_REMEMBERED_MAX`` keys, the oldest forgotten first; a
-local one until its connection closes), so that a later PREPARE, COMMIT or put is told why
-(``TransactionStore`` answers ``XA_RBTIMEOUT`` for an XA branch) and a ROLLBACK is answered
-OK. The tables hold open transactions only (one leaves them when it is prepared, starts
-committing or finishes), so they are bounded by ``maxOpenTx``; a sweep rolls back at most
-``SWEEP_BATCH`` transactions per reactor turn.
+All that apply to a transaction are armed; the first to pass rolls it back. One rolled back
+by the active or the unused timeout is remembered (at most ``EXPIRED_REMEMBERED_MAX`` keys,
+the oldest forgotten first; a local one until its connection closes), so that a later
+PREPARE, COMMIT or put is told why (``TransactionStore`` answers ``XA_RBTIMEOUT`` for an XA
+branch) and a ROLLBACK is answered OK. The tables hold open transactions only (one leaves
+them when it is prepared, starts committing or finishes), so they are bounded by
+``maxOpenTx``; a sweep rolls back at most ``SWEEP_BATCH`` transactions per reactor turn.
 
 Thread affinity: reactor thread only.
 """
@@ -32,6 +34,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from meta.errors import MetaError, TransactionError, XAError
+from meta.protocol.xa import XA_RBTIMEOUT
 from meta.tx import states
 
 __all__ = ["EXPIRED_REMEMBERED_MAX", "SWEEP_BATCH", "BranchTimeouts"]
@@ -54,7 +58,8 @@ class BranchTimeouts:
     """The active and unused deadlines of open transactions, and the keys that timed out.
 
     Args:
-        config: provides ``tx_active_timeout_s`` and ``tx_unused_timeout_s`` (0: never).
+        config: provides ``tx_active_timeout_s`` and ``tx_unused_timeout_s`` (0: never),
+            ``tx_timeout_max_s`` and ``tx_timeout_timer_capacity``.
         reactor: provides ``callLater`` and ``seconds``.
         roll_back: rolls a timed-out transaction back; returns False when it could not (the
             journal failed: a restart rolls it back).
@@ -63,6 +68,9 @@ class BranchTimeouts:
     def __init__(self, config: Any, reactor: Any, roll_back: Callable[[Any], bool]) -> None:
         self.active_timeout_s: float = config.tx_active_timeout_s
         self.unused_timeout_s: float = config.tx_unused_timeout_s
+        self._begin_timeout_max_s: int = config.tx_timeout_max_s
+        self._begin_timers_max: int = config.tx_timeout_timer_capacity
+        self._begin_timers = 0
         self._reactor = reactor
         self._roll_back = roll_back
         self._active: OrderedDict[Any, float] = OrderedDict()
@@ -73,19 +81,39 @@ class BranchTimeouts:
         self._expired_sessions: dict[object, int] = {}
 
     def begun(self, transaction: Any, timeout_s: int) -> None:
-        """Arm the deadlines of a transaction just begun (``timeout_s``: the BEGIN's own)."""
+        """Arm the timeouts of a transaction just begun (``timeout_s``: the BEGIN's own).
+
+        Raises:
+            TransactionError: ``maxTxTimeoutTimerCapacity`` BEGIN timeouts are armed already
+                (Java's text); the transaction keeps its other deadlines, as in Java.
+        """
         now = self._reactor.seconds()
         if self.active_timeout_s > 0:
             self._active[transaction] = deadline = now + self.active_timeout_s
             self._due(deadline, now)
-        if transaction.is_xa and timeout_s <= 0 and self.unused_timeout_s > 0:
-            self._unused[transaction] = deadline = now + self.unused_timeout_s
-            self._due(deadline, now)
+        if timeout_s <= 0:
+            if transaction.is_xa and self.unused_timeout_s > 0:
+                self._unused[transaction] = deadline = now + self.unused_timeout_s
+                self._due(deadline, now)
+            return
+        if self._begin_timers >= self._begin_timers_max:
+            raise TransactionError(
+                f"Timer size {self._begin_timers} is great than maxTimerCapacity "
+                f"{self._begin_timers_max}"
+            )
+        timeout_s = min(timeout_s, self._begin_timeout_max_s)
+        transaction.timer = self._reactor.callLater(timeout_s, self._begin_timeout, transaction)
+        self._begin_timers += 1
 
     def settled(self, transaction: Any) -> None:
         """``transaction`` is no longer active (prepared, committing or finished)."""
         self._active.pop(transaction, None)
         self._unused.pop(transaction, None)
+        if transaction.timer is not None:
+            if transaction.timer.active():
+                transaction.timer.cancel()
+            transaction.timer = None
+            self._begin_timers -= 1
 
     def remember(self, transaction: Any, reason: str) -> None:
         """Keep why ``transaction`` was rolled back by a timeout, for a late command."""
@@ -105,6 +133,14 @@ class BranchTimeouts:
             return None
         return self._expired.get((None if key.startswith("XID:") else session, key))
 
+    def late_error(self, key: str, session: object) -> MetaError | None:
+        """The error of a command for the transaction ``key`` of ``session`` that a timeout
+        rolled back (``XA_RBTIMEOUT`` for an XA branch), or None."""
+        reason = self.reason(key, session)
+        if reason is None:
+            return None
+        return XAError(XA_RBTIMEOUT, reason) if key.startswith("XID:") else TransactionError(reason)
+
     def forget(self, key: str, session: object) -> None:
         """``key`` is begun again: a later error is about the new transaction."""
         if self._expired:
@@ -118,11 +154,22 @@ class BranchTimeouts:
             for entry in [entry for entry in self._expired if entry[0] is session]:
                 del self._expired[entry]
 
-    def close(self) -> None:
-        """Cancel the timer (the broker is stopping)."""
+    def close(self, transactions: Any) -> None:
+        """Cancel every timer, those of ``transactions`` too (the broker is stopping)."""
+        for transaction in transactions:
+            self.settled(transaction)
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         self._timer = None
+
+    def _begin_timeout(self, transaction: Any) -> None:
+        """The BEGIN's own timeout passed: roll the transaction back unless it is prepared.
+        Not remembered: a later command gets Java's answer ("has not been started")."""
+        transaction.timer = None
+        self._begin_timers -= 1
+        if transaction.state in _ACTIVE:
+            logger.info("transaction %s timed out; rolling it back", transaction.key)
+            self._roll_back(transaction)
 
     def _forget_session_entry(self, session: object) -> None:
         left = self._expired_sessions.get(session, 0) - 1

@@ -49,7 +49,6 @@ from meta.errors import MetaError, TransactionError, XAError
 from meta.protocol.xa import (
     XA_OK,
     XA_RBOTHER,
-    XA_RBTIMEOUT,
     XA_RDONLY,
     XAER_NOTA,
     XAER_RMERR,
@@ -103,7 +102,6 @@ class TransactionStore:
     """
 
     def __init__(self, config: Any, reactor: Any, store: Any, journal: Journal) -> None:
-        self._config = config
         self._reactor = reactor
         self._store = store
         self.journal = journal
@@ -111,7 +109,6 @@ class TransactionStore:
         self._xa: dict[str, Transaction] = {}
         self._heuristic: dict[str, Transaction] = {}
         self._orphaned_commits: set[Transaction] = set()
-        self._timer_count = 0
         self._open_count = 0
         self.byte_count = 0
         self.limits = branch_limits.BranchLimits(config, reactor)
@@ -127,12 +124,7 @@ class TransactionStore:
     def _find(self, key: str, session: object) -> Transaction:
         transaction = self._lookup(key, session)
         if transaction is None:
-            reason = self.timeouts.reason(key, session)
-            if reason is None:
-                raise not_started(key)
-            if key.startswith("XID:"):
-                raise XAError(XA_RBTIMEOUT, reason)
-            raise TransactionError(reason)
+            raise self.timeouts.late_error(key, session) or not_started(key)
         return transaction
 
     def live_transactions(self) -> list[Transaction]:
@@ -176,15 +168,6 @@ class TransactionStore:
         table[key] = transaction
         self._open_count += 1
         self.timeouts.begun(transaction, timeout_s)
-        if timeout_s > 0:
-            capacity = self._config.tx_timeout_timer_capacity
-            if self._timer_count >= capacity:
-                raise TransactionError(
-                    f"Timer size {self._timer_count} is great than maxTimerCapacity {capacity}"
-                )
-            timeout_s = min(timeout_s, self._config.tx_timeout_max_s)
-            transaction.timer = self._reactor.callLater(timeout_s, self._timed_out, transaction)
-            self._timer_count += 1
 
     def check_put(self, key: str, session: object) -> Transaction:
         """Return the transaction a put goes to, or raise what the put must answer.
@@ -243,7 +226,6 @@ class TransactionStore:
         self._journal_batches(transaction, XAER_RMERR)
         self._journal_append(PrepareRecord(key), transaction, XAER_RMERR)
         transaction.state = new_state
-        self._cancel_timer(transaction)
         self.timeouts.settled(transaction)  # a prepared branch is never timed out
         self.journal.sync(lambda error: done(None if error else XA_OK, _xa_failure(error)))
 
@@ -378,7 +360,6 @@ class TransactionStore:
         record = encode_commit(transaction.key, was_prepared, outcome, placed)
         self._journal_append(record, transaction, XAER_RMFAIL)
         transaction.state = states.COMMITTING
-        self._cancel_timer(transaction)
         self.timeouts.settled(transaction)
         waiting = [len(parts)]
         failures: list[BaseException] = []
@@ -449,7 +430,6 @@ class TransactionStore:
 
     def _finish(self, transaction: Transaction, outcome: int = HEURISTIC_NONE) -> None:
         """Remove a finished transaction (or move it to the heuristic table)."""
-        self._cancel_timer(transaction)
         key = transaction.key
         if transaction.is_xa:
             self._xa.pop(key, None)
@@ -471,22 +451,6 @@ class TransactionStore:
             self._heuristic[key] = transaction
         elif transaction.location is not None:
             self.journal.release(transaction.location.number)
-
-    def _cancel_timer(self, transaction: Transaction) -> None:
-        if transaction.timer is not None:
-            if transaction.timer.active():
-                transaction.timer.cancel()
-            transaction.timer = None
-            self._timer_count -= 1
-
-    def _timed_out(self, transaction: Transaction) -> None:
-        """The BEGIN's own timeout passed: roll the transaction back unless it is prepared."""
-        transaction.timer = None
-        self._timer_count -= 1
-        if transaction.state in (states.START, states.IN_USE):
-            logger.info("transaction %s timed out; rolling it back", transaction.key)
-            # Not remembered: a later command gets Java's answer ("has not been started").
-            self._roll_back_expired(transaction)
 
     def _roll_back_expired(self, transaction: Transaction) -> bool:
         """Roll back a transaction whose timeout passed; False when the journal failed (a
@@ -513,9 +477,7 @@ class TransactionStore:
 
     def close(self) -> None:
         """Cancel every timeout (the broker is stopping)."""
-        for transaction in self.live_transactions():
-            self._cancel_timer(transaction)
-        self.timeouts.close()
+        self.timeouts.close(self.live_transactions())
 
 
 def _failure(transaction: Transaction, code: int, text: str) -> MetaError:
