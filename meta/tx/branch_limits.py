@@ -18,7 +18,8 @@ every put inside a transaction, and ``client_address``, the key a client is coun
   connection, so a client that reconnects keeps its count).
 
 A transaction is counted (``Transaction.owner``) from its BEGIN until it leaves the table of
-open transactions; its bytes count from each put taken until it finishes (or, for a commit
+open transactions; its bytes count (against the address that began it, whichever connection
+put them) from each put taken until it finishes (or, for a commit
 that failed to store, until its memory goes). Branches restored from the journal at start-up
 were not begun here: they count against the broker-wide caps only. A refusal names the key
 that refused and who holds the most (address, transactions, bytes); each cap also logs one
@@ -141,7 +142,8 @@ class BranchLimits:
                 "maxTxPerConnection",
                 address,
                 f"Too many open transactions on this connection ({count}, at most "
-                f"{self._per_connection_max}: maxTxPerConnection); finish some first.",
+                f"{self._per_connection_max}: maxTxPerConnection); {self._most('count')}; "
+                "finish some first.",
             )
         qualifier = transaction.unique_qualifier if transaction.is_xa else None
         if qualifier is not None:
@@ -152,7 +154,7 @@ class BranchLimits:
                     address,
                     f"Too many open XA transactions for unique qualifier {qualifier!r} "
                     f"({count}, at most {self._per_qualifier_max}: maxXaTxPerQualifier); "
-                    "finish some first.",
+                    f"{self._most('count')}; finish some first.",
                 )
             self._by_qualifier[qualifier] = count + 1
         self._by_connection[connection] = self._by_connection.get(connection, 0) + 1
@@ -248,7 +250,7 @@ class BranchLimits:
             size = self._bytes_by_address.get(address, 0)
             text = f"the most are held by {address} ({count} transactions, {size} bytes)"
         else:
-            text = "no client address holds any (prepared branches restored at start-up)"
+            text = "no client address holds any"
         self._holders[by] = (now, text)
         return text
 
