@@ -5,9 +5,11 @@ the contract of ``meta.server.handlers``: they return reply bytes, None (END get
 all), or ``PENDING`` when the reply waits for the journal's sync or the commit's appends.
 ``handle_tx_put_run`` answers a run of one transaction's puts (``Decoder.next_put_run``)
 with the replies ``handle_transactional_put`` gives each, in one call.
-Replies and error bodies are Java's: 200 with an empty body, ``0``/``3`` for PREPARE, the
-RECOVER keys joined by CRLF; XA failures as ``500 XAException:code=N,msg=...``, other failures
-as 500 with the plain text. Counters go up before the operation runs, so failures count too.
+BEGIN counts the transaction against the connection's peer address (``meta.tx.branch_limits``:
+``maxTxPerAddress`` and ``maxTxBytesPerAddress``). Replies and error bodies are Java's: 200
+with an empty body, ``0``/``3`` for PREPARE, the RECOVER keys joined by CRLF; XA failures as
+``500 XAException:code=N,msg=...``, other failures as 500 with the plain text. Counters go
+up before the operation runs, so failures count too.
 
 With synchronous replication (``broker.sync`` set: a samsa master or a gregor slave) there
 are no transactions: every ``transaction`` command but END gets 500
