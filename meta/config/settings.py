@@ -138,7 +138,7 @@ class BrokerConfig:
     tx_open_max: int = 100_000  # maxOpenTx (ours)
     tx_open_bytes_max: int = 256 * 1024 * 1024  # maxOpenTxBytes (ours)
     tx_per_address_max: int = 10000  # maxTxPerAddress (ours): per client IP address
-    tx_bytes_per_address_max: int = 32 * 1024 * 1024  # maxTxBytesPerAddress (ours)
+    tx_bytes_per_address_max: int = 64 * 1024 * 1024  # maxTxBytesPerAddress (ours)
     connections_max: int = 4096  # maxConnections (ours)
     idle_connection_timeout_s: int = 600  # idleConnectionTimeoutInSeconds (ours)
     header_timeout_s: int = 30  # headerTimeoutInSeconds (ours)
