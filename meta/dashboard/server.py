@@ -84,7 +84,7 @@ class Dashboard:
         broker.store.flusher.on_batch_seconds = self.metrics.fsync.observe
         self.history = RateHistory(broker, reactor)
         self.ring = ring
-        self.views = ZooKeeperViews(broker, reactor.seconds, lambda: self.port)
+        self.views = ZooKeeperViews(broker, reactor.seconds, lambda: self.port, reactor)
         self.actions = Actions(self.views, reload, broker.config.dashboard_admin_token_file)
         self.site = server.Site(DashboardResource(self))
         self._port: Any = None

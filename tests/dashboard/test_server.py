@@ -19,6 +19,7 @@ from meta.dashboard.routes import Reply, Request, route
 from meta.dashboard.server import DashboardResource
 from meta.dashboard.zookeeper import ZooKeeperViews
 from tests.dashboard.fakes import FakeBroker
+from tests.dashboard.test_zk_reads import Reactor
 
 
 def request(path: bytes, method: bytes = b"GET", headers: dict | None = None) -> DummyRequest:
@@ -122,11 +123,17 @@ def test_the_json_of_an_unknown_topic_is_404_naming_it():
 def test_an_unknown_consumer_group_is_404_and_zookeeper_out_of_reach_503():
     broker = FakeBroker(configured={"orders": 2})
     unknown = NotFoundError("unknown consumer group g: no node /meta/consumers/g")
-    broker.registry = SimpleNamespace(read=lambda run: defer.fail(unknown))
+
+    def read_on_this_thread(run):
+        raise unknown
+
+    broker.registry = SimpleNamespace(read_on_this_thread=read_on_this_thread)
     broker.config.zookeeper = ZkConfig(connect="127.0.0.1:1")
-    views = ZooKeeperViews(broker, lambda: 0.0, lambda: 8120)
+    reactor = Reactor()
+    views = ZooKeeperViews(broker, lambda: 0.0, lambda: 8120, reactor)
     replies: list[Reply] = []
     views.page("orders", "g", False).addCallback(replies.append)
+    reactor.drain(1)
     broker.registry = None  # ZooKeeper disabled on this broker
     views.page("orders", "g", True).addCallback(replies.append)
     assert [reply.code for reply in replies] == [404, 503]
