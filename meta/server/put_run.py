@@ -34,6 +34,7 @@ from meta.protocol.put_reply import PUT_REPLY, PUT_REPLY_BODY, put_reply
 from meta.server.handlers import handle_put
 from meta.server.puts import (
     RECORD_HEADER_BYTES,
+    RunConnection,
     Targets,
     accepted_crc,
     accepted_crcs,
@@ -142,15 +143,19 @@ def handle_put_run(
 ) -> int:
     """Handle consecutive plain puts of one read; return how many replies are still to come.
 
-    Replies of puts handed to ``handle_put`` that are ready at once are sent through
-    ``connection.send_reply``; the others arrive later through ``connection.respond_many``
-    (fast puts) or ``connection.respond`` (``handle_put``). ``targets`` is the caller's
-    lookup cache (one per connection; partition logs are never replaced in a running store).
+    Replies ready before this returns (``handle_put``'s immediate ones, and puts the store
+    answered at once because their partition refused them: ``puts.RunConnection``) are sent
+    through ``connection.send_reply`` and not counted; the others arrive later through
+    ``connection.respond_many`` (fast puts) or ``connection.respond`` (``handle_put``).
+    ``targets`` is the caller's lookup cache (one per connection; partition logs are never
+    replaced in a running store).
     """
     assert not broker.refuses_puts  # a slave answers every put 403: the caller never comes here
     if len(puts) == 1:  # nothing to batch (a synchronous producer): no batch either
         return handle_single_put(broker, puts, connection, targets)
-    run = _Run(broker, connection, targets)
+    # A put answered before this returns (refused by its partition) is not pending.
+    answering = RunConnection(connection)
+    run = _Run(broker, answering, targets)
     total = len(puts)
     index = 0
     while index < total:
@@ -162,7 +167,7 @@ def handle_put_run(
             stop += 1
         index = stop
     run.stage_all()
-    return run.pending
+    return answering.pending(run.pending)
 
 
 class _Run:
@@ -263,7 +268,12 @@ def handle_single_put(
     ``handle_put``. Returns 1 when its reply comes later through ``connection.respond``, 0
     when it was sent through ``connection.send_reply``. The caller answers a slave's puts
     itself (``refused_by_slave``)."""
-    fields = puts[0]
+    answering = RunConnection(connection)  # an answer before the return is not pending
+    return answering.pending(_single_put(broker, puts[0], answering, targets))
+
+
+def _single_put(broker: BrokerServices, fields: PutFields, connection, targets: Targets) -> int:
+    """``handle_single_put`` without the count of replies answered at once."""
     topic_bytes, partition_bytes, flag, checksum, opaque, body = fields
     target = cached_target(broker, targets, (topic_bytes, partition_bytes))
     if target is None:
