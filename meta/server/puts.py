@@ -29,9 +29,7 @@ and returns the record to stage; a new write path starts there. The rules:
   ``Put message to ... failed.`` text), ``append_failed`` (its append or fsync failed),
   ``refused_by_slave`` (403, compatibility.md, on an async or a gregor slave), ``too_large``
   (500, compatibility.md) and, inside a transaction, ``transactional_put_failed`` (500 with
-  the error's own text). Each counts the failure as Java does. A put answered while its
-  handler still runs (its partition refused it at once) is a ready reply, not a pending one:
-  ``RunConnection`` turns it into one, so it never counts among the requests in flight.
+  the error's own text). Each counts the failure as Java does.
 
 Nothing here stages, journals or writes a record: callers do, with what this module
 returns. ``take_sync`` is the same for a ``sync`` from a samsa master (the master's id and
@@ -72,59 +70,6 @@ TARGETS_MAX = 1024
 Targets = dict[tuple[bytes, bytes], tuple]
 """(topic, partition) header bytes -> (partition log, topic, partition): lookups kept per
 connection, at most ``TARGETS_MAX`` (then cleared)."""
-
-
-class RunConnection:
-    """The connection as a run of puts (or one put) answers it while the run is handled.
-
-    A put can be answered before its handler returns: its partition refuses appends (it
-    stopped on a failed write or fsync) or fails under the stage that fills its segment, and
-    the store then calls the put's ack at once. Such a reply is not pending, so it goes out
-    as a ready reply (``send_reply``) and is counted in ``answered``; the caller's count of
-    pending replies (``pending``) takes those out, so a refused put holds no place among the
-    connection's requests in flight. Once the handler returned (``pending``), every later
-    reply goes to the connection's ``respond`` / ``respond_many`` as usual.
-
-    Attributes:
-        connection: what answers the puts (``protocol.BrokerProtocol``, or an HTTP put).
-        answered: replies given while the run was handled.
-    """
-
-    __slots__ = ("answered", "connection", "handling")
-
-    def __init__(self, connection) -> None:
-        self.connection = connection
-        self.answered = 0
-        self.handling = True
-
-    def respond(self, reply: bytes | None) -> None:
-        """One put's reply (``handle_put``'s ack)."""
-        if self.handling:
-            self.answered += 1
-            if reply is not None:
-                self.connection.send_reply(reply)
-        else:
-            self.connection.respond(reply)
-
-    def respond_many(self, count: int, replies: bytes) -> None:
-        """The joined replies of ``count`` puts (a batch's ack)."""
-        if self.handling:
-            self.answered += count
-            if replies:
-                self.connection.send_reply(replies)
-        else:
-            self.connection.respond_many(count, replies)
-
-    def send_reply(self, reply: bytes) -> None:
-        """A reply that is ready now."""
-        self.connection.send_reply(reply)
-
-    def pending(self, taken: int) -> int:
-        """End of the handler: of ``taken`` puts whose replies were to come later, how many
-        still are (those not answered while it ran)."""
-        self.handling = False
-        assert self.answered <= taken
-        return taken - self.answered
 
 
 def choose_partition(broker: BrokerServices, topic: str, partition: int) -> int:
