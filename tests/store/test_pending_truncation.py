@@ -65,6 +65,9 @@ def test_the_record_round_trips_and_a_damaged_one_is_refused():
     text = record_text("orders-3", 1234)
     assert text.startswith(b"metaq-pending-truncation 1\norders-3 1234\n")
     assert parse_record(text, "orders-3", "r") == 1234
+    # The example of docs/formats.md §3.5.
+    example = b"metaq-pending-truncation 1\norders-0 225310\n2044635157\n"
+    assert record_text("orders-0", 225310) == example
     with pytest.raises(StoreError, match="damaged"):
         parse_record(text.replace(b"1234", b"1235"), "orders-3", "r")
     with pytest.raises(StoreError, match="not about orders-4"):
