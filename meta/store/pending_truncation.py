@@ -17,16 +17,17 @@ Where a record lives, first that accepts it (docs/durability.md):
 
 1. ``<partition directory>/pending-truncation``, next to the segments it is about;
 2. ``<root>/.pending_truncations/<topic>-<partition>`` for each other root of the broker,
-   ``dataLogPath`` first, then ``[system] dataPath`` and the topic ``dataPath`` s: when the
+   ``dataLogPath`` first, then ``[system] dataPath`` and each topic ``dataPath``: when the
    data disk refuses every write, a root on another file system still takes it.
 
-Each is written as ``<name>.tmp``, fsynced, renamed and its directory fsynced, so a record
-under its final name is whole. The record is written before the cut is tried: a cut that
-works leaves a record that the next start finds already made (it only deletes it). When no
-place takes the record, the partition stays fenced in memory (it serves only up to its
-acknowledged end and refuses puts) and the store tries again when it closes; if that fails
-too, the log names the ``meta-admin truncate-partition`` command, the one case a plain
-restart cannot cover.
+Each is written as ``<name>.tmp``, fsynced, renamed, its directory fsynced, and fsynced
+again under its final name (``Files.fsync``'s journal check), so a record under its final
+name is whole and a place whose journal aborted under the rename counts as refusing it.
+The record is written before the cut is tried: a cut that works leaves a record that the
+next start finds already made (it only deletes it). When no place takes the record, the
+partition stays fenced in memory (it serves only up to its acknowledged end and refuses
+puts) and the store tries again when it closes; if that fails too, the log names the
+``meta-admin truncate-partition`` command, the one case a plain restart cannot cover.
 
 Thread affinity: reactor thread (the failing partition's ``_fail``, the store's ``load`` and
 ``close``); the admin command's own thread offline.
@@ -154,14 +155,24 @@ class PendingTruncations:
             files.close(fd)
         files.rename(temporary, path)
         files.fsync_directory(folder)
+        # A directory fsync has no journal check (``Files.fsync`` has): an fsync of the
+        # record under its final name makes one, so a journal aborted under the rename
+        # refuses this place instead of losing the record.
+        fd = files.open(path)
+        try:
+            files.fsync(fd)
+        finally:
+            files.close(fd)
 
-    def found(self, directory: str, partition_name: str) -> list[tuple[str, str, int]]:
+    def found(
+        self, directory: str, partition_name: str, *, tidy: bool = False
+    ) -> list[tuple[str, str, int]]:
         """(directory, path, end) of every record of the partition; StoreError naming a
-        record that cannot be read."""
+        record that cannot be read. ``tidy`` (start-up): delete leftover ``.tmp`` files."""
         records = []
         files = self._files
         for folder, path in self.places(directory, partition_name):
-            if files.is_file(path + TEMPORARY_SUFFIX):
+            if tidy and files.is_file(path + TEMPORARY_SUFFIX):
                 _remove_quietly(files, path + TEMPORARY_SUFFIX)  # never renamed: not a record
             if not files.is_file(path):
                 continue
@@ -185,7 +196,7 @@ class PendingTruncations:
                 does not start, and the text names the record and the command.
         """
         try:
-            records = self.found(directory, partition_name)
+            records = self.found(directory, partition_name, tidy=True)
         except StoreError as error:
             raise StoreError(
                 f"{error}; partition {partition_name} may hold records answered 500 after a "
