@@ -99,9 +99,7 @@ class StoreManager:
         # after it; an owner that also writes other things then (the broker) replaces this.
         self.flusher.on_batch_done = self.commit_staged
         self._partitions: dict[tuple[str, int], PartitionLog] = {}
-        # Records of failed cuts: next to the partition, else dataLogPath, else a data path.
-        roots = lambda: [self._config.data_log_path, *self._data_roots()]  # noqa: E731
-        self.truncations = PendingTruncations(self._files, roots)
+        self.truncations = PendingTruncations(self._files, self._truncation_roots)
         self._accepted: set[tuple[str, int]] = set()
         self._timers: dict[int, LoopingCall] = {}
         self._staged: list[PartitionLog] = []
@@ -170,6 +168,10 @@ class StoreManager:
             if normal not in roots:
                 roots.append(normal)
         return roots
+
+    def _truncation_roots(self) -> list[str]:
+        """Where a failed cut is recorded when its partition directory refuses the record."""
+        return [self._config.data_log_path, *self._data_roots()]
 
     def _scan_root(self, root: str) -> list[tuple[str, int, str]]:
         """Return ``(topic, partition, directory)`` of each partition directory in ``root``."""
