@@ -18,7 +18,8 @@ and returns the record to stage; a new write path starts there. The rules:
   (``pack_record``); ``pack_header`` and ``RECORD_HEADER_BYTES`` are the same layout for
   paths that join many records.
 * **Replication**: on a samsa master (``broker.sync`` set) ``replicated_put`` is the put:
-  the rules above, then the role's refusal (slave disconnected, partition diverged), then
+  the rules above, then the role's refusal (slave disconnected, partition diverged) and the
+  master's (its partition stopped on a failed write or fsync: nothing is forwarded), then
   ``broker.sync.replicate`` forwards and stages the record; the reply waits for both
   copies: 200 only when both are stored, else ``slave_failed`` or ``master_failed`` (500,
   Java's texts and what is in doubt: the slave's 500 comes for a put the master stored, the
@@ -349,6 +350,9 @@ def replicated_put(broker: BrokerServices, command: Put, connection) -> bytes | 
         broker.counters.put_failed += 1
         broker.record_put_failed(topic, partition)
         return encode_result(500, refusal.encode(), opaque)
+    stopped = taken.partition_log.failed
+    if stopped is not None:  # the master's copy stopped: the slave gets nothing to store either
+        return put_failed(broker, topic, partition, opaque, str(stopped))
     broker.record_put(topic, partition, len(data))
     done = replicated_done(
         broker, role, connection, topic, partition, msg_id, b"%d" % partition, b"%d" % opaque

@@ -156,6 +156,35 @@ def test_a_put_answered_500_for_a_silent_slave_is_stored_on_the_master(master, s
     assert [record.payload for record in iter_messages(data.data)] == [b"in doubt"]
 
 
+def test_after_the_masters_fsync_failed_later_puts_reach_neither_copy(tmp_path, slave):
+    """Goal: the master's 500 is in doubt only for the put whose write or fsync failed (its
+    sync went out first); once the master's partition stopped, later puts are refused
+    without a sync, so their 500 means not stored on either copy. Method: a master whose
+    segment fsyncs fail once a trigger file exists (``fault_broker``)."""
+    trigger = tmp_path / "disk-fails"
+    directory = tmp_path / "master"
+    directory.mkdir()
+    properties = directory / "samsa_master.properties"
+    properties.write_text(f"slave=127.0.0.1:{slave.port}\nsendToSlaveTimeoutInMills={TIMEOUT_MS}\n")
+    broker = BrokerProcess(directory)
+    broker.module = "tests.integration.fault_broker"
+    broker.arguments = ["--fail-when", str(trigger), "--samsa", str(properties)]
+    broker.start()
+    try:
+        slave.wait_for(lambda fake: fake.stats_items == ["sync", "offsets"], what="detection")
+        with broker.connect() as connection:
+            assert connection.request(Put("test", 0, b"stored", 0, 1)).code == 200
+            trigger.touch()
+            failing = connection.request(Put("test", 0, b"in doubt", 0, 2))
+            later = [connection.request(Put("test", 0, b"later", 0, 3 + n)) for n in range(3)]
+    finally:
+        broker.stop()
+    assert failing.code == 500 and b"the slave may hold it" in failing.body, failing
+    assert {reply.code for reply in later} == {500}
+    assert all(b"partition test-0 failed" in reply.body for reply in later), later[0]
+    assert [sync.data for sync in slave.syncs if sync.topic == "test"] == [b"stored", b"in doubt"]
+
+
 def test_puts_are_refused_at_once_while_the_slave_is_down(tmp_path):
     broker = start_master(tmp_path / "master", free_port())
     try:
