@@ -50,6 +50,12 @@ GRANDFATHERED: dict[str, tuple[int, str]] = {
         "order of acknowledgements and what a failed write or fsync undoes (the cut itself is "
         "meta/store/tail_cut); its read side (slice, read, nearest_offset) moves out next",
     ),
+    "meta/store/manager.py": (
+        520,
+        "one concept, the owner of a broker's partition logs: loading them, finding and "
+        "creating them, and the background work they share (flush timers, retention, the "
+        "scrubber); the retention schedule moves out next",
+    ),
     "meta/server/registry.py": (
         540,
         "one concept, the reactor half of the ZooKeeper registration: one state machine over "

@@ -85,8 +85,8 @@ class Scrubber:
     """Checks every partition's records in the background, ``bytes_per_s`` at most.
 
     Args:
-        partitions: returns the store's open partition logs (``StoreManager.partitions``).
-        lookup: ``(topic, partition)`` to its log or None (``StoreManager.get``).
+        store: its ``partitions()`` (every open partition log) and ``get(topic, partition)``
+            (one of them, or None) are used (a ``StoreManager``).
         reactor: provides ``seconds`` and ``callLater`` (``task.Clock`` in tests).
         executor: runs ``scan_piece`` off the reactor thread, returns a Deferred.
         bytes_per_s: the rate; 0 turns the scrubber off.
@@ -101,8 +101,7 @@ class Scrubber:
 
     def __init__(
         self,
-        partitions: Callable[[], list[Any]],
-        lookup: Callable[[str, int], Any],
+        store: Any,
         reactor: Any,
         executor: Callable[[Callable[[], Any]], Any],
         bytes_per_s: int,
@@ -111,8 +110,7 @@ class Scrubber:
     ) -> None:
         assert bytes_per_s >= 0
         assert step_bytes > 0
-        self._partitions = partitions
-        self._lookup = lookup
+        self._store = store
         self._reactor = reactor
         self._executor = executor
         self.bytes_per_s = bytes_per_s
@@ -189,7 +187,7 @@ class Scrubber:
                 wait_s = self._pass_started_s + self._pass_interval_min_s - now_s
                 if wait_s > 0:
                     return wait_s
-            self._order = sorted((log.topic, log.partition) for log in self._partitions())
+            self._order = sorted((log.topic, log.partition) for log in self._store.partitions())
             if not self._order:
                 return IDLE_S
             self._index = 0
@@ -231,7 +229,7 @@ class Scrubber:
         return Piece(key, segment.path, segment.start, offset - segment.start, end)
 
     def _log(self, key: tuple[str, int]) -> Any:
-        return self._lookup(*key)
+        return self._store.get(*key)
 
     def _piece_done(self, result: PieceResult, piece: Piece, started_s: float) -> None:
         """Reactor: count the bytes, report new ranges, and pace the next piece."""

@@ -50,7 +50,7 @@ def scrubber(
 ) -> Scrubber:
     """A scrubber over ``store`` (passes ``pass_s`` apart at least: none by default)."""
     executor = SynchronousExecutor()
-    return Scrubber(store.partitions, store.get, clock, executor, rate, step, pass_s)
+    return Scrubber(store, clock, executor, rate, step, pass_s)
 
 
 def started(scrub: Scrubber, clock: Clock) -> Scrubber:
