@@ -3,10 +3,13 @@
 ``BrokerProcess`` writes a server.ini into a test directory, starts the broker in its own
 process group on a free 127.0.0.1 port, waits (bounded) until it accepts connections, and
 always stops it: SIGTERM, then SIGKILL after a timeout. ``kill()`` is a real ``kill -9``.
+A broker that a failing test left running is killed when the test process exits
+(``_kill_leftovers``), so no run leaves a broker behind.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import subprocess
@@ -40,6 +43,17 @@ def run_python(*arguments: str, timeout_s: float = 120) -> subprocess.CompletedP
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+
+_launched: list[subprocess.Popen] = []  # every broker process started by this test process
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    """Kill the process groups of brokers still running when the test process exits."""
+    for process in _launched:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(STOP_TIMEOUT_S)
 
 
 def server_ini(
@@ -126,6 +140,8 @@ class BrokerProcess:
             preexec_fn=self.preexec_fn,
         )
         log.close()
+        _launched[:] = [process for process in _launched if process.poll() is None]
+        _launched.append(self.process)
         return self
 
     def wait_until_serving(self, timeout_s: float) -> None:

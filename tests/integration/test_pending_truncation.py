@@ -119,7 +119,10 @@ def test_a_record_that_cannot_be_read_stops_the_start_naming_it(tmp_path):
     (partition / RECORD_NAME).write_bytes(b"metaq-pending-truncation 1\ntest-0 21\n1\n")
     broker.launch()
     assert broker.process is not None
-    status = broker.process.wait(60)
+    try:
+        status = broker.process.wait(60)
+    finally:
+        broker.kill()  # a broker that started after all must not outlive the test
     assert status != 0
     log = broker.log()
     assert str(Path(partition / RECORD_NAME)) in log and "meta-admin truncate-partition" in log
