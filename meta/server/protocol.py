@@ -22,8 +22,11 @@ Output and backpressure (STYLE 3, 13):
   ``os.sendfile`` while the socket takes it, else read in chunks of ``CHUNK_BYTES`` while
   the transport is not paused, so a get never builds its whole body in memory.
 * Replies that arrive while a stream is running, or while the transport is paused, wait in
-  a queue. Reading from the peer stops while more than ``INFLIGHT_MAX`` requests are
-  unanswered or more than ``QUEUED_BYTES_MAX`` reply bytes are queued, and resumes below half.
+  a queue. Reading from the peer stops while the transport's buffer is full (it paused this
+  producer: the peer does not read its replies, so its requests wait in its own socket
+  rather than being read and answered into a queue), while more than ``INFLIGHT_MAX``
+  requests are unanswered or more than ``QUEUED_BYTES_MAX`` reply bytes are queued, and
+  resumes once the buffer drained and those are below half.
   Queued bytes also count in the broker's ``reply_budget`` (``maxQueuedReplyBytes`` over all
   connections), which stops reading from the connections holding the most while it is over
   (``hold_reading``) until their queues drain (``release_reading``).
@@ -255,6 +258,7 @@ class BrokerProtocol(Protocol):
 
     def pauseProducing(self) -> None:
         self._transport_paused = True
+        self._update_reading()  # the peer does not read: stop reading its requests
 
     def resumeProducing(self) -> None:
         self._transport_paused = False
@@ -355,11 +359,17 @@ class BrokerProtocol(Protocol):
         if self._closed or self._requests_stopped:
             return
         if not self._reading_paused:
-            if self._held or self._inflight > INFLIGHT_MAX or self._queued_bytes > QUEUED_BYTES_MAX:
+            if (
+                self._transport_paused
+                or self._held
+                or self._inflight > INFLIGHT_MAX
+                or self._queued_bytes > QUEUED_BYTES_MAX
+            ):
                 self._reading_paused = True
                 self.transport.pauseProducing()  # a TCP transport stops reading
         elif (
-            not self._held
+            not self._transport_paused
+            and not self._held
             and not self._turn_waiting
             and self._inflight <= INFLIGHT_MAX // 2
             and self._queued_bytes <= QUEUED_BYTES_MAX // 2
