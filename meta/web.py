@@ -8,12 +8,17 @@
   (``meta.server.connections.ConnectionGuard``), as the text port's connections are: the
   guard admits it against its port's cap and the overall one, closes it when idle, and
   resets it when a request's head is not complete within ``headerTimeoutInSeconds`` of its
-  first byte (twisted.web's own timeout, which every byte restarts, is off). It also serves
-  at most ``TURN_REQUESTS_MAX`` requests per reactor turn: twisted.web answers pipelined
-  requests that are already buffered one after the other in one go, so a connection that
-  pipelines thousands of gets would hold the reactor for all of them; after the slice,
-  reading and parsing stop (``LineReceiver``'s ``paused``, the transport's
-  ``pauseProducing``) until the next turn, as the text port's connections do.
+  first byte (twisted.web's own timeout, which every byte restarts, is off).
+
+  It also bounds the work one connection makes. twisted.web answers pipelined requests
+  that are already buffered one after the other in one go, so a connection that pipelines
+  thousands of gets would hold the reactor for all of them, and would go on answering them
+  into the transport's buffer while its peer reads nothing. So after ``TURN_REQUESTS_MAX``
+  requests in one reactor turn, and after any request while the transport's buffer is full
+  (it paused this channel), parsing and reading stop (``LineReceiver``'s ``paused``, the
+  transport's ``pauseProducing``) until the next turn, or until the buffer has drained. A
+  response's producer registered while the buffer is full starts paused (twisted.web's
+  ``registerProducer`` does not pause it, so a get would write its whole body).
 * ``GuardedSite`` is a ``twisted.web.server.Site`` whose connections are ``GuardedChannel``
   (the dashboard's); the HTTP protocol's site (``meta.server.http.resource``) uses the channel
   through its own.
@@ -32,8 +37,11 @@ from meta.errors import MetaError
 
 __all__ = ["TURN_REQUESTS_MAX", "GuardedChannel", "GuardedSite", "listen_site"]
 
-TURN_REQUESTS_MAX = 256
-"""Requests one HTTP connection is answered per reactor turn (the text port's slice)."""
+TURN_REQUESTS_MAX = 4
+"""Requests one HTTP connection is answered per reactor turn. The text port's slice is 256
+requests (``meta.server.protocol``); an HTTP request through twisted.web costs some fifty
+times as much, so a slice here takes no longer than one there (under a millisecond).
+Clients that do not pipeline never reach it (a read carries one request)."""
 
 
 def listen_site(
@@ -84,7 +92,7 @@ class GuardedChannel(http.HTTPChannel):
     _request_start = -1  # stream offset of the first byte of that head, -1 before it
     _handling = False  # a request was received and is not answered yet
     _sliced = False  # the rest waits for the next reactor turn
-    _output_paused = False  # the transport's buffer is full
+    _output_paused = False  # the transport's buffer is full: the rest waits for it to drain
     _lost = False
 
     def connectionMade(self) -> None:
@@ -140,35 +148,52 @@ class GuardedChannel(http.HTTPChannel):
         self._handling = False
         self._receiving = True
         self.turn_requests += 1
-        sliced = self.turn_requests >= TURN_REQUESTS_MAX and not self._sliced
-        if sliced:
-            # Stop ``LineReceiver``'s loop over the buffered requests after this one.
-            self._sliced = self.paused = True
+        if self.turn_requests >= TURN_REQUESTS_MAX and not self._sliced:
+            self._sliced = True
+            self.factory.reactor.callLater(0, self._next_turn)
+        if self._sliced or self._output_paused:
+            self.paused = True  # ``LineReceiver``'s loop stops before the next request
         super().requestDone(request)  # resumes reading; parses buffered bytes unless paused
-        if self._sliced and not self._lost:
+        if self.paused and not self._lost:
             self.transport.pauseProducing()
-            if sliced:
-                self.factory.reactor.callLater(0, self._next_turn)
 
     def _next_turn(self) -> None:
-        """Serve the next slice of buffered requests, then read again."""
-        self._sliced = self.paused = False
-        if self._lost:
-            return
+        """Serve the next slice of buffered requests, unless the buffer is still full."""
+        self._sliced = False
         if not self._output_paused:
-            self.transport.resumeProducing()
+            self._resume_parsing()
+
+    def _resume_parsing(self) -> None:
+        """Parse the buffered requests and read again (after a slice or a full buffer)."""
+        if self._lost or not self.paused:
+            return
+        self.paused = False
+        self.transport.resumeProducing()
         self.dataReceived(b"")
 
     def pauseProducing(self) -> None:
-        """The transport's buffer is full: twisted.web stops reading too."""
+        """The transport's buffer is full: the response's producer pauses, and reading stops
+        even while a request is answered (twisted.web would read on, keeping every pipelined
+        request in memory); ``requestDone`` holds the requests already buffered."""
         self._output_paused = True
         super().pauseProducing()
+        if not self._lost:
+            self.transport.pauseProducing()
 
     def resumeProducing(self) -> None:
+        """The transport's buffer has drained: go on with the response and the requests."""
         self._output_paused = False
         super().resumeProducing()
-        if self._sliced and not self._lost:
-            self.transport.pauseProducing()  # twisted.web resumed reading: not this turn
+        if self._sliced:
+            if not self._lost:
+                self.transport.pauseProducing()  # twisted.web resumed reading: not this turn
+        else:
+            self._resume_parsing()
+
+    def registerProducer(self, producer: Any, streaming: bool) -> None:
+        super().registerProducer(producer, streaming)
+        if streaming and self._output_paused:
+            producer.pauseProducing()  # it would write until the next pause, which never comes
 
 
 class GuardedSite(server.Site):

@@ -10,7 +10,11 @@ at once over all ports (the start-up descriptor check counts them).
   text port, ``maxHttpConnections``, ``maxDashboardConnections``), and at most
   ``maxTotalConnections`` over all of them when it is set; one beyond is closed at once,
   without a byte written (the text protocol has no frame for it), and logged at most once
-  per ``LOG_INTERVAL_S`` per port with the number refused since;
+  per ``LOG_INTERVAL_S`` per port with the number refused since. Unless the full port holds
+  a connection whose request header has stayed incomplete since the sweep before last (a
+  slow header: at least one ``sweep_period_s`` old): then the oldest such one is reset to
+  make room, and the new connection is admitted, so that clients trickling headers cannot
+  keep others out for ``headerTimeoutInSeconds`` each time;
 * an accepted socket gets ``SO_KEEPALIVE`` (probes after ``KEEPALIVE_IDLE_S`` of silence,
   every ``KEEPALIVE_INTERVAL_S``, ``KEEPALIVE_PROBES`` unanswered ones drop it), so a peer
   that vanished without a FIN or RST is noticed;
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections import deque
 from typing import Any
 
 __all__ = ["ConnectionGuard", "PortLimit", "connections_allowed"]
@@ -109,7 +114,9 @@ class PortLimit:
         self.connections_max = connections_max
         self.header = header
         self.open = 0
+        self.slow_heads: deque[Any] = deque()  # slow header connections, oldest first
         self.refusals = _RateLimitedLog()
+        self.evictions = _RateLimitedLog()
         self.header_timeouts = _RateLimitedLog()
         self.idle_timeouts = _RateLimitedLog()
 
@@ -195,10 +202,12 @@ class ConnectionGuard:
         """
         port = self.text_port if port is None else port
         transport = connection.transport
-        if port.open >= port.connections_max:
+        if port.open >= port.connections_max and not self._evict(port, port):
             self._refuse(transport, port, port.refusals, port.key, port.connections_max)
             return False
-        if 0 < self.total_max <= len(self._watched):
+        if 0 < self.total_max <= len(self._watched) and not any(
+            self._evict(full, port) for full in (port, *self.ports)
+        ):
             self._refuse(transport, port, self._total_refusals, TOTAL_KEY, self.total_max)
             port.refusals.count += 1
             return False
@@ -242,21 +251,63 @@ class ConnectionGuard:
             refusals.logged()
         transport.abortConnection()
 
+    def _evict(self, port: PortLimit, admitting: PortLimit) -> bool:
+        """Reset ``port``'s oldest connection with a slow header (``slow_heads``) to make
+        room for a connection to ``admitting``; whether there was one."""
+        while port.slow_heads:
+            connection = port.slow_heads.popleft()
+            watch = self._watched.get(connection)
+            pending = connection.pending_header_bytes if watch is not None else 0
+            if not pending or connection.received_bytes - pending != watch.header_start:
+                continue  # gone, or its header completed since the sweep
+            now = self._reactor.seconds()
+            if port.evictions.due(now):
+                log.warning(
+                    "closing the connection from %s to %s to make room for one to %s: %s of "
+                    "it has been incomplete for %.0f s (%d bytes received); %d such "
+                    "connections closed since the last such line, %d since start",
+                    _peer(connection),
+                    port.name,
+                    admitting.name,
+                    port.header,
+                    now - watch.header_since,
+                    pending,
+                    port.evictions.since_logged,
+                    port.evictions.count,
+                )
+                port.evictions.logged()
+            self._forget(connection)
+            connection.transport.abortConnection()
+            return True
+        return False
+
+    def _forget(self, connection: Any) -> None:
+        watch = self._watched.pop(connection)
+        watch.port.open -= 1
+
     def _sweep(self) -> None:
-        """Close the idle connections and those whose header is overdue; re-arm."""
+        """Close the idle connections and those whose header is overdue, list the slow
+        headers of each port (oldest first); re-arm."""
         self._timer = None
         now = self._reactor.seconds()
+        slow: list[tuple[float, int, Any, PortLimit]] = []
         for connection, watch in list(self._watched.items()):
             reason = self._overdue(connection, watch, now)
             if reason is None:
+                if watch.header_start >= 0 and watch.header_since < now:
+                    slow.append((watch.header_since, len(slow), connection, watch.port))
                 continue
-            del self._watched[connection]
-            watch.port.open -= 1
+            self._forget(connection)
             # An idle connection has nothing to send: a FIN. A slow header gets a reset.
             if reason is watch.port.idle_timeouts:
                 connection.transport.loseConnection()
             else:
                 connection.transport.abortConnection()
+        for port in self.ports:
+            port.slow_heads.clear()
+        slow.sort()
+        for _since, _order, connection, port in slow:
+            port.slow_heads.append(connection)
         if self._watched:
             self._timer = self._reactor.callLater(self.sweep_period_s, self._sweep)
 

@@ -203,3 +203,31 @@ def test_connections_allowed_counts_the_ports_that_are_on():
     assert connections_allowed(config, http=False) == 100
     config.total_connections_max = 50
     assert connections_allowed(config, http=True) == 50
+
+
+def test_a_full_port_resets_its_oldest_slow_header_to_admit_a_new_connection(caplog):
+    caplog.set_level(logging.INFO, "meta.server")
+    connection_guard, clock = guard(connections_max=2, header_s=40)
+    slow, quick = FakeConnection(), FakeConnection()
+    for connection in (slow, quick):
+        connection_guard.admit(connection)
+    slow.received_bytes = slow.pending_header_bytes = 3  # a header that never completes
+    clock.advance(connection_guard.sweep_period_s)
+    assert not connection_guard.admit(FakeConnection())  # seen once: not slow yet
+    clock.advance(connection_guard.sweep_period_s)
+    newcomer = FakeConnection()
+    assert connection_guard.admit(newcomer)
+    assert slow.transport.aborted and not quick.closed and not newcomer.closed
+    assert "to make room for one to the text port" in caplog.text
+    assert not connection_guard.admit(FakeConnection())  # no slow header left
+
+
+def test_a_header_completed_since_the_sweep_is_not_reset():
+    connection_guard, clock = guard(connections_max=1, header_s=40)
+    connection = FakeConnection()
+    connection_guard.admit(connection)
+    connection.received_bytes = connection.pending_header_bytes = 3
+    clock.advance(connection_guard.sweep_period_s * 2)
+    connection.received_bytes, connection.pending_header_bytes = 30, 0
+    assert not connection_guard.admit(FakeConnection())
+    assert not connection.closed
