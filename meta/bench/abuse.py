@@ -45,6 +45,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from meta.bench import http_abuse
+from meta.bench.abuser import SOCKET_TIMEOUT_S, Abuse
 from meta.bench.broker import BenchBroker, report_in_work_directory
 from meta.bench.http import HttpBenchBroker
 from meta.protocol.codec import encode
@@ -58,9 +60,7 @@ GET_BYTES = 1024 * 1024
 VICTIM_INTERVAL_S = 0.01
 PUT_INTERVAL_S = 0.5
 SLOW_BYTE_INTERVAL_S = 0.5
-SOCKET_TIMEOUT_S = 30.0
 GETS_PER_SEND = 1000
-JOIN_TIMEOUT_S = 30.0
 ABUSES = (
     "gets",
     "long-poll",
@@ -119,35 +119,6 @@ def put_end(sock: socket.socket, topic: str, data: bytes, partition: int = 0) ->
     if words[1] != b"200":
         raise ConnectionError(f"the put was answered {words} {body!r}")
     return int(body.split()[2]) + HEADER_BYTES + len(data)
-
-
-class Abuse:
-    """Threads that misbehave until ``close``; a context manager."""
-
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-        self.threads: list[threading.Thread] = []
-        self.sockets: list[socket.socket] = []
-
-    def start(self) -> Abuse:
-        """Start the threads not started yet (so a second call does nothing)."""
-        for thread in self.threads:
-            if thread.ident is None:
-                thread.start()
-        return self
-
-    def close(self) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(JOIN_TIMEOUT_S)
-        for sock in self.sockets:
-            sock.close()
-
-    def __enter__(self) -> Abuse:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 class NonReadingGets(Abuse):
@@ -353,8 +324,6 @@ def abuses(
     args: argparse.Namespace, address: tuple[str, int], http_address: tuple[str, int]
 ) -> dict[str, Callable[[], Abuse]]:
     """Each abuse's name and how to start it."""
-    from meta.bench import http_abuse  # it imports this module
-
     return {
         "gets": lambda: NonReadingGets(address, TOPIC, args.get_connections).start(),
         "long-poll": lambda: LongPollStorm(
@@ -377,8 +346,6 @@ def abuses(
 def http_victim_round_trips(address: tuple[str, int], seconds: float) -> tuple[list[float], int]:
     """``/offset`` on a new connection every ``VICTIM_INTERVAL_S`` for ``seconds``: the
     seconds of each answered one, and how many were not answered 200."""
-    from meta.bench import http_abuse  # it imports this module
-
     request = http_abuse.offset_request(TOPIC)
     rounds: list[float] = []
     failed = 0

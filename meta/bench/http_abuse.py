@@ -11,7 +11,7 @@ tests use them against real broker processes):
 * ``http_request``: one request on a new connection (the legitimate client), with its
   status, or None when the broker refused or closed the connection.
 
-The abusers run in threads of the calling process (``abuse.Abuse``); every socket has a
+The abusers run in threads of the calling process (``abuser.Abuse``); every socket has a
 timeout and every loop ends with its abuse (``close``).
 """
 
@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 
-from meta.bench.abuse import SOCKET_TIMEOUT_S, Abuse
+from meta.bench.abuser import SOCKET_TIMEOUT_S, Abuse
 
 SLOW_LINE_INTERVAL_S = 2.0
 PIPELINED_REQUESTS = 500
