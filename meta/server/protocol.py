@@ -33,7 +33,8 @@ Output and backpressure (STYLE 3, 13):
 * One read's requests other than plain puts are handled ``TURN_REQUESTS_MAX`` at a time:
   beyond that, reading stops and the rest of the read waits for the next reactor turn
   (``_yield_turn``), so a connection that floods requests (a thousand gets in one read)
-  delays the other connections by one slice, not by its whole read.
+  delays the other connections by one slice, not by its whole read. While the transport's
+  buffer is full, the rest of the read waits until it has drained (``resumeProducing``).
 * Malformed input closes the connection (Java sends nothing either); replies already queued
   are still written first. After the peer's FIN (a half-close), the replies to every request
   read before it are still sent, then the connection closes. A reply whose segment was
@@ -201,7 +202,7 @@ class BrokerProtocol(Protocol):
             elif reply is not None:
                 self._send(cast("bytes | FileReply", reply))
             handled += 1
-            if handled >= TURN_REQUESTS_MAX and decoder.buffered_bytes:
+            if decoder.buffered_bytes and (handled >= TURN_REQUESTS_MAX or self._transport_paused):
                 self._yield_turn()
                 break
         # Puts decoded from this read were staged; one write per partition covers them all,
@@ -263,6 +264,8 @@ class BrokerProtocol(Protocol):
     def resumeProducing(self) -> None:
         self._transport_paused = False
         self._pump()
+        if self._turn_waiting:  # requests read before the pause wait for this
+            self._broker.call_soon(self._next_turn)
         self._update_reading()
         if self._read_closed:
             self._close_when_answered()
@@ -385,6 +388,8 @@ class BrokerProtocol(Protocol):
         self._broker.call_soon(self._next_turn)
 
     def _next_turn(self) -> None:
+        if self._transport_paused and not self._closed and not self._requests_stopped:
+            return  # the peer reads none of its replies: ``resumeProducing`` goes on
         self._turn_waiting = False
         if self._closed:
             return

@@ -19,6 +19,7 @@ from ``meta.bench.http_abuse`` against it, beside a legitimate client:
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import pytest
@@ -43,7 +44,8 @@ SLOWLORIS_REQUESTS = 10
 SLOWLORIS_BOUND_S = 20.0  # documented: 2 sweeps + headerTimeoutInSeconds, with room to spare
 PIPELINED_CONNECTIONS = 20
 PIPELINED_SAMPLES = 200
-PIPELINED_WORST_S = 2.0  # documented: well under a second on an idle machine
+PIPELINED_MEDIAN_S = 0.25  # documented: some 5-10 ms (about a second before slicing)
+PIPELINED_WORST_S = 2.0
 NON_READERS = 20
 NON_READER_RSS_GROWTH_MAX_BYTES = 64 * 1024 * 1024
 REQUEST_TIMEOUT_S = 10.0
@@ -117,7 +119,8 @@ def test_pipelined_http_gets_do_not_stall_other_clients(broker):
     """Goal: a connection's pipelined requests are answered a slice per reactor turn.
     Method: 20 connections pipeline 500 gets each, again and again; meanwhile a TCP client
     times 200 ``version`` round trips and an HTTP client sends ``/offset`` on new
-    connections; the worst of each must stay under ``PIPELINED_WORST_S``."""
+    connections; the median of each must stay under ``PIPELINED_MEDIAN_S`` and the worst
+    under ``PIPELINED_WORST_S`` (loosely: the machine may be busy)."""
     fill(broker)
     abuse = HttpPipelined(broker.http_address, TOPIC, PIPELINED_CONNECTIONS)
     with abuse, broker.connect(timeout_s=60) as victim:
@@ -133,6 +136,8 @@ def test_pipelined_http_gets_do_not_stall_other_clients(broker):
                 assert legitimate(broker) == 200
                 http_seconds.append(time.monotonic() - began)
         assert abuse.answered > 0
+    assert statistics.median(seconds) < PIPELINED_MEDIAN_S, sorted(seconds)[::20]
+    assert statistics.median(http_seconds) < PIPELINED_MEDIAN_S, sorted(http_seconds)
     assert max(seconds) < PIPELINED_WORST_S, f"a version took {max(seconds):.2f} s"
     assert max(http_seconds) < PIPELINED_WORST_S, f"an /offset took {max(http_seconds):.2f} s"
 

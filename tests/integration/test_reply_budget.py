@@ -3,12 +3,13 @@
 A real broker process with the default ``maxQueuedReplyBytes`` and a partition of about
 1 MiB: twenty connections send ``get ... 1048576`` in a loop and never read
 (``meta.bench.abuse.NonReadingGets``), while a victim connection times ``version`` round
-trips. The broker must stop reading from the abusers (their sends stall), its RSS must stay
+trips. The broker must stop reading from the abusers (their sends stall: each connection
+as soon as its transport's buffer is full, so the budget need not act), its RSS must stay
 within ``RSS_GROWTH_MAX_BYTES`` of what it was before (``docs/security.md``: the bound
 plus 32 MiB), and, while the abusers stay connected and keep trying to send, the victim's
 round trips must stay short (p99 under ``VICTIM_P99_S``, checked loosely: the machine
 running the tests may be busy). From the moment the abusers start, too, the victim's p99
-must stay within ``ABUSED_P99_FACTOR`` times its quiet p99 (or ``VICTIM_P99_S``).
+must stay within ``ABUSED_P99_FACTOR`` times its quiet p99 (or ``ABUSED_P99_FLOOR_S``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ ABUSERS = 20
 QUEUED_REPLY_BYTES_MAX = 32 * 1024 * 1024  # the default
 RSS_GROWTH_MAX_BYTES = QUEUED_REPLY_BYTES_MAX + 32 * 1024 * 1024
 VICTIM_P99_S = 0.25
-ABUSED_P99_FACTOR = 20
+ABUSED_P99_FACTOR = 10
+ABUSED_P99_FLOOR_S = 0.025
 VICTIM_SAMPLES = 200
 STALL_QUIET_S = 2.0
 STALL_WAIT_S = 120.0
@@ -111,7 +113,6 @@ def test_clients_that_never_read_replies_are_bounded_and_others_are_served(tmp_p
             victim.join(30)
         assert victim.error is None, victim.error
         assert growth < RSS_GROWTH_MAX_BYTES, f"RSS grew by {growth >> 20} MiB"
-        assert "(maxQueuedReplyBytes=" in broker.log()
         p99 = steady[int(len(steady) * 0.99) - 1]
         assert p99 < VICTIM_P99_S, f"the victim's p99 round trip was {p99 * 1000:.0f} ms"
         with broker.connect() as connection:
@@ -131,8 +132,9 @@ def test_clients_that_never_read_slow_others_by_a_bounded_factor_from_the_start(
     that other clients are not slowed while the abusers ramp up. Method: a victim's
     ``version`` p99 over ``VICTIM_SAMPLES`` round trips quiet, then over as many taken from
     the moment twenty non-reading get connections start: the abused p99 must stay within
-    ``ABUSED_P99_FACTOR`` times the quiet one, or ``VICTIM_P99_S`` when that is larger
-    (docs/security.md; loosely: the machine may be busy)."""
+    ``ABUSED_P99_FACTOR`` times the quiet one, or ``ABUSED_P99_FLOOR_S`` when that is
+    larger (docs/security.md; loosely: the broker measures about 1-3 ms there, against
+    about 50 ms when it read on until the reply budget held the abusers)."""
     broker = BrokerProcess(tmp_path, topics={TOPIC: {}}).start()
     try:
         fill(broker)
@@ -153,7 +155,7 @@ def test_clients_that_never_read_slow_others_by_a_bounded_factor_from_the_start(
             victim.stop.set()
             victim.join(30)
         assert victim.error is None, victim.error
-        bound = max(ABUSED_P99_FACTOR * quiet, VICTIM_P99_S)
+        bound = max(ABUSED_P99_FACTOR * quiet, ABUSED_P99_FLOOR_S)
         assert abused < bound, (
             f"the victim's p99 was {abused * 1000:.1f} ms under abuse, "
             f"{quiet * 1000:.1f} ms quiet (bound {bound * 1000:.0f} ms)"
