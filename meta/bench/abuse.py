@@ -70,6 +70,8 @@ ABUSES = (
     "http-pipelined",
     "http-nonreading",
 )
+ROW_NAMES = tuple(name.replace("-", "_") for name in ABUSES)
+"""The abuses as ``bench_row`` names its columns (``gets_p99_ms``, ``http_slowloris_p99_ms``)."""
 HTTP_CONNECTIONS_MAX = 64
 HEADER_TIMEOUT_S = 4
 HTTP_VICTIM_TIMEOUT_S = 10.0
