@@ -4,7 +4,8 @@ Some requests change outcomes that clients rely on, so they are taken only from 
 on the broker's own host: the ``HEURISTIC_COMMIT`` / ``HEURISTIC_ROLLBACK`` transaction
 commands (``meta-admin tx``, ``meta.server.tx_handlers``) and the dashboard's actions
 (reload the configuration, skip a group's backlog; ``meta.dashboard.actions``, which also
-asks for its admin header). The rule, ``is_operator_peer``:
+asks for its admin header and the operator token of ``[system] dashboardAdminTokenFile``).
+The rule, ``is_operator_peer``:
 
 * the client's address is ``127.0.0.1`` or ``::1`` (also written ``::ffff:127.0.0.1``);
 * or the client's address is the very address the connection was accepted on, and that

@@ -60,8 +60,9 @@ commands:
                  \$META_SAMSA_CONF or conf/samsa_master.properties): a put is answered 200 only
                  once its gregor slave stored it too
   start gregor   start the broker as a synchronous-replication slave (also reads
-                 \$META_GREGOR_CONF or conf/gregor_slave.properties): it takes 'sync' from its
-                 samsa master, refuses puts and registers nothing in ZooKeeper
+                 \$META_GREGOR_CONF or conf/gregor_slave.properties): it takes 'sync' only from
+                 the samsa master its 'master' key names, refuses puts and registers nothing in
+                 ZooKeeper
   start --http   also serve the HTTP protocol (/put, /get, /offset) on serverPort of
                  \$META_HTTP_CONF or conf/jettyBroker.properties (combines with every mode)
   stop [broker|zookeeper]
@@ -131,7 +132,8 @@ registered when the wait ends, says so and leaves it running.
           'stats sync' (or 'meta-admin replication') shows the replication state.
   gregor  start a synchronous-replication slave (Java: -Fgregor=FILE):
               $PY -m meta.server -f $CONF --gregor $GREGOR_CONF
-          (\$META_GREGOR_CONF; the file has no keys). server.ini must have the master's
+          (\$META_GREGOR_CONF: master=HOST:PORT, the one samsa master whose 'sync' is taken;
+          optional syncSecret, see docs/ha.md). server.ini must have the master's
           brokerId and accept every topic of the master, with at least as many partitions,
           and its own serverPort, dashboardHttpPort and dataPath. The slave takes 'sync' from its samsa master,
           serves gets and offsets, answers puts with 403 and needs no ZooKeeper. Start it

@@ -2,11 +2,15 @@
 
 When a disk fails under a broker (it turns read-only), the broker answers 500 to the puts it
 could not make durable and cuts them from its files; if the disk refuses even that cut, it
-logs ``a restart may serve records of offsets E to W that were not acknowledged``. Those
-records may have reached the disk all the same. This command removes them before the broker
-starts again, so that what consumers read is exactly what was acknowledged: it cuts the
-partition's segment files back to offset ``E`` as the broker itself would have (later segment
-files removed, the segment holding ``E`` truncated, both fsynced; ``meta.store.tail_cut``).
+records the cut (``meta.store.pending_truncation``) and makes it at its next start by itself.
+Only when no place took that record either does it log ``a restart may serve records of
+offsets E to W that were not acknowledged``: those records may have reached the disk all the
+same. This command removes them before the broker starts again, so that what consumers read
+is exactly what was acknowledged: it cuts the partition's segment files back to offset ``E``
+as the broker itself would have (later segment files removed, the segment holding ``E``
+truncated, both fsynced; ``pending_truncation.cut_partition_files``). Without ``--end`` it
+takes the end of the partition's pending truncation record (in the partition directory or
+``DIR/.pending_truncations``), so it shows the cut the next start will make.
 
 It runs on a stopped broker's data directory (it takes the directory's lock, so it refuses
 while a broker holds it), changes nothing without ``--execute``, and refuses an offset that is
@@ -28,8 +32,8 @@ from meta.errors import StoreError
 from meta.protocol.message import HEADER, HEADER_SIZE
 from meta.store.files import Files
 from meta.store.lock import DataPathLock
-from meta.store.segment import SEGMENT_SUFFIX, Segment, parse_segment_name
-from meta.store.tail_cut import cut_back
+from meta.store.pending_truncation import PendingTruncations, cut_partition_files
+from meta.store.segment import SEGMENT_SUFFIX, parse_segment_name
 
 
 class Refused(Exception):
@@ -62,7 +66,10 @@ def add_parser(commands: argparse._SubParsersAction, connection: argparse.Argume
     command.add_argument("directory", metavar="DIR", help="the broker's dataPath")
     command.add_argument("partition", metavar="TOPIC-N", help="the partition, e.g. orders-0")
     command.add_argument(
-        "--end", type=int, required=True, metavar="OFFSET", help="the first offset to remove"
+        "--end",
+        type=int,
+        metavar="OFFSET",
+        help="the first offset to remove (default: the partition's pending truncation record)",
     )
     command.add_argument("--execute", action="store_true", help="cut (default: only report)")
     command.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -73,7 +80,8 @@ def run_truncate(arguments: argparse.Namespace, _session: None) -> int:
     directory = os.path.join(arguments.directory, arguments.partition)
     try:
         segments = segment_files(directory)
-        end = arguments.end
+        records = pending_records(arguments.directory, arguments.partition)
+        end = arguments.end if arguments.end is not None else recorded_end(records, directory)
         check_boundary(segments, end)
         partition_end = segments[-1].start + segments[-1].size
         document = {
@@ -82,6 +90,7 @@ def run_truncate(arguments: argparse.Namespace, _session: None) -> int:
             "partition_end": partition_end,
             "bytes_cut": max(partition_end - end, 0),
             "files_removed": [s.path for s in segments if s.start > end],
+            "pending_records": [path for path, _end in records],
         }
         if arguments.execute and document["bytes_cut"]:
             cut(arguments.directory, directory, end)
@@ -104,6 +113,21 @@ def run_truncate(arguments: argparse.Namespace, _session: None) -> int:
             f"{verb} {document['bytes_cut']} bytes of {directory} from offset {end}{removed}{then}"
         )
     return EXIT_OK
+
+
+def pending_records(root: str, partition: str) -> list[tuple[str, int]]:
+    """(path, end) of the partition's pending truncation records in the partition directory
+    and in ``root``'s ``.pending_truncations`` (records in other roots are not looked for)."""
+    truncations = PendingTruncations(Files(), [root])
+    directory = os.path.join(root, partition)
+    return [(path, end) for _folder, path, end in truncations.found(directory, partition)]
+
+
+def recorded_end(records: list[tuple[str, int]], directory: str) -> int:
+    """The end a cut without ``--end`` goes back to: the records' (the lowest)."""
+    if not records:
+        raise Refused(f"{directory} has no pending truncation record: give --end")
+    return min(end for _path, end in records)
 
 
 def segment_files(directory: str) -> list[SegmentFile]:
@@ -163,13 +187,7 @@ def cut(root: str, directory: str, end: int) -> None:
         lock.acquire([root])
     except StoreError as error:
         raise Refused(str(error)) from None  # No cut without the lock: a broker may hold it.
-    files = Files()
-    segments: list[Segment] = []
     try:
-        for found in segment_files(directory):
-            segments.append(Segment.open(files, found.path, found.start))
-        cut_back(files, segments, end, directory)
+        cut_partition_files(Files(), directory, end, durable=False)
     finally:
-        for segment in segments:
-            segment.close()
         lock.release()

@@ -71,7 +71,7 @@ class GregorBenchBroker(BenchBroker):
 
     def extra_arguments(self) -> list[str]:
         properties = self.directory / "gregor_slave.properties"
-        properties.write_text("# no keys\n")
+        properties.write_text("master=127.0.0.1\n")  # the bench master runs here
         return ["--gregor", str(properties)]
 
 

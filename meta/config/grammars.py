@@ -209,6 +209,18 @@ def parse_host_port(text: str) -> str:
     return value
 
 
+def parse_host_optional_port(text: str) -> str:
+    """Check one ``host`` or ``host:port`` (a gregor slave's ``master``); return it trimmed."""
+    value = text.strip()
+    if _HOST_RE.fullmatch(value) is not None:
+        return value
+    try:
+        return parse_host_port(value)
+    except ValueError:
+        raise ValueError("must be one host or host:port (e.g. 10.0.0.1:8123)") from None
+
+
+_HOST_RE = re.compile(r"\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+")
 _HOST_PORT_RE = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>[0-9]{1,5})")
 
 

@@ -21,6 +21,7 @@ from meta.config.grammars import (
     check_cron,
     check_delete_policy,
     parse_bool,
+    parse_host_optional_port,
     parse_host_port,
     parse_int_expression,
     parse_java_bool,
@@ -57,6 +58,7 @@ CONVERTERS: dict[str, Callable[[str], object]] = {
     "path": parse_path,
     "zk_root": parse_zk_root,
     "host_port": parse_host_port,
+    "host_optional_port": parse_host_optional_port,
     "delete_policy": check_delete_policy,
     "cron": check_cron,
 }
@@ -85,6 +87,7 @@ SYSTEM_KEYS: tuple[_Key, ...] = (
     _Key("brokerId", "broker_id", "int", 0, required=True, low=0, high=1023),
     _Key("serverPort", "server_port", "int", 8123, low=0, high=65535),
     _Key("dashboardHttpPort", "dashboard_http_port", "int", 8120, low=-1, high=65535),
+    _Key("dashboardAdminTokenFile", "dashboard_admin_token_file", "path"),  # unset: no actions
     _Key("hostName", "host_name", "str"),
     _Key("dataPath", "data_path", "path", "~/meta"),
     _Key("dataLogPath", "data_log_path", "path"),  # default: dataPath
@@ -109,13 +112,18 @@ SYSTEM_KEYS: tuple[_Key, ...] = (
     _Key("txUnusedTimeoutInSeconds", "tx_unused_timeout_s", "int", 60, low=0),
     _Key("maxTxPerConnection", "tx_per_connection_max", "int", 10000, low=1),
     _Key("maxXaTxPerQualifier", "xa_per_qualifier_max", "int", 10000, low=1),
+    _Key("txActiveTimeoutInSeconds", "tx_active_timeout_s", "int", 300, low=0),
+    _Key("maxOpenTx", "tx_open_max", "int", 100_000, low=2),
+    _Key("maxOpenTxBytes", "tx_open_bytes_max", "long", 256 * 1024 * 1024, low=2),
+    _Key("maxTxPerAddress", "tx_per_address_max", "int", 10000, low=1),
+    _Key("maxTxBytesPerAddress", "tx_bytes_per_address_max", "long", 64 * 1024 * 1024, low=1),
     _Key("maxConnections", "connections_max", "int", 4096, low=1),
     _Key("maxHttpConnections", "http_connections_max", "int", 1024, low=1),
     _Key("maxDashboardConnections", "dashboard_connections_max", "int", 64, low=1),
     _Key("maxTotalConnections", "total_connections_max", "int", 0, low=0),
     _Key("idleConnectionTimeoutInSeconds", "idle_connection_timeout_s", "int", 600, low=0),
     _Key("headerTimeoutInSeconds", "header_timeout_s", "int", 30, low=0),
-    _Key("maxQueuedReplyBytes", "queued_reply_bytes_max", "long", 32 * 1024 * 1024, low=1),
+    _Key("maxQueuedReplyBytes", "queued_reply_bytes_max", "long", 64 * 1024 * 1024, low=1),
     _Key("maxTopics", "topics_max", "int", 1000, low=0),
     _Key("acceptPublish", "accept_publish", "bool", True),
     _Key("acceptSubscribe", "accept_subscribe", "bool", True),
@@ -170,10 +178,14 @@ SAMSA_KEYS: tuple[_Key, ...] = (
     _Key("maxSyncsInFlight", "syncs_in_flight_max", "int", 10_000, low=1),
     _Key("recoverParallel", "recover_parallel", "java_bool", True),
     _Key("recoverParallelHint", "recover_parallel_hint", "int", None, low=1),
+    _Key("syncSecret", "sync_secret", "str"),  # not Java's: meta.sync.peers
 )
 
-# conf/gregor_slave.properties: a synchronous-replication slave has no keys.
-GREGOR_KEYS: tuple[_Key, ...] = ()
+# conf/gregor_slave.properties: Java's has no keys; these name who may send `sync`.
+GREGOR_KEYS: tuple[_Key, ...] = (
+    _Key("master", "master", "host_optional_port", required=True),
+    _Key("syncSecret", "sync_secret", "str"),
+)
 
 # Field names of Java's MetaConfig that its key check accepts in [system]; ignored here.
 JAVA_INTERNAL_KEYS = frozenset(

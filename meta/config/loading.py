@@ -221,7 +221,27 @@ def _system_values(source: Source, items: Mapping[str, str]) -> dict[str, object
             f"maxMessageSize={values['message_bytes_max']} is larger than "
             f"maxTransferSize={values['transfer_bytes_max']}"
         )
+    _check_address_share(source, values)
     return values
+
+
+# A per-address transaction cap -> the broker-wide cap it must stay within half of.
+_ADDRESS_SHARES = (
+    ("maxTxPerAddress", "tx_per_address_max", "maxOpenTx", "tx_open_max"),
+    ("maxTxBytesPerAddress", "tx_bytes_per_address_max", "maxOpenTxBytes", "tx_open_bytes_max"),
+)
+
+
+def _check_address_share(source: Source, values: Mapping[str, object]) -> None:
+    """One client address may hold at most half of the broker's open transactions (count and
+    bytes), so one address can never take them all from the others."""
+    for key, field, whole_key, whole_field in _ADDRESS_SHARES:
+        share, whole = values[field], values[whole_field]
+        if share * 2 > whole:  # type: ignore[operator]
+            raise ConfigError(
+                f"{source.where(_SYSTEM_SECTION, key)} {key}={share} is more than half of "
+                f"{whole_key}={whole}: one client address could take the others' share"
+            )
 
 
 def _default_app_class_path(config_path: str) -> str | None:

@@ -110,6 +110,7 @@ class BrokerConfig:
     broker_id: int  # 0..1023
     server_port: int = 8123  # 0 means "any free port" (tests)
     dashboard_http_port: int = 8120  # -1 turns the dashboard off, 0 picks a free port
+    dashboard_admin_token_file: str | None = None  # the operator token of dashboard actions
     host_name: str | None = None  # listen/register address when set (compatibility.md)
     data_path: str  # default ~/meta, expanded, absolute
     data_log_path: str  # default = data_path
@@ -134,6 +135,11 @@ class BrokerConfig:
     tx_unused_timeout_s: int = 60  # txUnusedTimeoutInSeconds (ours)
     tx_per_connection_max: int = 10000  # maxTxPerConnection (ours)
     xa_per_qualifier_max: int = 10000  # maxXaTxPerQualifier (ours)
+    tx_active_timeout_s: int = 300  # txActiveTimeoutInSeconds (ours)
+    tx_open_max: int = 100_000  # maxOpenTx (ours)
+    tx_open_bytes_max: int = 256 * 1024 * 1024  # maxOpenTxBytes (ours)
+    tx_per_address_max: int = 10000  # maxTxPerAddress (ours): per client IP address
+    tx_bytes_per_address_max: int = 64 * 1024 * 1024  # maxTxBytesPerAddress (ours)
     connections_max: int = 4096  # maxConnections (ours)
     http_connections_max: int = 1024  # maxHttpConnections (ours): the HTTP protocol port
     dashboard_connections_max: int = 64  # maxDashboardConnections (ours)
@@ -230,6 +236,8 @@ class SamsaConfig:
     syncs_in_flight_max: int = 10_000  # maxSyncsInFlight (not Java's)
     recover_parallel: bool = True  # recoverParallel
     recover_parallel_hint: int | None = None  # recoverParallelHint
+    # syncSecret (not Java's): proves this master to a metaq-py gregor slave (meta.sync.peers)
+    sync_secret: str | None = field(default=None, repr=False)
 
     @property
     def slave_address(self) -> tuple[str, int]:
@@ -240,7 +248,15 @@ class SamsaConfig:
 
 @dataclass(frozen=True)
 class GregorConfig:
-    """A validated ``gregor_slave.properties``: a synchronous-replication slave (no keys)."""
+    """A validated ``gregor_slave.properties``: a synchronous-replication slave.
+
+    Java's file has no keys; here ``master`` (required) names the samsa master whose ``sync``
+    the slave takes, as ``host`` or ``host:port``, and ``sync_secret``, when set, is the
+    secret that master must prove (``meta.sync.peers``).
+    """
+
+    master: str
+    sync_secret: str | None = field(default=None, repr=False)
 
 
 def validate_topic_name(topic: str) -> None:

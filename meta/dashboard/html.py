@@ -2,7 +2,9 @@
 
 Every value that reaches a page goes through ``escape`` (``html.escape`` with quotes), so a
 topic or group named ``<script>`` shows as text. Functions return ``str`` fragments; nothing
-here loads anything from the network (no CDN, no fonts, no scripts besides the shell's).
+here loads anything from the network (no CDN, no fonts, no scripts: the pages' one script
+is ``meta.dashboard.shell``'s file), and nothing writes a ``style`` or ``on...`` attribute,
+which the pages' Content-Security-Policy would refuse.
 Pure functions; any thread.
 """
 

@@ -1,7 +1,8 @@
 """The HTML fragments at the original dashboard's URLs.
 
-Each ``*_page`` function returns one fragment (the shell at ``/`` loads it into its main
-pane) built from the same facts as the JSON API; every value goes through
+Each ``*_page`` function returns one fragment (``meta.dashboard.routes`` puts it into
+``meta.dashboard.shell``'s frame: each page is a whole document, with plain links between
+them) built from the same facts as the JSON API; every value goes through
 ``meta.dashboard.html``'s escaping. ``/java-properties`` shows Python and runtime facts
 (version, argv, pid, rlimits, ``META_*`` variables only: no other environment, no secrets);
 ``/thread-dump`` shows every thread's stack, the reactor's (the caller's) first.
@@ -92,7 +93,7 @@ def topics_page(dashboard: Any) -> str:
         return heading("Topics") + paragraph("No topic is configured or stored here.", "note")
     rows = [
         (
-            link(f"#topics/{topic['topic']}", topic["topic"]),
+            link(f"/topics/{quote(topic['topic'], safe='')}", topic["topic"]),
             topic["partitions"],
             topic["messages"],
             topic["bytes"],
@@ -174,7 +175,7 @@ def group_links(topic: str, groups: list[str]) -> str:
     if not groups:
         return ""
     hrefs = [
-        (f"#topics/{quote(topic, safe='')}?group={quote(group, safe='')}", group)
+        (f"/topics/{quote(topic, safe='')}?group={quote(group, safe='')}", group)
         for group in groups
     ]
     items = "".join(f"<li>{link(href, group)}</li>" for href, group in hrefs)
@@ -220,7 +221,7 @@ def transactions_page(dashboard: Any) -> str:
 def stats_page(item: str, code: int, text: str) -> str:
     """The answer ``code`` and ``text`` of ``stats <item>``, with links to the items."""
     links = " ".join(
-        link(f"#stats/{name}" if name else "#stats", name or "general") for name in STATS_ITEMS
+        link(f"/stats/{name}" if name else "/stats", name or "general") for name in STATS_ITEMS
     )
     title = f"stats {item}".strip()
     return (
@@ -258,7 +259,7 @@ def logging_page(ring: LogRing | None, since_ms: int) -> str:
     text = "\n".join(line.text for line in lines)
     return (
         heading(f"Last {LOG_LINES_SHOWN} log lines")
-        + f"<pre>{escape(text)}</pre>\n"
+        + f'<pre id="log-lines" data-lines="{LOG_LINES_SHOWN}">{escape(text)}</pre>\n'
         + paragraph("Refreshes every 1.5 s.", "note")
     )
 

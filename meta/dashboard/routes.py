@@ -2,10 +2,11 @@
 
 ``route(dashboard, request)`` returns a ``Reply``, or a Deferred firing with one for the
 actions (they wait for a reload or a ZooKeeper write). The original dashboard's URLs answer
-HTML fragments, or JSON when the request's ``Accept`` or ``Content-Type`` is JSON or the
-query has ``format=json``; ``/api/v1/...`` always answers JSON. An unknown path, and a
-page of an unknown topic, consumer group or stats item, answers 404 with a text naming what
-was not found.
+whole HTML pages (each page's fragment in ``meta.dashboard.shell``'s frame; ``/`` is the
+Dashboard page), or JSON when the request's ``Accept`` or ``Content-Type`` is JSON or the
+query has ``format=json``; ``/api/v1/...`` always answers JSON; ``/static/`` serves the
+pages' one script and style sheet. An unknown path, and a page of an unknown topic,
+consumer group or stats item, answers 404 with a text naming what was not found.
 
 Reactor thread only.
 """
@@ -21,22 +22,33 @@ from meta.dashboard import pages
 from meta.dashboard.html import error_fragment
 from meta.dashboard.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from meta.dashboard.metrics import consumer_lag_text
-from meta.dashboard.shell import shell_page
+from meta.dashboard.shell import (
+    PAGE_NAMES,
+    SCRIPT,
+    SCRIPT_PATH,
+    STYLE,
+    STYLE_PATH,
+    document,
+    operator_panel,
+)
 from meta.status import facts
 from meta.status.health import readiness
 
 TEXT = "text/plain; charset=utf-8"
 JSON = "application/json"
 HTML = "text/html; charset=utf-8"
+JAVASCRIPT = "text/javascript; charset=utf-8"
+CSS = "text/css; charset=utf-8"
 
 
 @dataclass(frozen=True)
 class Reply:
-    """One HTTP answer: status code, ``Content-Type`` and body."""
+    """One HTTP answer: status code, ``Content-Type``, body, and any other headers."""
 
     code: int
     content_type: str
     body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,7 @@ class Request:
     server_host: str = ""  # the address the request was accepted on
     admin_header: bool = False
     host_header: str = ""
+    authorization: str = ""  # the Authorization header (the actions' operator token)
 
 
 def text_reply(code: int, text: str) -> Reply:
@@ -64,6 +77,20 @@ def json_reply(value: Any, code: int = 200) -> Reply:
 
 def html_reply(fragment: str, code: int = 200) -> Reply:
     return Reply(code, HTML, fragment.encode("utf-8"))
+
+
+def is_group_name(name: str) -> bool:
+    """Whether ``name`` can name a consumer group's ZooKeeper path: no part between its
+    ``/``s is empty, ``.`` or ``..`` (ZooKeeper refuses those; a client creating
+    ``consumers/a/b`` makes group ``a/b`` work, so ``/`` itself is allowed)."""
+    return all(part not in ("", ".", "..") for part in name.split("/"))
+
+
+def not_a_group(name: str) -> str:
+    return (
+        f"no consumer group {name}: a group's name cannot hold an empty, '.' or '..' part "
+        "between '/'s (ZooKeeper refuses such a path)"
+    )
 
 
 def not_found(path: str) -> Reply:
@@ -86,6 +113,13 @@ def route(dashboard: Any, request: Request) -> Any:
         return dashboard.actions.route(request)
     if request.method not in ("GET", "HEAD"):
         return text_reply(405, f"{request.method} is not allowed on {request.path}\n")
+    reply = _get(dashboard, request)
+    if isinstance(reply, Reply):
+        return _as_page(dashboard, request, reply)
+    return reply.addCallback(lambda answer: _as_page(dashboard, request, answer))
+
+
+def _get(dashboard: Any, request: Request) -> Any:
     path = request.path
     handler = FIXED.get(path)
     if handler is not None:
@@ -94,6 +128,22 @@ def route(dashboard: Any, request: Request) -> Any:
         if path.startswith(prefix) and len(path) > len(prefix):
             return prefix_handler(dashboard, request, path[len(prefix) :])
     return not_found(path)
+
+
+def _as_page(dashboard: Any, request: Request, reply: Reply) -> Reply:
+    """An HTML fragment as a whole page: in the frame, with the menu's entry of its path
+    marked and, on pages with action buttons, the Operator token field."""
+    if reply.content_type != HTML:
+        return reply
+    fragment = reply.body.decode("utf-8")
+    name = request.path.strip("/").split("/")[0]
+    current = name if name in PAGE_NAMES else "dashboard" if name in ("", "index.html") else ""
+    operator = ""
+    if 'data-action="' in fragment:
+        actions = dashboard.actions
+        operator = operator_panel(actions.token_file is not None, actions.how_to_enable)
+    page = document(_title(dashboard), current, fragment, operator)
+    return replace(reply, body=page.encode("utf-8"))
 
 
 def _page(
@@ -119,11 +169,12 @@ def _title(dashboard: Any) -> str:
 
 
 def _shell(dashboard: Any, request: Request) -> Reply:
+    """``/``: the Dashboard page (its script follows a Java dashboard ``#fragment`` link)."""
     if request.wants_json:
         return json_reply(
             {"broker_id": dashboard.broker.config.broker_id, "version": dashboard.broker.version}
         )
-    return html_reply(shell_page(_title(dashboard)))
+    return html_reply(pages.dashboard_page(dashboard))
 
 
 def _readyz(dashboard: Any, request: Request) -> Reply:
@@ -167,6 +218,8 @@ def _topic(dashboard: Any, request: Request, topic: str) -> Any:
     except facts.UnknownTopicError as error:
         return unknown(request, str(error))
     group = request.query.get("group")
+    if group is not None and not is_group_name(group):
+        return unknown(request, not_a_group(group))
     if group is not None:
         return dashboard.views.page(topic, group, request.wants_json)
     if request.wants_json:
@@ -223,6 +276,8 @@ FIXED: dict[str, Callable[[Any, Request], Any]] = {
     "/": _shell,
     "/index.html": _shell,
     "/healthz": lambda dashboard, request: text_reply(200, "ok\n"),
+    SCRIPT_PATH: lambda dashboard, request: Reply(200, JAVASCRIPT, SCRIPT.encode("utf-8")),
+    STYLE_PATH: lambda dashboard, request: Reply(200, CSS, STYLE.encode("utf-8")),
     "/readyz": _readyz,
     "/metrics": _metrics,
     "/dashboard": _page(pages.dashboard_page, _broker_facts),

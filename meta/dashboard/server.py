@@ -9,7 +9,11 @@ at most ``maxDashboardConnections``, the idle and head timeouts). It also instal
 
 ``DashboardResource`` turns each HTTP request into a ``routes.Request`` and writes the
 ``routes.Reply`` it gets back, at once or when its Deferred fires (the ZooKeeper views and
-the actions). A route that raises answers 500 ``Server error: <message>``.
+the actions). A route that raises answers 500 ``Server error: <message>``. Every answer,
+pages, JSON, metrics, static files and errors alike, carries ``SECURITY_HEADERS``: a
+Content-Security-Policy that lets a page run only this origin's script and style sheet,
+talk only to this origin and be framed by no one, plus ``nosniff``, ``no-referrer`` and
+``no-store``.
 
 Reactor thread only.
 """
@@ -23,7 +27,7 @@ from typing import Any
 from twisted.internet import defer
 from twisted.web import resource, server
 
-from meta.dashboard.actions import ADMIN_HEADER, Actions
+from meta.dashboard.actions import ADMIN_HEADER, TOKEN_KEY, Actions, TokenFileError, read_token
 from meta.dashboard.history import RateHistory
 from meta.dashboard.logring import LogRing
 from meta.dashboard.metrics import BrokerMetrics
@@ -38,6 +42,19 @@ PORT_KEY = "dashboardHttpPort"
 CAP_KEY = "maxDashboardConnections"
 PORT_OFF = -1
 JSON_TYPES = ("application/json", "application/vnd")
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
+SECURITY_HEADERS = (
+    ("Content-Security-Policy", CONTENT_SECURITY_POLICY),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+    ("X-Frame-Options", "DENY"),  # frame-ancestors for browsers that predate it
+    ("Cross-Origin-Resource-Policy", "same-origin"),
+    ("Cache-Control", "no-store"),
+)
 
 
 class DashboardError(MetaError):
@@ -69,8 +86,8 @@ class Dashboard:
         broker.store.flusher.on_batch_seconds = self.metrics.fsync.observe
         self.history = RateHistory(broker, reactor)
         self.ring = ring
-        self.views = ZooKeeperViews(broker, reactor.seconds, lambda: self.port)
-        self.actions = Actions(self.views, reload)
+        self.views = ZooKeeperViews(broker, reactor.seconds, lambda: self.port, reactor)
+        self.actions = Actions(self.views, reload, broker.config.dashboard_admin_token_file)
         guard = broker.connection_guard
         port_limit = guard.add_port(
             "the dashboard (dashboardHttpPort)", CAP_KEY, broker.config.dashboard_connections_max
@@ -157,6 +174,7 @@ def _parse(request: Any) -> Request:
         server_host=getattr(request.getHost(), "host", ""),
         admin_header=request.getHeader(ADMIN_HEADER.encode()) == b"1",
         host_header=(request.getHeader(b"host") or b"").decode("latin-1"),
+        authorization=(request.getHeader(b"authorization") or b"").decode("latin-1"),
     )
 
 
@@ -168,8 +186,8 @@ def _server_error(error: BaseException, path: str) -> Reply:
 def _write_head(request: Any, reply: Reply) -> bytes:
     request.setResponseCode(reply.code)
     request.setHeader(b"Content-Type", reply.content_type.encode("ascii"))
-    request.setHeader(b"Cache-Control", b"no-store")
-    request.setHeader(b"X-Content-Type-Options", b"nosniff")
+    for name, value in SECURITY_HEADERS + reply.headers:
+        request.setHeader(name.encode("ascii"), value.encode("ascii"))
     return reply.body
 
 
@@ -211,4 +229,13 @@ def start_dashboard(
         PORT_KEY,
         config.dashboard_http_port,
     )
+    token_file = config.dashboard_admin_token_file
+    if token_file is None:
+        log.info("dashboard actions off: no [system] %s (reads stay open)", TOKEN_KEY)
+    else:
+        try:
+            read_token(token_file)
+            log.info("dashboard actions need the operator token in %s (%s)", token_file, TOKEN_KEY)
+        except TokenFileError as error:
+            log.error("dashboard actions are off until this is fixed: %s", error)
     return dashboard

@@ -1,19 +1,23 @@
 """The dashboard's views that read ZooKeeper: consumer groups, the cluster, and the skip.
 
-Every ZooKeeper call runs on the broker registry's worker thread (``BrokerRegistry.read``),
-through ``meta.admin.zk.ZkAdmin`` on the registry's own session; results come back to the
-reactor, where the pages are built. ``/cluster`` asks each registered broker for its
-``stats config`` over TCP on the reactor's thread pool, with a short timeout; a
-broker that does not answer is shown as unreachable, and answers are cached for
-``PEER_CACHE_S``.
+Every ZooKeeper call of the dashboard runs on its own worker (``meta.dashboard.zk_reads``:
+bounded, shared runs of identical reads, a short cache, 503/504 naming ZooKeeper), through
+``meta.admin.zk.ZkAdmin`` on the registry's kazoo session
+(``BrokerRegistry.read_on_this_thread``), never on the registry's worker: however many pages
+are asked for, the broker's registration does not wait behind them. Results come back to the
+reactor, where the pages are built.
+``/cluster`` asks each registered broker for its ``stats config`` over TCP on the reactor's
+thread pool, with a short timeout; a broker that does not answer is shown as unreachable, and
+answers are cached for ``PEER_CACHE_S``.
 
-Reactor thread only (the functions passed to ``read`` and ``deferToThread`` run elsewhere
-and touch no shared state).
+Reactor thread only (the functions passed to ``ZooKeeperReads`` and ``deferToThread`` run
+elsewhere and touch no shared state).
 """
 
 from __future__ import annotations
 
 import configparser
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +29,7 @@ from meta.client.cluster import BrokerAddress
 from meta.client.net.connection import BrokerConnection
 from meta.dashboard.html import bar_chart, error_fragment, escape, facts_table, heading, link, table
 from meta.dashboard.routes import Reply, html_reply, json_reply
+from meta.dashboard.zk_reads import ZooKeeperReads, ZooKeeperSlow
 from meta.errors import MetaError
 from meta.protocol.commands import Stats
 
@@ -71,19 +76,21 @@ class ZooKeeperViews:
         broker: the ``Broker``; ZooKeeper is read through ``broker.registry``.
         clock: seconds (the reactor's), for the cache of peers' dashboard ports.
         own_port: returns this dashboard's port (None when not listening).
+        reactor: the reactor, for the ZooKeeper worker (``ZooKeeperReads``).
     """
 
-    def __init__(self, broker: Any, clock: Any, own_port: Any) -> None:
+    def __init__(self, broker: Any, clock: Any, own_port: Any, reactor: Any) -> None:
         self._broker = broker
         self._clock = clock
         self._own_port = own_port
         self._peers: dict[str, tuple[float, int | None]] = {}
+        self.reads = ZooKeeperReads(reactor)
 
     # --- consumer groups ------------------------------------------------------------------
 
     def page(self, topic: str, group: str, wants_json: bool) -> Any:
         """``/topics/<t>?group=G``: per partition of this broker, owner, offsets and lag."""
-        read = self._read(lambda admin: _read_group(admin, group, topic))
+        read = self._read(("group", group, topic), lambda admin: _read_group(admin, group, topic))
         read.addCallback(self._group_reply, topic, group, wants_json)
         read.addErrback(_error_reply, wants_json)
         return read
@@ -116,7 +123,7 @@ class ZooKeeperViews:
         """Deferred: the groups with offsets or owners for ``topic`` (empty without ZK)."""
         if self._broker.registry is None:
             return defer.succeed([])
-        return self._read(lambda admin: _groups_of(admin, topic))
+        return self._read(("groups of", topic), lambda admin: _groups_of(admin, topic))
 
     def consumer_lag(self, groups: list[str]) -> Any:
         """Deferred: ``(group, topic, partition, lag bytes)`` for this broker's partitions
@@ -124,7 +131,10 @@ class ZooKeeperViews:
         groups = groups[:LAG_GROUPS_MAX]
         logs = {(log.topic, log.partition): log for log in self._broker.store.partitions()}
         topics = sorted({topic for topic, _partition in logs})
-        read = self._read(lambda admin: _read_offsets(admin, groups, topics))
+        read = self._read(
+            ("offsets", tuple(groups), tuple(topics)),
+            lambda admin: _read_offsets(admin, groups, topics),
+        )
         broker_id = self._broker.config.broker_id
 
         def lag_rows(offsets: dict) -> list[tuple[str, str, int, int]]:
@@ -150,13 +160,15 @@ class ZooKeeperViews:
             return defer.succeed(f"topic {topic} has no partition {partition} on this broker")
         end = partition_log.max_offset
         name = f"{self._broker.config.broker_id}-{partition}"
-        return self._read(lambda admin: _skip(admin, group, topic, name, end))
+        done = self._read(None, lambda admin: _skip(admin, group, topic, name, end))
+        done.addBoth(lambda result: self.reads.forget() or result)  # pages show the skip
+        return done
 
     # --- the cluster ------------------------------------------------------------------------
 
     def cluster(self, wants_json: bool) -> Any:
         """``/cluster``: every broker registered in ZooKeeper, with its dashboard link."""
-        read = self._read(lambda admin: admin.brokers())
+        read = self._read(("brokers",), lambda admin: admin.brokers())
         read.addCallback(self._with_dashboard_ports)
         read.addCallback(self._cluster_reply, wants_json)
         read.addErrback(_error_reply, wants_json)
@@ -223,7 +235,9 @@ class ZooKeeperViews:
         headers = ("Broker", "Slave", "URI", "Dashboard", "")
         return html_reply(heading("Cluster") + table(headers, shown, raw_columns=(0, 1, 2, 3, 4)))
 
-    def _read(self, reader: Any) -> Any:
+    def _read(self, key: Hashable | None, reader: Any) -> Any:
+        """``reader(ZkAdmin)`` on the dashboard's worker; ``key`` names the read for
+        sharing (None: a write, never shared)."""
         registry = self._broker.registry
         if registry is None:
             return defer.fail(MetaError("ZooKeeper is disabled on this broker (zk.zkEnable)"))
@@ -233,7 +247,7 @@ class ZooKeeperViews:
         def run(client: Any) -> Any:
             return reader(ZkAdmin(client, zookeeper.connect, zookeeper.root, timeout_s))
 
-        return registry.read(run)
+        return self.reads.read(key, lambda: registry.read_on_this_thread(run))
 
 
 def _read_group(admin: ZkAdmin, group: str, topic: str) -> tuple:
@@ -286,7 +300,7 @@ def _error_reply(failure: Any, wants_json: bool) -> Reply:
     naming it, or ``{"error": text}`` as JSON."""
     failure.trap(MetaError)
     text = failure.getErrorMessage()
-    code = 404 if failure.check(NotFoundError) else 503
+    code = 404 if failure.check(NotFoundError) else 504 if failure.check(ZooKeeperSlow) else 503
     if wants_json:
         return json_reply({"error": text}, code)
     return html_reply(error_fragment(text), code)

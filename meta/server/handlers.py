@@ -51,6 +51,7 @@ from meta.server.replies import PENDING, FileReply, Reply
 from meta.server.services import BrokerServices
 from meta.server.tx_handlers import handle_transaction, handle_transactional_put
 from meta.sync.gregor import POOL_BUSY
+from meta.sync.peers import HELLO_ITEM
 
 log = logging.getLogger("meta.server")
 
@@ -172,6 +173,10 @@ def handle_version(broker: BrokerServices, command: Version, connection) -> Repl
 
 
 def handle_stats(broker: BrokerServices, command: Stats, connection) -> Reply:
+    sync = broker.sync
+    if sync is not None and sync.role == "gregor" and command.item.startswith(HELLO_ITEM):
+        code, body = sync.hello(command.item, connection)  # a samsa master's sync-hello
+        return encode_result(code, body, command.opaque)
     code, body = broker.render_stats(command.item)
     return encode_result(code, body, command.opaque)
 
@@ -191,6 +196,9 @@ def handle_sync(broker: BrokerServices, command: Sync, connection) -> Reply:
     gregor = broker.sync
     if gregor is None or gregor.role != "gregor":
         return _no_processor("SyncCommand", command.opaque)
+    refusal = gregor.refusal(connection)
+    if refusal is not None:  # not the master (meta.sync.peers): nothing is stored
+        return encode_result(403, refusal.encode(), command.opaque)
     broker.counters.cmd_put += 1
     topic, partition, opaque, data = command.topic, command.partition, command.opaque, command.data
     size = len(data)

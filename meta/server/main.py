@@ -87,7 +87,8 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         "--gregor",
         metavar="FILE",
         help="run as a synchronous-replication slave configured by FILE "
-        "(gregor_slave.properties): take sync from a samsa master, answer puts with 403",
+        "(gregor_slave.properties): take sync only from the master it names, answer puts "
+        "with 403",
     )
     parser.add_argument(
         "-F",
@@ -239,8 +240,8 @@ def main(argv: list[str] | None = None) -> int:
 
     broker = Broker(config, reactor, slave_id=-1 if slave is None else slave.slave_id)
     is_gregor = gregor is not None
-    if is_gregor:
-        become_gregor(broker, reactor)
+    if is_gregor and not become_gregor(broker, reactor, gregor):
+        return 1
     if not _dashboard_started(broker, reactor, overrides, is_gregor):
         return 1
     replicator = _replication_roles(broker, reactor, slave, samsa)

@@ -10,7 +10,10 @@ The rules are those of ``meta.server.puts`` and the replies those of
 puts by ``puts.accepted_crcs``, and a single put's by ``puts.accepted_crc``, the rule itself.
 A read holding one put (a synchronous producer's) takes ``handle_single_put``: the same rules
 for a stretch of one, without a batch (on a samsa master, the role's ``ready`` check first,
-then its ``forward`` of the record, answered by ``puts.replicated_done``).
+then its ``forward`` of the record, answered by ``puts.replicated_done``). Both answer
+through ``RunConnection``: a put answered while its handler still runs (its partition refused
+it at once) is a ready reply, not a pending one, so it never counts among the connection's
+requests in flight.
 
 Invariants (tests/server/test_put_run.py checks them against ``handle_put``):
     * The fast path only takes puts whose outcome is plain: the partition exists and takes
@@ -53,6 +56,59 @@ _PUT_REPLY = PUT_REPLY
 _PUT_REPLY_BODY = PUT_REPLY_BODY
 _RECORD_HEADER_BYTES = RECORD_HEADER_BYTES
 _accepted_crcs = accepted_crcs
+
+
+class RunConnection:
+    """The connection as a run of puts (or one put) answers it while the run is handled.
+
+    A put can be answered before its handler returns: its partition refuses appends (it
+    stopped on a failed write or fsync) or fails under the stage that fills its segment, and
+    the store then calls the put's ack at once. Such a reply is not pending, so it goes out
+    as a ready reply (``send_reply``) and is counted in ``answered``; the caller's count of
+    pending replies (``pending``) takes those out, so a refused put holds no place among the
+    connection's requests in flight. Once the handler returned (``pending``), every later
+    reply goes to the connection's ``respond`` / ``respond_many`` as usual.
+
+    Attributes:
+        connection: what answers the puts (``protocol.BrokerProtocol``, or an HTTP put).
+        answered: replies given while the run was handled.
+    """
+
+    __slots__ = ("answered", "connection", "handling")
+
+    def __init__(self, connection) -> None:
+        self.connection = connection
+        self.answered = 0
+        self.handling = True
+
+    def respond(self, reply: bytes | None) -> None:
+        """One put's reply (``handle_put``'s ack)."""
+        if self.handling:
+            self.answered += 1
+            if reply is not None:
+                self.connection.send_reply(reply)
+        else:
+            self.connection.respond(reply)
+
+    def respond_many(self, count: int, replies: bytes) -> None:
+        """The joined replies of ``count`` puts (a batch's ack)."""
+        if self.handling:
+            self.answered += count
+            if replies:
+                self.connection.send_reply(replies)
+        else:
+            self.connection.respond_many(count, replies)
+
+    def send_reply(self, reply: bytes) -> None:
+        """A reply that is ready now."""
+        self.connection.send_reply(reply)
+
+    def pending(self, taken: int) -> int:
+        """End of the handler: of ``taken`` puts whose replies were to come later, how many
+        still are (those not answered while it ran)."""
+        self.handling = False
+        assert self.answered <= taken
+        return taken - self.answered
 
 
 class _Batch:
@@ -142,15 +198,19 @@ def handle_put_run(
 ) -> int:
     """Handle consecutive plain puts of one read; return how many replies are still to come.
 
-    Replies of puts handed to ``handle_put`` that are ready at once are sent through
-    ``connection.send_reply``; the others arrive later through ``connection.respond_many``
-    (fast puts) or ``connection.respond`` (``handle_put``). ``targets`` is the caller's
-    lookup cache (one per connection; partition logs are never replaced in a running store).
+    Replies ready before this returns (``handle_put``'s immediate ones, and puts the store
+    answered at once because their partition refused them: ``RunConnection``) are sent
+    through ``connection.send_reply`` and not counted; the others arrive later through
+    ``connection.respond_many`` (fast puts) or ``connection.respond`` (``handle_put``).
+    ``targets`` is the caller's lookup cache (one per connection; partition logs are never
+    replaced in a running store).
     """
     assert not broker.refuses_puts  # a slave answers every put 403: the caller never comes here
     if len(puts) == 1:  # nothing to batch (a synchronous producer): no batch either
         return handle_single_put(broker, puts, connection, targets)
-    run = _Run(broker, connection, targets)
+    # A put answered before this returns (refused by its partition) is not pending.
+    answering = RunConnection(connection)
+    run = _Run(broker, answering, targets)
     total = len(puts)
     index = 0
     while index < total:
@@ -162,7 +222,7 @@ def handle_put_run(
             stop += 1
         index = stop
     run.stage_all()
-    return run.pending
+    return answering.pending(run.pending)
 
 
 class _Run:
@@ -263,7 +323,12 @@ def handle_single_put(
     ``handle_put``. Returns 1 when its reply comes later through ``connection.respond``, 0
     when it was sent through ``connection.send_reply``. The caller answers a slave's puts
     itself (``refused_by_slave``)."""
-    fields = puts[0]
+    answering = RunConnection(connection)  # an answer before the return is not pending
+    return answering.pending(_single_put(broker, puts[0], answering, targets))
+
+
+def _single_put(broker: BrokerServices, fields: PutFields, connection, targets: Targets) -> int:
+    """``handle_single_put`` without the count of replies answered at once."""
     topic_bytes, partition_bytes, flag, checksum, opaque, body = fields
     target = cached_target(broker, targets, (topic_bytes, partition_bytes))
     if target is None:

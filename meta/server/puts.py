@@ -18,12 +18,15 @@ and returns the record to stage; a new write path starts there. The rules:
   (``pack_record``); ``pack_header`` and ``RECORD_HEADER_BYTES`` are the same layout for
   paths that join many records.
 * **Replication**: on a samsa master (``broker.sync`` set) ``replicated_put`` is the put:
-  the rules above, then the role's refusal (slave disconnected, partition diverged), then
+  the rules above, then the role's refusal (slave disconnected, partition diverged) and the
+  master's (its partition stopped on a failed write or fsync: nothing is forwarded), then
   ``broker.sync.replicate`` forwards and stages the record; the reply waits for both
   copies: 200 only when both are stored, else ``slave_failed`` or ``master_failed`` (500,
-  Java's texts; a put that failed on both sides gets the master's). A put that names a
-  transaction is refused there with ``SYNC_TRANSACTIONS_REFUSED``. ``replicate_run`` is the
-  same for a run of taken puts of one partition (``put_run``'s batches).
+  Java's texts and what is in doubt: the slave's 500 comes for a put the master stored, the
+  master's for one the slave may hold; a put that failed on both sides gets the master's).
+  A put that names a transaction is refused there with ``SYNC_TRANSACTIONS_REFUSED``.
+  ``replicate_run`` is the same for a run of taken puts of one partition (``put_run``'s
+  batches).
 * **Replies**: a taken put is answered by ``meta.protocol.put_reply`` (200 with
   ``<msg_id> <partition> <offset>``). A refused or failed one by ``put_failed`` (500, Java's
   ``Put message to ... failed.`` text), ``append_failed`` (its append or fsync failed),
@@ -60,6 +63,11 @@ log = logging.getLogger("meta.server")
 CHECKSUM_FAILURE = "Checksum failure,message may be corrupted when transfering on networking."
 TRANSACTION_NEEDS_PARTITION = "Invalid partition for transaction command:-1"
 SYNC_TRANSACTIONS_REFUSED = "Transactions are not supported with synchronous replication"
+# After Java's text of a replicated put's 500, where the put may be stored all the same
+# (docs/samsa-master.md, "What a producer gets"): the sync went to the slave before the
+# master's write, so one copy may hold a put that failed on the other.
+MASTER_FAILED_DOUBT = "; not stored on the master, but the slave may hold it"
+SLAVE_FAILED_DOUBT = "; stored on the master (consumers read it), maybe not on the slave"
 
 RECORD_HEADER_BYTES = HEADER_SIZE
 pack_header = HEADER.pack
@@ -342,6 +350,9 @@ def replicated_put(broker: BrokerServices, command: Put, connection) -> bytes | 
         broker.counters.put_failed += 1
         broker.record_put_failed(topic, partition)
         return encode_result(500, refusal.encode(), opaque)
+    stopped = taken.partition_log.failed
+    if stopped is not None:  # the master's copy stopped: the slave gets nothing to store either
+        return put_failed(broker, topic, partition, opaque, str(stopped))
     broker.record_put(topic, partition, len(data))
     done = replicated_done(
         broker, role, connection, topic, partition, msg_id, b"%d" % partition, b"%d" % opaque
@@ -430,12 +441,14 @@ def replicate_run(
 def master_failed(
     error: BaseException, broker: BrokerServices, topic: str, partition: int, opaque: int
 ) -> bytes:
-    """The 500 of a replicated put whose local append or fsync failed (Java's text)."""
+    """The 500 of a replicated put whose local append or fsync failed: Java's text, then
+    what is in doubt (the slave may hold the put)."""
     if not isinstance(error, MetaError):
         log.error("append to %s-%d failed: %r", topic, partition, error)
     broker.counters.put_failed += 1
     broker.record_put_failed(topic, partition)
     text = f"Put message to [master '{broker.uri}'] [partition '{topic}-{partition}'] failed"
+    text += MASTER_FAILED_DOUBT
     return encode_result(500, text.encode(), opaque)
 
 
@@ -447,9 +460,11 @@ def slave_failed(
     opaque: int,
     reason: str,
 ) -> bytes:
-    """The 500 of a replicated put whose copy on the slave failed (Java's text)."""
+    """The 500 of a replicated put whose copy on the slave failed or is unknown (no answer
+    in time): Java's text, then what is in doubt (the master stored the put)."""
     log.debug("put to %s-%d not replicated: %s", topic, partition, reason)
     broker.counters.put_failed += 1
     broker.record_put_failed(topic, partition)
     text = f"Put message to [slave '{role.slave_uri}'] [partition '{topic}-{partition}'] failed"
+    text += SLAVE_FAILED_DOUBT
     return encode_result(500, text.encode(), opaque)

@@ -256,8 +256,22 @@ class BrokerRegistry:
         return self._run(self._nodes.write_checksum, checksum)
 
     def read(self, reader: Callable[[Any], Any]) -> defer.Deferred:
-        """Run ``reader(kazoo_client)`` on the ZooKeeper thread; fires with its result."""
+        """Run ``reader(kazoo_client)`` on the ZooKeeper thread; fires with its result.
+
+        The registration waits behind it: reads that clients can ask for (the dashboard's)
+        use ``read_on_this_thread`` on a worker of their own instead."""
         return self._run(self._nodes.call, reader)
+
+    def read_on_this_thread(self, reader: Callable[[Any], Any]) -> Any:
+        """Run ``reader(kazoo_client)`` on the calling thread and return its result, for a
+        reader with a worker of its own (the dashboard's): it never waits behind, nor
+        delays, the registration's worker. kazoo's client is thread-safe; the session is
+        the registry's.
+
+        Raises:
+            RegistryError: no client (not started, or stopped).
+        """
+        return self._nodes.call(reader)
 
     def read_master(self) -> defer.Deferred:
         """Read the master of our broker id and its topics (``BrokerNodes.read_master``).

@@ -34,17 +34,42 @@ def offsets_recovered(config: Any) -> bool:
     return True
 
 
-def become_gregor(broker: Broker, reactor: Any) -> None:
-    """Make ``broker`` a gregor slave: it takes ``sync``, refuses puts, answers ``stats sync``."""
+def become_gregor(broker: Broker, reactor: Any, config: Any) -> bool:
+    """Make ``broker`` a gregor slave: it takes ``sync`` from the master ``config`` (its
+    ``GregorConfig``) names, refuses puts, answers ``stats sync``. False (logged) when the
+    master's host does not resolve, which fails the start."""
+    from meta.server.log_limits import PeerWarnings
     from meta.sync.gregor import GregorSlave
+    from meta.sync.peers import SyncPeers
 
-    broker.sync = GregorSlave(
-        broker.store.partitions,
-        lambda connection: connection in broker.connections,
-        reactor.seconds,
-    )
+    warnings = PeerWarnings()
+    sync_log = logging.getLogger("meta.sync")
+
+    def warn(host: str, text: str) -> None:
+        warnings.warn(sync_log, host, "%s", text)
+
+    def is_open(connection: Any) -> bool:
+        return connection in broker.connections
+
+    try:
+        peers = SyncPeers.from_config(config, is_open, warn)
+    except OSError as error:
+        log.error(
+            "broker failed to start: the master %s of gregor_slave.properties does not resolve: %s",
+            config.master,
+            error,
+        )
+        return False
+    broker.sync = GregorSlave(broker.store.partitions, is_open, reactor.seconds, peers)
     broker.refuses_puts = True
-    log.info("synchronous replication: gregor slave (no ZooKeeper registration)")
+    log.info(
+        "synchronous replication: gregor slave (no ZooKeeper registration); sync is accepted "
+        "from the master %s (addresses %s)%s",
+        config.master,
+        ", ".join(sorted(peers.accepted)),
+        " with its syncSecret" if config.sync_secret else "",
+    )
+    return True
 
 
 def gregor_started(broker: Broker) -> None:

@@ -59,6 +59,12 @@ def handle_sync_run(
     """
     if len(syncs) == 1:  # nothing to batch (a synchronous producer's put): no lists either
         return handle_single_sync(broker, syncs[0], connection, targets)
+    gregor: GregorSlave = broker.sync
+    refusal = gregor.refusal(connection)
+    if refusal is not None:  # not the master: nothing of the run is stored
+        for fields in syncs:
+            connection.send_reply(_refused(refusal, fields[4]))
+        return 0
     pending = 0
     total = len(syncs)
     index = 0
@@ -90,6 +96,13 @@ def handle_single_sync(
     ``_stage_stretch``'s rules for a stretch of one; anything else goes to ``handle_sync``.
     Returns 1 when its reply comes later, else 0."""
     topic_bytes, partition_bytes, flag, checksum, opaque, body, msg_id = fields
+    # Typed: the compiled build calls the role's methods directly (syncs reach this module
+    # only on a gregor slave).
+    gregor: GregorSlave = broker.sync
+    refusal = gregor.refusal(connection)
+    if refusal is not None:  # not the master: nothing is stored
+        connection.send_reply(_refused(refusal, opaque))
+        return 0
     target = cached_target(broker, targets, (topic_bytes, partition_bytes))
     if target is None:
         return _handle_one(broker, fields, connection)
@@ -97,9 +110,6 @@ def handle_single_sync(
     if crc is None:  # a wrong checksum: handle_sync answers it
         return _handle_one(broker, fields, connection)
     partition_log, topic, partition = target
-    # Typed: the compiled build calls the role's methods directly (syncs reach this module
-    # only on a gregor slave).
-    gregor: GregorSlave = broker.sync
     broker.counters.cmd_put += 1
     size = len(body)
     waiting = gregor.admit_one(topic, partition, size, connection)
@@ -118,6 +128,12 @@ def handle_single_sync(
 
     partition_log.stage(pack_header(size, crc, msg_id, flag) + body, acknowledged)
     return 1
+
+
+def _refused(reason: str, opaque: bytes) -> bytes:
+    """The 403 reply to a sync from a connection that is not the master's."""
+    text = reason.encode()
+    return b"result 403 %d %s\r\n%s" % (len(text), opaque, text)
 
 
 def _stage_stretch(

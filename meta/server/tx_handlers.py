@@ -5,9 +5,11 @@ the contract of ``meta.server.handlers``: they return reply bytes, None (END get
 all), or ``PENDING`` when the reply waits for the journal's sync or the commit's appends.
 ``handle_tx_put_run`` answers a run of one transaction's puts (``Decoder.next_put_run``)
 with the replies ``handle_transactional_put`` gives each, in one call.
-Replies and error bodies are Java's: 200 with an empty body, ``0``/``3`` for PREPARE, the
-RECOVER keys joined by CRLF; XA failures as ``500 XAException:code=N,msg=...``, other failures
-as 500 with the plain text. Counters go up before the operation runs, so failures count too.
+BEGIN counts the transaction against the connection's peer address (``meta.tx.branch_limits``:
+``maxTxPerAddress`` and ``maxTxBytesPerAddress``). Replies and error bodies are Java's: 200
+with an empty body, ``0``/``3`` for PREPARE, the RECOVER keys joined by CRLF; XA failures as
+``500 XAException:code=N,msg=...``, other failures as 500 with the plain text. Counters go
+up before the operation runs, so failures count too.
 
 With synchronous replication (``broker.sync`` set: a samsa master or a gregor slave) there
 are no transactions: every ``transaction`` command but END gets 500
@@ -56,7 +58,7 @@ from meta.server.puts import (
 )
 from meta.server.replies import PENDING, Reply
 from meta.server.services import BrokerServices
-from meta.tx.transaction_store import TRANSACTION_BYTES_MAX
+from meta.tx.branch_limits import client_address
 
 log = logging.getLogger("meta.server")
 
@@ -146,7 +148,7 @@ def handle_tx_put_run(
     except MetaError as error:
         return b"".join(transactional_put_failed(broker, error, int(fields[4])) for fields in puts)
     crcs = accepted_crcs(puts, 0, len(puts))
-    targets = _checked_run(broker, puts, crcs, lookups)
+    targets = _checked_run(broker, transaction, puts, crcs, lookups)
     if targets is None:
         return _one_by_one(broker, transaction, puts)
     ids = broker.ids.next_ids(len(puts))
@@ -185,11 +187,11 @@ def handle_tx_put_run(
 
 
 def _checked_run(
-    broker: BrokerServices, puts: list[PutFields], crcs: list[int], lookups: Targets
+    broker: BrokerServices, transaction, puts: list[PutFields], crcs: list[int], lookups: Targets
 ) -> dict | None:
     """The run's targets, ``{(topic, partition) bytes: (topic, partition, stat)}``, when
-    every put of the run will be taken, else None: ``_one_by_one`` then decides each put
-    (and creates a new partition, as ``_put_into`` does). ``crcs`` are
+    every put of the run will be taken (into ``transaction``), else None: ``_one_by_one``
+    then decides each put (and creates a new partition, as ``_put_into`` does). ``crcs`` are
     ``puts.accepted_crcs``'s: shorter than ``puts`` when a checksum refuses a put."""
     if len(crcs) < len(puts):
         return None
@@ -204,7 +206,7 @@ def _checked_run(
                 return None
             _log, topic, partition = target
             targets[name] = (topic, partition, broker.stat_enabled(topic))
-    if broker.transactions.byte_count + size > TRANSACTION_BYTES_MAX:
+    if not broker.transactions.has_room(transaction, size):
         return None
     return targets
 
@@ -260,7 +262,7 @@ def handle_transaction(broker: BrokerServices, command: Transaction, connection)
             counters.tx_begin += 1
             if key.startswith("XID:"):
                 counters.tx_xa_begin += 1
-            transactions.begin(key, connection, command.timeout)
+            transactions.begin(key, connection, command.timeout, _client_address(connection))
             return encode_result(200, OK, opaque)
         if type_ == "RECOVER":
             keys = transactions.recover_keys(command.unique_qualifier)
@@ -287,6 +289,11 @@ def handle_transaction(broker: BrokerServices, command: Transaction, connection)
         return _heuristic(broker, command, connection)
     except MetaError as error:
         return _error_reply(error, opaque)
+
+
+def _client_address(connection) -> str | None:
+    """The address the connection's transactions count against (``maxTxPerAddress``)."""
+    return client_address(getattr(connection.transport.getPeer(), "host", None))
 
 
 def _heuristic(broker: BrokerServices, command: Transaction, connection) -> Reply:

@@ -10,10 +10,11 @@ it as a reload (``Broker.reload``): topic sections take effect at once, ``[syste
 at the next restart (the reload logs each one).
 
 Kept from the slave's own file (``SLAVE_SYSTEM_KEYS``): ``[system]`` ``brokerId``,
-``hostName``, ``serverPort``, ``dashboardHttpPort``, ``dataPath``, ``dataLogPath`` and
-``appClassPath``; the whole ``[zookeeper]`` section; and in each topic section, ``dataPath``
-(the slave's own value when its file has that section with one, else the key is dropped so
-the topic lives under the slave's ``dataPath``). Everything else is the master's, so a
+``hostName``, ``serverPort``, ``dashboardHttpPort``, ``dashboardAdminTokenFile`` (a path
+on the slave's machine), ``dataPath``, ``dataLogPath`` and ``appClassPath``; the whole
+``[zookeeper]`` section; and in each topic section, ``dataPath`` (the slave's own value when
+its file has that section with one, else the key is dropped so the topic lives under the
+slave's ``dataPath``). Everything else is the master's, so a
 restarted slave rolls segments at the master's ``maxSegmentSize`` and keeps byte identity.
 The merged file keeps the master's lines and comments in their order; a kept setting takes
 the place of the master's line of the same key, under the master's comment on it.
@@ -44,6 +45,7 @@ SLAVE_SYSTEM_KEYS = (
     "hostName",
     "serverPort",
     "dashboardHttpPort",
+    "dashboardAdminTokenFile",
     "dataPath",
     "dataLogPath",
     "appClassPath",

@@ -50,6 +50,7 @@ from meta.store.group_commit import (
     ThreadExecutor,
 )
 from meta.store.partition import PartitionLog
+from meta.store.pending_truncation import PendingTruncations
 from meta.store.segment import Segment, segment_name
 from meta.store.tail_cut import is_descriptor_shortage
 
@@ -98,6 +99,7 @@ class StoreManager:
         # after it; an owner that also writes other things then (the broker) replaces this.
         self.flusher.on_batch_done = self.commit_staged
         self._partitions: dict[tuple[str, int], PartitionLog] = {}
+        self.truncations = PendingTruncations(self._files, self._truncation_roots)
         self._accepted: set[tuple[str, int]] = set()
         self._timers: dict[int, LoopingCall] = {}
         self._staged: list[PartitionLog] = []
@@ -153,7 +155,9 @@ class StoreManager:
                         f"partition {topic}-{partition} found twice: "
                         f"{existing.directory} and {directory}"
                     )
+                self.truncations.apply_pending(directory, f"{topic}-{partition}")
                 self._partitions[key] = self._open(topic, partition, directory)
+        self.truncations.report_strays({log.name for log in self._partitions.values()})
         logger.info("store loaded %d partitions", len(self._partitions))
 
     def _data_roots(self) -> list[str]:
@@ -164,6 +168,10 @@ class StoreManager:
             if normal not in roots:
                 roots.append(normal)
         return roots
+
+    def _truncation_roots(self) -> list[str]:
+        """Where a failed cut is recorded when its partition directory refuses the record."""
+        return [self._config.data_log_path, *self._data_roots()]
 
     def _scan_root(self, root: str) -> list[tuple[str, int, str]]:
         """Return ``(topic, partition, directory)`` of each partition directory in ``root``."""
@@ -203,6 +211,7 @@ class StoreManager:
             new_directories=new_directories,
         )
         log.on_staged = self._partition_staged
+        log.truncation = self.truncations.of(directory, f"{topic}-{partition}")
         if self._started:
             self._ensure_timer(log)
         return log
@@ -303,6 +312,7 @@ class StoreManager:
         except OSError as error:
             raise StoreError(f"cannot create partition directory {directory}: {error}") from error
         logger.info("created partition %s-%d in %s", topic, partition, directory)
+        self.truncations.settle(directory, f"{topic}-{partition}", created=root in new_directories)
         try:
             return self._open(topic, partition, directory, tuple(new_directories))
         except StoreError as error:
@@ -386,6 +396,8 @@ class StoreManager:
 
     def _close_files(self, _: object) -> None:
         for log in self._partitions.values():
+            if log.truncation is not None:
+                log.truncation.retry()  # a cut still owed: the disk may take its record now
             log.close()
         if self._own_executor is not None:
             self._own_executor.stop()

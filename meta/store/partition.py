@@ -15,7 +15,9 @@ Invariants:
     * After a failed write or fsync the partition is failed for good (docs/durability.md): its files
       are first cut back to ``max_offset`` (``meta.store.tail_cut``), then every waiting
       append errbacks with ``PartitionFailedError`` and every later append is refused. So no
-      record answered 500, or left unanswered by the failure, is served after a restart.
+      record answered 500, or left unanswered by the failure, is served after a restart
+      (when the disk refuses the cut, its record makes the next start make it:
+      ``meta.store.pending_truncation``).
     * Running out of file descriptors (EMFILE, ENFILE) is transient: a roll that cannot open
       the next segment refuses what is staged (500) and is tried again by the next commit; a
       flush that cannot open the directory cuts back and fails what waits for it, the same way.
@@ -44,6 +46,7 @@ from meta.store.append import Records
 from meta.store.files import Files
 from meta.store.flush_task import PartitionFlushTask
 from meta.store.group_commit import FlushClient, Flusher, FlushPolicy, should_flush
+from meta.store.pending_truncation import PartitionTruncation, uncut_text
 from meta.store.read_slice import AFTER, BEFORE, DATA, SliceResult
 from meta.store.reservation import Reservation, fire, take_written
 from meta.store.segment import Segment, durable_end, open_segments, segment_name
@@ -132,6 +135,7 @@ class PartitionLog:
         self._flush_requested_s = clock.seconds()
         self._refusal: str | None = None
         self._discarded: list[Segment] = []  # cut off while a flush may use them; closed last
+        self.truncation: PartitionTruncation | None = None  # records a failed cut (the store's)
 
     @classmethod
     def open(
@@ -369,6 +373,8 @@ class PartitionLog:
         if self.failed is not None:
             return
         self._refusal = "failed"
+        if self.truncation is not None:  # first, so the disk's refusal of the cut is covered
+            self.truncation.record(self._visible_end, max(self._written_end, self._segment.end))
         cut = self._cut_back(discard_now=False)
         self.failed = PartitionFailedError(f"partition {self.name} failed: {error}")
         logger.error("%s; %s; it refuses appends until restart", self.failed, cut)
@@ -387,13 +393,7 @@ class PartitionLog:
             keep = cut_back(self._files, segments, end, self.directory)
         except OSError as error:
             self._written_end = written_end  # what the files may hold
-            return (
-                f"cannot cut it back to the acknowledged end {end} ({error}): a restart may "
-                f"serve records of offsets {end} to {written_end} that were not "
-                f"acknowledged; to drop them, run `meta-admin truncate-partition "
-                f"{os.path.dirname(self.directory)} {self.name} --end {end} --execute` "
-                f"before the next start"
-            )
+            return uncut_text(self.truncation, self.directory, end, written_end, error)
         cut = written_end - end
         removed = segments[keep:]
         # The appends written after the end are exactly the pending ones already written;

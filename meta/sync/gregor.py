@@ -12,7 +12,11 @@ own:
   first refused one and every later one of the run are refused (``admit_run``). Order is per
   partition, across connections and reconnects: every sync is staged on the reactor thread
   in arrival order, and a partition log writes and acknowledges in staging order.
-* **The master**: the peer of the connection that sent the last sync, while it is open.
+* **Who may sync** (``meta.sync.peers``): the callers ask ``refusal`` before they admit a
+  sync; a connection that is not the configured master's (address, ``syncSecret``) gets 403
+  with the reason and nothing is stored. ``hello`` answers the master's ``sync-hello``.
+* **The master**: the peer of the connection that sent the last accepted sync, while it is
+  open.
 * **``stats sync``** (S4): ``role gregor``, ``master <host:port or ->``, then one line per
   partition, sorted by topic then partition number:
   ``partition <topic>-<p> <end> <last sync, ms since the epoch, or 0>``.
@@ -28,6 +32,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
+
+from meta.sync.peers import SyncPeers
 
 STATUS_TEST_TOPIC = "_metaq_slave_status_test"
 """The topic a samsa master's probe syncs to (Java's ``metaq.slave.status.test.topic``)."""
@@ -63,6 +69,7 @@ class GregorSlave:
         partitions: returns the broker's partition logs (``StoreManager.partitions``).
         is_open: whether a connection is still open (``connection in broker.connections``).
         now_s: the clock, in seconds since the epoch (the reactor's ``seconds``).
+        peers: who may send ``sync`` (``SyncPeers.from_config``).
 
     Attributes:
         role: ``"gregor"`` (a samsa master's role object says ``"samsa"``).
@@ -77,8 +84,10 @@ class GregorSlave:
         partitions: Callable[[], Iterable[PartitionEnd]],
         is_open: Callable[[Any], bool],
         now_s: Callable[[], float],
+        peers: SyncPeers,
     ) -> None:
         self._partitions = partitions
+        self.peers = peers
         self._is_open = is_open
         self._now_s = now_s
         # key -> [syncs, body bytes] admitted and not yet answered, and the time of the last
@@ -86,6 +95,24 @@ class GregorSlave:
         self._waiting: dict[Key, list] = {}
         self._master_connection: Any = None
         self._master_address = "-"
+
+    def refusal(self, connection: Any) -> str | None:
+        """Why ``connection`` may not send ``sync`` (answer 403 with it, store nothing), or
+        None when it is the master's. Asked before every admission."""
+        if connection is self._master_connection:  # accepted already: no lookup
+            return None
+        reason = self.peers.refusal(connection)
+        if reason is None:
+            self._master_connection = connection
+            self._master_address = _peer_text(connection)
+        return reason
+
+    def hello(self, item: str, connection: Any) -> tuple[int, bytes]:
+        """Answer a master's ``stats sync-hello:...`` (``SyncPeers.hello``)."""
+        code, body = self.peers.hello(item, connection)
+        if code != 200 and connection is self._master_connection:
+            self._master_connection = None  # its next sync is checked again, and refused
+        return code, body
 
     def admit(self, topic: str, partition: int, size: int, connection: Any) -> bool:
         """Count one sync of ``size`` body bytes as waiting; False when the partition's queue
@@ -130,10 +157,8 @@ class GregorSlave:
         return admitted
 
     def _waiting_of(self, topic: str, partition: int, connection: Any) -> list:
-        """The partition's waiting counts; ``connection`` sent the last sync."""
-        if connection is not self._master_connection:
-            self._master_connection = connection
-            self._master_address = _peer_text(connection)
+        """The partition's waiting counts; ``connection`` sent the last sync (``refusal``
+        accepted it)."""
         key = (topic, partition)
         waiting = self._waiting.get(key)
         if waiting is None:

@@ -33,9 +33,12 @@ from bisect import bisect_left
 from typing import Any
 
 from meta.config import SamsaConfig
+from meta.protocol.commands import Stats
+from meta.protocol.encoding import encode
 from meta.protocol.message import HEADER, HEADER_SIZE
 from meta.protocol.sync_frame import encode_status_probe
 from meta.sync.link_states import CATCHING_UP, COMPARE, DIVERGED, OK, UNKNOWN
+from meta.sync.peers import sync_hello
 from meta.sync.samsa_catchup import CatchUp, PartitionSync, detect_slave
 from meta.sync.samsa_outcome import SLAVE_DISCONNECTED, Done, PutOutcome, RunDone, RunOutcome
 from meta.sync.slave_link import DISCONNECTED, TIMED_OUT, SendNow, SlaveLink, send_later
@@ -273,11 +276,29 @@ class SamsaMaster:
 
     def _link_up(self) -> None:
         self._cancel_disconnected_timer()
+        if self.config.sync_secret is not None:
+            self._send_hello(self.config.sync_secret)
         self._detecting = True
         for state in self.partitions.values():
             if state.state == OK:
                 state.move(COMPARE)  # until the comparison: puts wait meanwhile
         detect_slave(self.link, self._detected)
+
+    def _send_hello(self, secret: str) -> None:
+        """Prove ``syncSecret`` first on the new connection (``meta.sync.peers``): the slave
+        reads it before any sync sent after it."""
+
+        def done(code: int, body: bytes) -> None:
+            if code != 200:
+                log.error(
+                    "gregor slave %s refused this master's sync-hello (%s): check syncSecret "
+                    "on both sides",
+                    self.config.slave,
+                    body.decode("utf-8", "replace") or code,
+                )
+
+        hello = sync_hello(secret)
+        self.link.send(lambda opaque: encode(Stats(hello, opaque)), done)
 
     def _detected(self, slave_ends: dict[tuple[str, int], int] | None) -> None:
         """The slave's kind is known: catch a metaq-py slave up, then release the puts."""

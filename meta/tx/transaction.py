@@ -1,7 +1,8 @@
 """``Transaction``: one open transaction, local or an XA branch, and its messages.
 
 What lives here: the record ``meta.tx.transaction_store`` keeps per transaction (its key,
-state, session, messages in memory, first journal record and timeout timer). It changes only
+state, session, messages in memory, first journal record, timeout timer, and what it is
+counted against by ``meta.tx.branch_limits``). It changes only
 through ``TransactionStore``, and its state only through ``meta.tx.states.transition``.
 
 Thread affinity: reactor thread only.
@@ -25,6 +26,7 @@ class Transaction:
         "key",
         "location",
         "message_count",
+        "owner",
         "session",
         "state",
         "timer",
@@ -42,6 +44,10 @@ class Transaction:
         self.byte_count = 0
         self.location: JournalLocation | None = None
         self.timer: Any = None
+        # (connection, XA qualifier or None, client address or None) the transaction is
+        # counted against by ``BranchLimits`` from its BEGIN until it leaves the open table;
+        # None when not counted (restored from the journal, or no longer counted).
+        self.owner: tuple[object, str | None, str | None] | None = None
 
     @property
     def unique_qualifier(self) -> str:

@@ -28,8 +28,10 @@ Invariants:
     * A transaction with journal records (prepared, committing) retains its first record's
       file until it is finished (and, for a heuristic outcome, until FORGET); ``location``
       orders checkpoints. An open transaction has no record, pins nothing.
-    * Messages of a transaction are in memory only while it is open: at most
-      ``TRANSACTIONS_MAX`` open transactions and ``TRANSACTION_BYTES_MAX`` bytes in all.
+    * Messages of a transaction are in memory only while it is open: at most ``maxOpenTx``
+      open transactions and ``maxOpenTxBytes`` bytes in all, and less per client address
+      (``meta.tx.branch_limits``); an open transaction that is not prepared is rolled back
+      when a timeout passes (``meta.tx.branch_timeouts``).
     * A transaction is removed from its table only when FINISHED (or moved to the heuristic
       table, or, committing when its connection closes, to ``_orphaned_commits``); every
       state change goes through ``meta.tx.states.transition``.
@@ -44,8 +46,15 @@ from collections.abc import Callable
 from typing import Any
 
 from meta.errors import MetaError, TransactionError, XAError
-from meta.protocol.xa import XA_OK, XA_RBOTHER, XA_RDONLY, XAER_NOTA, XAER_RMERR, XAER_RMFAIL
-from meta.tx import branch_limits, states
+from meta.protocol.xa import (
+    XA_OK,
+    XA_RBOTHER,
+    XA_RDONLY,
+    XAER_NOTA,
+    XAER_RMERR,
+    XAER_RMFAIL,
+)
+from meta.tx import branch_limits, branch_timeouts, states
 from meta.tx.commit_failure import commit_failure_text
 from meta.tx.journal import Journal
 from meta.tx.journal_location import JournalLocation
@@ -63,9 +72,6 @@ from meta.tx.records import (
 from meta.tx.transaction import Transaction
 
 logger = logging.getLogger("meta.tx")
-
-TRANSACTIONS_MAX = 100_000
-TRANSACTION_BYTES_MAX = 256 * 1024 * 1024
 
 Done = Callable[[Any, BaseException | None], None]
 """``done(result, None)`` on success, ``done(None, error)`` on failure."""
@@ -96,7 +102,6 @@ class TransactionStore:
     """
 
     def __init__(self, config: Any, reactor: Any, store: Any, journal: Journal) -> None:
-        self._config = config
         self._reactor = reactor
         self._store = store
         self.journal = journal
@@ -104,20 +109,22 @@ class TransactionStore:
         self._xa: dict[str, Transaction] = {}
         self._heuristic: dict[str, Transaction] = {}
         self._orphaned_commits: set[Transaction] = set()
-        self._timer_count = 0
         self._open_count = 0
         self.byte_count = 0
-        self.limits = branch_limits.BranchLimits(config, reactor, self._xa.get, self.rollback)
+        self.limits = branch_limits.BranchLimits(config, reactor)
+        self.timeouts = branch_timeouts.BranchTimeouts(config, reactor, self._roll_back_expired)
 
     # -- lookup ------------------------------------------------------------------------------
 
-    def _find(self, key: str, session: object) -> Transaction:
+    def _lookup(self, key: str, session: object) -> Transaction | None:
         if key.startswith("XID:"):
-            transaction = self._xa.get(key) or self._heuristic.get(key)
-        else:
-            transaction = self._sessions.get(session, {}).get(key)
+            return self._xa.get(key) or self._heuristic.get(key)
+        return self._sessions.get(session, {}).get(key)
+
+    def _find(self, key: str, session: object) -> Transaction:
+        transaction = self._lookup(key, session)
         if transaction is None:
-            raise not_started(key)
+            raise self.timeouts.late_error(key, session) or not_started(key)
         return transaction
 
     def live_transactions(self) -> list[Transaction]:
@@ -133,12 +140,19 @@ class TransactionStore:
 
     # -- commands ----------------------------------------------------------------------------
 
-    def begin(self, key: str, session: object, timeout_s: int) -> None:
-        """BEGIN: create the transaction unless it exists; arm its timeout.
+    def begin(self, key: str, session: object, timeout_s: int, address: str | None = None) -> None:
+        """BEGIN: create the transaction unless it exists; arm its timeouts.
+
+        Args:
+            key: the canonical transaction key.
+            session: the connection that begins it.
+            timeout_s: the BEGIN's timeout (``<= 0``: none of its own).
+            address: the client address it counts against (``branch_limits.client_address``
+                of the connection's peer); None counts it against no address.
 
         Raises:
-            TransactionError: ``null`` key, too many open transactions, or the timer capacity
-                is exceeded (the transaction then stays created, as in Java).
+            TransactionError: ``null`` key, a cap of ``BranchLimits`` is reached, or the timer
+                capacity is exceeded (the transaction then stays created, as in Java).
         """
         if key == "null":
             raise TransactionError("Transaction key 'null' cannot begin a transaction.")
@@ -147,22 +161,13 @@ class TransactionStore:
             return
         if key in self._heuristic:
             return
-        if self._open_count >= TRANSACTIONS_MAX:
-            raise TransactionError(f"Too many open transactions ({TRANSACTIONS_MAX}).")
-        self.limits.begin(key, session, timeout_s)
+        transaction = Transaction(key, None if is_xa else session)
+        self.limits.begin(transaction, session, address, self._open_count)
+        self.timeouts.forget(key, session)
         table = self._xa if is_xa else self._sessions.setdefault(session, {})
-        transaction = Transaction(key, None if key.startswith("XID:") else session)
         table[key] = transaction
         self._open_count += 1
-        if timeout_s > 0:
-            capacity = self._config.tx_timeout_timer_capacity
-            if self._timer_count >= capacity:
-                raise TransactionError(
-                    f"Timer size {self._timer_count} is great than maxTimerCapacity {capacity}"
-                )
-            timeout_s = min(timeout_s, self._config.tx_timeout_max_s)
-            transaction.timer = self._reactor.callLater(timeout_s, self._timed_out, transaction)
-            self._timer_count += 1
+        self.timeouts.begun(transaction, timeout_s)
 
     def check_put(self, key: str, session: object) -> Transaction:
         """Return the transaction a put goes to, or raise what the put must answer.
@@ -191,11 +196,7 @@ class TransactionStore:
                 transaction.is_xa, transaction.key, transaction.state, states.PUT
             )
         size = len(record)
-        if self.byte_count + size > TRANSACTION_BYTES_MAX:
-            raise TransactionError(
-                f"Open transactions already hold {self.byte_count} bytes "
-                f"(at most {TRANSACTION_BYTES_MAX}); commit or roll back first."
-            )
+        self.limits.check_bytes(transaction, size, self.byte_count)
         transaction.state = new_state  # only once the put is taken (Rule 2)
         records = transaction.batches.get((topic, partition))
         if records is None:
@@ -205,6 +206,12 @@ class TransactionStore:
         transaction.message_count += count
         transaction.byte_count += size
         self.byte_count += size
+        self.limits.added(transaction, size)
+
+    def has_room(self, transaction: Transaction, size: int) -> bool:
+        """Whether ``put`` would take ``size`` more bytes into ``transaction`` (the byte
+        caps; not its state)."""
+        return self.limits.has_room(transaction, size, self.byte_count)
 
     def prepare(self, key: str, done: Done) -> None:
         """PREPARE: ``done(XA_OK)`` once the prepare record is synced, or ``done(XA_RDONLY)``."""
@@ -219,7 +226,7 @@ class TransactionStore:
         self._journal_batches(transaction, XAER_RMERR)
         self._journal_append(PrepareRecord(key), transaction, XAER_RMERR)
         transaction.state = new_state
-        self._cancel_timer(transaction)
+        self.timeouts.settled(transaction)  # a prepared branch is never timed out
         self.journal.sync(lambda error: done(None if error else XA_OK, _xa_failure(error)))
 
     def _journal_batches(self, transaction: Transaction, code: int) -> None:
@@ -244,7 +251,12 @@ class TransactionStore:
     def rollback(
         self, key: str, session: object, done: Done, outcome: int = HEURISTIC_NONE
     ) -> None:
-        """ROLLBACK: drop the messages; ``done`` once the rollback record is synced."""
+        """ROLLBACK: drop the messages; ``done`` once the rollback record is synced.
+
+        A transaction a timeout rolled back is answered OK: it is rolled back."""
+        if self._lookup(key, session) is None and self.timeouts.reason(key, session):
+            done(None, None)
+            return
         transaction = self._find(key, session)
         was_prepared = transaction.state == states.PREPARED
         new_state = states.transition(transaction.is_xa, key, transaction.state, states.ROLLBACK)
@@ -308,6 +320,7 @@ class TransactionStore:
                 rolled_back += 1
             elif transaction.state == states.COMMITTING:
                 self._orphan(transaction)
+        self.timeouts.session_closed(session)
         return rolled_back
 
     def _orphan(self, transaction: Transaction) -> None:
@@ -347,7 +360,7 @@ class TransactionStore:
         record = encode_commit(transaction.key, was_prepared, outcome, placed)
         self._journal_append(record, transaction, XAER_RMFAIL)
         transaction.state = states.COMMITTING
-        self._cancel_timer(transaction)
+        self.timeouts.settled(transaction)
         waiting = [len(parts)]
         failures: list[BaseException] = []
 
@@ -381,6 +394,7 @@ class TransactionStore:
             text = commit_failure_text(transaction.key, failures[0], self.journal.failed)
             done(None, _failure(transaction, XAER_RMFAIL, text))
             # The COMMIT record holds the batches from now on; the memory goes.
+            self.limits.released(transaction, transaction.byte_count)
             self.byte_count -= transaction.byte_count
             transaction.batches = {}
             transaction.byte_count = 0
@@ -416,7 +430,6 @@ class TransactionStore:
 
     def _finish(self, transaction: Transaction, outcome: int = HEURISTIC_NONE) -> None:
         """Remove a finished transaction (or move it to the heuristic table)."""
-        self._cancel_timer(transaction)
         key = transaction.key
         if transaction.is_xa:
             self._xa.pop(key, None)
@@ -429,6 +442,7 @@ class TransactionStore:
                     del self._sessions[transaction.session]
         self._open_count -= 1
         self.limits.finished(transaction)
+        self.timeouts.settled(transaction)
         self.byte_count -= transaction.byte_count
         transaction.batches = {}
         transaction.byte_count = 0
@@ -438,22 +452,15 @@ class TransactionStore:
         elif transaction.location is not None:
             self.journal.release(transaction.location.number)
 
-    def _cancel_timer(self, transaction: Transaction) -> None:
-        if transaction.timer is not None:
-            if transaction.timer.active():
-                transaction.timer.cancel()
-            transaction.timer = None
-            self._timer_count -= 1
-
-    def _timed_out(self, transaction: Transaction) -> None:
-        transaction.timer = None
-        self._timer_count -= 1
-        if transaction.state in (states.START, states.IN_USE):
-            logger.info("transaction %s timed out; rolling it back", transaction.key)
-            try:
-                self.rollback(transaction.key, transaction.session, _ignore)
-            except MetaError as error:  # the journal failed: a restart rolls it back
-                logger.error("could not roll back %s: %s", transaction.key, error)
+    def _roll_back_expired(self, transaction: Transaction) -> bool:
+        """Roll back a transaction whose timeout passed; False when the journal failed (a
+        restart then rolls it back)."""
+        try:
+            self.rollback(transaction.key, transaction.session, _ignore)
+        except MetaError as error:
+            logger.error("could not roll back %s: %s", transaction.key, error)
+            return False
+        return True
 
     # -- recovery (called by meta.tx.recovery) -------------------------------------------------
 
@@ -470,9 +477,7 @@ class TransactionStore:
 
     def close(self) -> None:
         """Cancel every timeout (the broker is stopping)."""
-        for transaction in self.live_transactions():
-            self._cancel_timer(transaction)
-        self.limits.close()
+        self.timeouts.close(self.live_transactions())
 
 
 def _failure(transaction: Transaction, code: int, text: str) -> MetaError:

@@ -33,6 +33,8 @@ def partition(tmp_path):
 def offsets(directory) -> list[int]:
     found = []
     for name in sorted(os.listdir(directory)):
+        if not name.endswith(".meta"):
+            continue
         start = int(name.split(".")[0])
         data = (directory / name).read_bytes()
         found += [record.offset for record in iter_messages(data, base_offset=start)]
@@ -110,3 +112,27 @@ def test_help_says_when_to_use_it(capsys):
     for text in ("usage: meta-admin truncate-partition", "DIR", "TOPIC-N", "--end", "--execute"):
         assert text in out
     assert "a restart may serve records" in " ".join(out.split())
+
+
+def test_without_end_it_shows_the_cut_a_pending_truncation_record_names(
+    capsys, tmp_path, partition
+):
+    """The record a failed broker left (``meta.store.pending_truncation``) gives the end:
+    the command shows the cut the next start will make, and makes it with --execute."""
+    from meta.store.pending_truncation import RECORD_NAME, record_text
+
+    (partition / RECORD_NAME).write_bytes(record_text("orders-0", 4 * SIZE))
+    status, out, _err = run(capsys, str(tmp_path), "orders-0", "--json")
+    assert status == 0
+    document = json.loads(out)
+    assert (document["end"], document["bytes_cut"]) == (4 * SIZE, 2 * SIZE)
+    assert document["pending_records"] == [str(partition / RECORD_NAME)]
+    assert offsets(partition) == [n * SIZE for n in range(6)]
+    status, _out, _err = run(capsys, str(tmp_path), "orders-0", "--execute")
+    assert (status, offsets(partition)) == (0, [n * SIZE for n in range(4)])
+
+
+def test_without_end_or_record_it_refuses(capsys, tmp_path, partition):
+    status, _out, err = run(capsys, str(tmp_path), "orders-0")
+    assert status == 1
+    assert "no pending truncation record: give --end" in err

@@ -597,3 +597,22 @@ def test_unknown_slave_key_names_file_and_key(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_slave_config(path)
     assert str(info.value).startswith(f"{path}: unknown key 'slaveMaxDelayInMillis'")
+
+
+def test_transaction_caps_per_address_default_to_a_share_of_the_broker_wide_caps(tmp_path):
+    config = load(tmp_path)
+    assert config.tx_per_address_max * 2 <= config.tx_open_max
+    assert config.tx_bytes_per_address_max * 2 <= config.tx_open_bytes_max
+    assert config.tx_active_timeout_s == 300
+
+
+def test_a_per_address_transaction_cap_above_half_the_broker_wide_one_is_an_error(tmp_path):
+    text = error_of(tmp_path, system=("maxOpenTx=1000", "maxTxPerAddress=501"))
+    assert "maxTxPerAddress=501 is more than half of maxOpenTx=1000" in text
+    text = error_of(tmp_path, system=("maxTxBytesPerAddress=200000000",))
+    assert "maxTxBytesPerAddress=200000000 is more than half of maxOpenTxBytes" in text
+
+
+def test_raising_the_broker_wide_transaction_cap_makes_room_for_a_larger_address_share(tmp_path):
+    config = load(tmp_path, system=("maxOpenTx=1000000", "maxTxPerAddress=500000"))
+    assert (config.tx_open_max, config.tx_per_address_max) == (1000000, 500000)

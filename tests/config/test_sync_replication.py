@@ -24,7 +24,8 @@ def _samsa(tmp_path: Path, text: str) -> SamsaConfig:
 def test_the_shipped_files_load():
     samsa = load_samsa_config(str(CONF / "samsa_master.properties"))
     assert samsa.slave_address == ("127.0.0.1", 8124)
-    assert load_gregor_config(str(CONF / "gregor_slave.properties")) == GregorConfig()
+    gregor = load_gregor_config(str(CONF / "gregor_slave.properties"))
+    assert gregor == GregorConfig(master="127.0.0.1:8123")
 
 
 def test_java_defaults_fill_the_optional_keys(tmp_path):
@@ -78,13 +79,30 @@ def test_a_bad_samsa_file_names_the_file_and_key(tmp_path, text, message):
     assert message in str(raised.value)
 
 
-def test_a_gregor_file_has_no_keys(tmp_path):
+def test_a_gregor_file_names_its_master_and_optionally_a_secret(tmp_path):
     path = tmp_path / "gregor_slave.properties"
     path.write_text("# nothing\n")
-    assert load_gregor_config(str(path)) == GregorConfig()
-    path.write_text("slave=h:1\n")
+    with pytest.raises(ConfigError, match="required key 'master' is missing"):
+        load_gregor_config(str(path))
+    path.write_text("master=master.example\n")
+    assert load_gregor_config(str(path)) == GregorConfig(master="master.example")
+    path.write_text("master=[::1]:8123\nsyncSecret= s3cret \n")
+    gregor = load_gregor_config(str(path))
+    assert (gregor.master, gregor.sync_secret) == ("[::1]:8123", "s3cret")
+    assert "s3cret" not in repr(gregor)
+    for wrong in ("a b", "h:0", "h:x", "a,b"):
+        path.write_text(f"master={wrong}\n")
+        with pytest.raises(ConfigError, match="must be one host or host:port"):
+            load_gregor_config(str(path))
+    path.write_text("master=h\nslave=h:1\n")
     with pytest.raises(ConfigError, match="unknown key 'slave'"):
         load_gregor_config(str(path))
+
+
+def test_a_samsa_file_may_carry_a_sync_secret(tmp_path):
+    samsa = _samsa(tmp_path, "slave=10.0.0.2:8123\nsyncSecret=s3cret\n")
+    assert samsa.sync_secret == "s3cret"
+    assert "s3cret" not in repr(samsa)
 
 
 def test_the_plugin_forms_name_the_files():

@@ -36,10 +36,12 @@ class FakeBroker:
     sync: Any = None
     live_transactions: list = field(default_factory=list)
     configured: dict[str, int] = field(default_factory=dict)  # [topic=NAME] -> numPartitions
+    version: str = "1.4.6.2"
 
     def __post_init__(self) -> None:
         self.config = SimpleNamespace(
             broker_id=3,
+            dashboard_admin_token_file=None,
             topics=tuple(SimpleNamespace(name=name) for name in self.configured),
             topic_config=lambda name: topic_config(
                 name, "/data", num_partitions=self.configured.get(name, 1)

@@ -1,20 +1,53 @@
-"""Actions are accepted only from the broker's host (127.0.0.1, ::1 or the address the
-dashboard was reached at) with ``X-MetaQ-Admin: 1``."""
+"""Actions pass three gates: the same-origin ones (127.0.0.1, ::1 or the address the
+dashboard was reached at, ``X-MetaQ-Admin: 1``, a ``Host`` that is an address), a configured
+operator token file, and that token in ``Authorization: Bearer``."""
 
 from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from twisted.internet import defer
 
-from meta.dashboard.actions import RELOAD_DONE_TEXT, Actions, is_trusted
+from meta.dashboard.actions import (
+    ACTIONS_OFF_TEXT,
+    RELOAD_DONE_TEXT,
+    TOKEN_KEY,
+    Actions,
+    TokenFileError,
+    is_trusted,
+    presented_token,
+    read_token,
+)
 from meta.dashboard.routes import Request
+
+TOKEN = "0123456789abcdef0123456789abcdef"
 
 
 def post(
-    path: str, host: str = "127.0.0.1", header: bool = True, host_header: str = "127.0.0.1:8120"
+    path: str,
+    host: str = "127.0.0.1",
+    header: bool = True,
+    host_header: str = "127.0.0.1:8120",
+    token: str | None = TOKEN,
 ) -> Request:
-    return Request("POST", path, client_host=host, admin_header=header, host_header=host_header)
+    authorization = "" if token is None else f"Bearer {token}"
+    return Request(
+        "POST",
+        path,
+        client_host=host,
+        admin_header=header,
+        host_header=host_header,
+        authorization=authorization,
+    )
+
+
+@pytest.fixture
+def token_file(tmp_path) -> str:
+    path = tmp_path / "dashboard.token"
+    path.write_text(TOKEN + "\n")
+    path.chmod(0o600)
+    return str(path)
 
 
 def test_only_the_loopback_address_with_the_header_is_trusted():
@@ -34,30 +67,79 @@ def test_a_client_on_the_broker_host_at_its_own_address_is_trusted():
     assert is_trusted(dataclasses.replace(request, server_host="10.1.2.3"))
 
 
-def test_an_untrusted_reload_gets_403_and_does_not_reload():
+def test_an_untrusted_reload_gets_403_and_does_not_reload(token_file):
     reloads = []
-    actions = Actions(None, lambda: reloads.append(1))
+    actions = Actions(None, lambda: reloads.append(1), token_file)
     reply = actions.route(post("/reload-config", header=False))
     assert reply.code == 403
     assert reloads == []
 
 
-def test_a_trusted_reload_answers_the_original_text():
-    actions = Actions(None, lambda: defer.succeed("outcome"))
+def test_without_a_token_file_actions_are_off_and_the_answer_says_how_to_turn_them_on():
+    reloads = []
+    reply = Actions(None, lambda: reloads.append(1), None).route(post("/reload-config"))
+    assert (reply.code, reply.body.decode()) == (403, ACTIONS_OFF_TEXT)
+    assert f"[system] {TOKEN_KEY}=" in ACTIONS_OFF_TEXT and "chmod 600" in ACTIONS_OFF_TEXT
+    assert reloads == []
+
+
+@pytest.mark.parametrize("token", [None, "", "wrong", TOKEN[:-1], TOKEN + "0", TOKEN.upper()])
+def test_a_missing_or_wrong_token_gets_401_and_does_not_reload(token_file, token):
+    reloads = []
+    actions = Actions(None, lambda: reloads.append(1), token_file)
+    reply = actions.route(post("/reload-config", token=token))
+    assert reply.code == 401
+    assert dict(reply.headers)["WWW-Authenticate"].startswith("Bearer ")
+    assert reloads == []
+
+
+def test_a_token_file_others_can_read_turns_the_actions_off_with_503(token_file):
+    import os
+
+    os.chmod(token_file, 0o644)
+    reply = Actions(None, lambda: defer.succeed(1), token_file).route(post("/reload-config"))
+    assert reply.code == 503
+    assert f"chmod 600 {token_file}" in reply.body.decode()
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(b"", "no token of at least 16"), (b"short\n", "no token"), (b"x" * 5000, "larger")],
+)
+def test_an_unusable_token_file_is_named_with_its_problem(tmp_path, content, problem):
+    path = tmp_path / "token"
+    path.write_bytes(content)
+    path.chmod(0o600)
+    with pytest.raises(TokenFileError, match=problem) as raised:
+        read_token(str(path))
+    assert str(path) in str(raised.value)
+    with pytest.raises(TokenFileError, match="cannot read"):
+        read_token(str(tmp_path / "missing"))
+
+
+def test_the_token_is_the_first_line_and_the_bearer_scheme_is_case_blind(token_file):
+    assert read_token(token_file) == TOKEN.encode()
+    assert presented_token(f"bearer {TOKEN}") == TOKEN.encode()
+    assert presented_token(f"Basic {TOKEN}") is None
+    assert presented_token("Bearer") is None
+
+
+def test_a_trusted_reload_with_the_token_answers_the_original_text(token_file):
+    actions = Actions(None, lambda: defer.succeed("outcome"), token_file)
     replies = []
     actions.route(post("/reload-config")).addCallback(replies.append)
     assert replies[0].code == 200
     assert replies[0].body == RELOAD_DONE_TEXT.encode()
 
 
-def test_a_failed_reload_answers_the_error_text():
-    actions = Actions(None, lambda: defer.fail(ValueError("bad key x")))
+def test_a_failed_reload_answers_the_error_text(token_file):
+    actions = Actions(None, lambda: defer.fail(ValueError("bad key x")), token_file)
     replies = []
     actions.route(post("/reload-config")).addCallback(replies.append)
     assert replies[0].body == b"bad key x"
 
 
-def test_skip_passes_topic_group_and_partition_unquoted():
+def test_skip_passes_topic_group_and_partition_unquoted(token_file):
     class Views:
         def skip(self, topic, group, partition):
             self.asked = (topic, group, partition)
@@ -66,7 +148,7 @@ def test_skip_passes_topic_group_and_partition_unquoted():
     views = Views()
     replies = []
     path = "/topics/test/groups/%3Cg%3E/partitions/3/skip"
-    Actions(views, None).route(post(path)).addCallback(replies.append)
+    Actions(views, None, token_file).route(post(path)).addCallback(replies.append)
     assert views.asked == ("test", "<g>", 3)
     assert replies[0].body == b"success"
 
@@ -81,3 +163,16 @@ def test_a_request_addressed_by_a_name_other_than_localhost_is_not_trusted():
     assert is_trusted(post("/reload-config", host_header="127.0.0.1"))
     assert not is_trusted(post("/reload-config", host_header="evil.example:8120"))
     assert not is_trusted(post("/reload-config", host_header=""))
+
+
+@pytest.mark.parametrize("group", ["a%2F..", "..", "%2E%2E", ".", "a%2F%2Fb", "%2Fa"])
+def test_a_skip_of_a_group_zookeeper_cannot_address_is_404_and_writes_nothing(token_file, group):
+    class Views:
+        def skip(self, topic, group, partition):
+            raise AssertionError("no skip may run")
+
+    reply = Actions(Views(), None, token_file).route(
+        post(f"/topics/test/groups/{group}/partitions/0/skip")
+    )
+    assert reply.code == 404
+    assert b"ZooKeeper refuses such a path" in reply.body

@@ -1,17 +1,23 @@
-"""The dashboard's actions on a real broker: who may run them, and what they do.
+"""The dashboard's actions on a real broker: who may run them, and what they do; the
+security headers of every answer.
 
 The broker listens on 127.0.0.2 (``hostName``), so a client can connect from 127.0.0.2
-(an address that is not the loopback address 127.0.0.1) or from 127.0.0.1.
+(an address that is not the loopback address 127.0.0.1) or from 127.0.0.1. Its
+``[system] dashboardAdminTokenFile`` names a file holding ``TOKEN``, which ``post`` sends
+unless told otherwise.
 """
 
 from __future__ import annotations
 
 import http.client
+from pathlib import Path
 
 import pytest
 
 from meta.client.net.connection import BrokerConnection
-from meta.protocol.commands import Put
+from meta.dashboard.actions import ACTIONS_OFF_TEXT
+from meta.dashboard.server import CONTENT_SECURITY_POLICY
+from meta.protocol.commands import Put, Stats
 from meta.protocol.message import checksum
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.test_dashboard import dashboard_port
@@ -20,11 +26,18 @@ HOST = "127.0.0.2"
 GROUP = "readers"
 
 
-def post(port: int, path: str, source: str = "127.0.0.1", admin: bool = True) -> tuple:
+TOKEN = "5d1b7f3a9c2e4d6f8a0b1c3e5f7a9b2d"
+
+
+def post(
+    port: int, path: str, source: str = "127.0.0.1", admin: bool = True, token: str | None = TOKEN
+) -> tuple:
     """``(status, body)`` of a POST to the broker's dashboard, sent from ``source``."""
     connection = http.client.HTTPConnection(HOST, port, timeout=10, source_address=(source, 0))
     try:
         headers = {"X-MetaQ-Admin": "1"} if admin else {}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
         connection.request("POST", path, headers=headers)
         response = connection.getresponse()
         return response.status, response.read().decode()
@@ -41,11 +54,19 @@ def get_text(port: int, path: str) -> str:
         connection.close()
 
 
+def token_file(directory: Path) -> Path:
+    path = directory / "dashboard.token"
+    path.write_text(TOKEN + "\n")
+    path.chmod(0o600)
+    return path
+
+
 @pytest.fixture
 def broker(tmp_path, zookeeper, zk_root):
+    system = {"hostName": HOST, "numPartitions": 2, "dashboardAdminTokenFile": token_file(tmp_path)}
     process = BrokerProcess(
         tmp_path / "broker",
-        system={"hostName": HOST, "numPartitions": 2},
+        system=system,
         zk_connect=zookeeper.connect_string,
         zk={"zk.zkRoot": zk_root, "zk.zkSessionTimeoutMs": 4000},
     )
@@ -121,3 +142,117 @@ def test_skip_refuses_a_partition_that_a_consumer_owns(broker, admin, zk_root):
         "maybe you have to stop the consumers at first."
     )
     assert admin.get(node)[0] == b"-1-0"
+
+
+@pytest.mark.parametrize("token", [None, "", TOKEN[:-1] + "0", TOKEN + TOKEN])
+def test_a_post_without_the_operator_token_gets_401_and_runs_nothing(broker, admin, zk_root, token):
+    broker.config_path.write_text(broker.config_path.read_text() + "\n[topic=fresh]\n")
+    node = f"{zk_root}/consumers/{GROUP}/offsets/test/0-0"
+    put(broker, 3)
+    admin.create(node, b"-1-0", makepath=True)
+    port = dashboard_port(broker)
+    for path in ("/reload-config", SKIP):
+        status, body = post(port, path, token=token)
+        assert status == 401
+        assert "Authorization: Bearer" in body
+    assert "fresh" not in get_text(port, "/stats/topics?format=json")
+    assert admin.get(node)[0] == b"-1-0"
+
+
+def test_without_a_token_file_actions_are_off_and_say_how_to_turn_them_on(tmp_path):
+    process = BrokerProcess(tmp_path / "broker", system={"hostName": HOST})
+    process.start()
+    try:
+        process.config_path.write_text(process.config_path.read_text() + "\n[topic=fresh]\n")
+        port = dashboard_port(process)
+        status, body = post(port, "/reload-config")
+        config_page = get_text(port, "/config")
+        stats = get_text(port, "/stats/topics?format=json")
+        log = process.log()
+    finally:
+        process.stop()
+    assert status == 403
+    assert body == ACTIONS_OFF_TEXT
+    assert "[system] dashboardAdminTokenFile=" in body
+    assert "fresh" not in stats
+    assert 'id="operator-off"' in config_page
+    assert "dashboardAdminTokenFile" in config_page
+    assert 'id="operator-token"' not in config_page
+    assert "dashboard actions off: no [system] dashboardAdminTokenFile" in log
+
+
+def test_a_token_file_other_users_can_read_turns_the_actions_off(tmp_path):
+    path = token_file(tmp_path)
+    path.chmod(0o644)
+    process = BrokerProcess(
+        tmp_path / "broker", system={"hostName": HOST, "dashboardAdminTokenFile": path}
+    )
+    process.start()
+    try:
+        status, body = post(dashboard_port(process), "/reload-config")
+        log = process.log()
+    finally:
+        process.stop()
+    assert status == 503
+    assert f"chmod 600 {path}" in body
+    assert f"dashboard actions are off until this is fixed: the operator token file {path}" in log
+
+
+def test_the_token_is_never_in_stats_config_nor_on_a_page(broker):
+    port = dashboard_port(broker)
+    with BrokerConnection(HOST, broker.port) as connection:
+        config = connection.request(Stats("config")).body.decode()
+    assert "dashboardAdminTokenFile=" in config
+    for path in ("/config", "/", "/static/dashboard.js", "/java-properties", "/stats/config"):
+        assert TOKEN not in get_text(port, path), path
+    assert TOKEN not in config
+
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
+EVERY_KIND = [
+    ("GET", "/", 200),
+    ("HEAD", "/topics", 200),
+    ("GET", "/topics/test", 200),
+    ("GET", "/api/v1/broker", 200),
+    ("GET", "/topics?format=json", 200),
+    ("GET", "/metrics", 200),
+    ("GET", "/healthz", 200),
+    ("GET", "/readyz", 200),
+    ("GET", "/static/dashboard.js", 200),
+    ("GET", "/static/dashboard.css", 200),
+    ("GET", "/nothing", 404),
+    ("GET", "/topics/nothing", 404),
+    ("GET", "/stats/reset", 405),
+    ("PUT", "/topics", 405),
+    ("OPTIONS", "/reload-config", 405),
+    ("POST", "/nothing", 404),
+]
+
+
+def test_every_answer_carries_the_security_headers(broker):
+    port = dashboard_port(broker)
+    answers = [(method, path, expected) for method, path, expected in EVERY_KIND]
+    seen = []
+    for method, path, expected in answers:
+        seen.append((method, path, expected, request_headers(port, method, path)))
+    seen.append(("POST", "/reload-config", 401, request_headers(port, "POST", "/reload-config")))
+    for method, path, expected, (status, headers) in seen:
+        assert status == expected, (method, path, status)
+        for name, value in SECURITY_HEADERS.items():
+            assert headers.get(name) == value, (method, path, name)
+
+
+def request_headers(port: int, method: str, path: str) -> tuple[int, dict[str, str]]:
+    connection = http.client.HTTPConnection(HOST, port, timeout=10)
+    try:
+        connection.request(method, path, headers={"X-MetaQ-Admin": "1"})
+        response = connection.getresponse()
+        response.read()
+        return response.status, dict(response.getheaders())
+    finally:
+        connection.close()

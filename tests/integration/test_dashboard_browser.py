@@ -1,11 +1,13 @@
 """The dashboard's pages in a real headless Chromium (Debian's ``chromium`` package).
 
 Goal: every page of a master that holds topics, consumer groups and an async slave loads
-without a JavaScript console message, its DOM shows the expected values, and hostile group
-names appear as text. Method: start a master and its slave under a fresh ZooKeeper root,
-put messages, write consumer group nodes, then run ``chromium --headless --dump-dom
---screenshot`` once per page (``--virtual-time-budget`` lets the shell's fetch finish) and
-read the console from Chromium's log. Screenshots go to the test's directory, or to
+without a JavaScript console message or a Content-Security-Policy violation, its DOM shows
+the expected values, and hostile group names appear as text; the Java dashboard's
+``/#fragment`` links lead to their pages. Method: start a master and its slave under a fresh
+ZooKeeper root, put messages, write consumer group nodes, then run ``chromium --headless
+--dump-dom --screenshot`` once per page, reached by its ``/#fragment`` link
+(``--virtual-time-budget`` lets the script follow it) and read the console from Chromium's
+log. Screenshots go to the test's directory, or to
 ``docs/screenshots/`` when ``META_DASHBOARD_SCREENSHOTS=1`` (the README's pictures).
 """
 
@@ -33,7 +35,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 SCRIPT_GROUP = "<script>alert(1)</script>"
 IMG_GROUP = "<img src=x onerror=alert(2)>"
-CONSOLE = re.compile(r":INFO:CONSOLE[^\]]*\] (.*)")
+CONSOLE = re.compile(r":INFO:CONSOLE[^\]]*\] (.*)|(Refused to [^\n]*)")
 TOPICS = {"alpha": {"numPartitions": 2}, "beta": {"numPartitions": 1}}
 SYSTEM = {"numPartitions": 2, "unflushThreshold": 0}
 BROWSER_TIMEOUT_S = 60
@@ -63,7 +65,7 @@ def browse(url: str, screenshot: Path, profile: Path) -> tuple[str, list[str]]:
         timeout=BROWSER_TIMEOUT_S,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout, CONSOLE.findall(done.stderr)
+    return done.stdout, ["".join(found) for found in CONSOLE.findall(done.stderr)]
 
 
 def put_messages(broker, topic: str, partition: int, count: int) -> None:
@@ -78,7 +80,10 @@ def put_messages(broker, topic: str, partition: int, count: int) -> None:
 
 @pytest.fixture
 def cluster(tmp_path, zookeeper):
-    made = make_cluster(tmp_path, zookeeper, SYSTEM, TOPICS)
+    token = tmp_path / "dashboard.token"  # the actions are on: pages show the token field
+    token.write_text("0123456789abcdef0123456789abcdef\n")
+    token.chmod(0o600)
+    made = make_cluster(tmp_path, zookeeper, {**SYSTEM, "dashboardAdminTokenFile": token}, TOPICS)
     made.master.start()
     made.slave.start()
     try:
@@ -131,13 +136,13 @@ def test_every_page_loads_in_chromium_and_shows_the_broker(cluster, admin, tmp_p
         (
             "group",
             "topics/alpha?group=readers",
-            ["Group readers on topic alpha", "readers-host-1", str(end - 100)],
+            ["Group readers on topic alpha", "readers-host-1", str(end - 100), "Operator token"],
         ),
         ("replication", "replication", ["This broker is a master"]),
         ("transactions", "transactions", ["No transaction is open or prepared."]),
         ("stats", "stats", ["cmd_put 48"]),
         ("stats-topics", "stats/topics", ["alpha partitions 2 message_count 45"]),
-        ("config", "config", ["[topic=alpha]", "Reload config"]),
+        ("config", "config", ["[topic=alpha]", "Reload config", "Operator token"]),
         ("logging", "logging", ["dashboard serving"]),
         ("runtime", "java-properties", ["Python", "RLIMIT_NOFILE"]),
         ("threads", "thread-dump", ["(reactor)"]),
@@ -150,8 +155,7 @@ def test_every_page_loads_in_chromium_and_shows_the_broker(cluster, admin, tmp_p
         shot = screenshot_path(tmp_path, name)
         dom, console = browse(url, shot, tmp_path / f"profile-{name}")
         assert console == [], (fragment, console)
-        assert 'data-loaded="' in dom, fragment  # the shell's fetch finished
-        assert '<a href="#cluster"' in dom, fragment  # the menu reaches every page
+        assert '<a href="/cluster"' in dom, fragment  # the menu reaches every page
         for text in expected:
             assert html.escape(text, quote=False) in dom, (fragment, text)
         assert ">True<" not in dom and ">False<" not in dom, fragment  # yes and no
@@ -159,19 +163,20 @@ def test_every_page_loads_in_chromium_and_shows_the_broker(cluster, admin, tmp_p
             assert average in dom  # alpha's average size, then Publish and Subscribe
         if name == "dashboard":
             assert ">now</text>" in dom  # the rate charts' time axis
-        # The shell's own script is the only script element; hostile names are text.
+        # The page's own script file is the only script element; hostile names are text.
         assert dom.count("<script") == 1, fragment
+        assert '<script src="/static/dashboard.js">' in dom, fragment
         assert "<img src=x" not in dom, fragment
         assert shot.stat().st_size > 0
 
-    # An unknown page: its plain-text 404 is shown as text (markup in it stays text).
+    # An unknown #fragment: an error box, as text (markup in it stays text), and no fetch.
     dom, console = browse(
-        f"http://127.0.0.1:{master_port}/#nope&lt;b&gt;",
+        f"http://127.0.0.1:{master_port}/#nope<b>x</b>",
         screenshot_path(tmp_path, "not-found"),
         tmp_path / "profile-not-found",
     )
-    assert all("404" in line for line in console), console
-    assert '<div class="error" role="alert">No page /nope&amp;lt;b&amp;gt; on' in dom
+    assert console == []
+    assert '<div class="error" role="alert">No page #nope%3Cb%3Ex%3C/b%3E on' in dom
 
     group = json.loads(get(master_port, "/api/v1/topics/alpha/groups/readers")[2])
     assert [p["owner"] for p in group["partitions"]] == [None, "readers-host-1"]

@@ -34,7 +34,7 @@ BATCH = 100
 
 def start_gregor(directory, port: int, flush: int) -> BrokerProcess:
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "gregor_slave.properties").write_text("# no keys\n")
+    (directory / "gregor_slave.properties").write_text("master=127.0.0.1\n")
     slave = BrokerProcess(directory, port=port, system={"unflushThreshold": flush})
     slave.arguments = ["--gregor", str(directory / "gregor_slave.properties")]
     return slave.start()

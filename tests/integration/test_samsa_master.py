@@ -129,7 +129,8 @@ def test_a_slave_that_refuses_makes_the_put_fail_with_the_slave_text(master, sla
         reply = connection.request(Put("test", 0, b"x", 0, 3))
     assert reply.code == 500
     assert reply.body == (
-        b"Put message to [slave 'meta://127.0.0.1:%d'] [partition 'test-0'] failed" % slave.port
+        b"Put message to [slave 'meta://127.0.0.1:%d'] [partition 'test-0'] failed; stored on "
+        b"the master (consumers read it), maybe not on the slave" % slave.port
     )
 
 
@@ -141,6 +142,47 @@ def test_a_silent_slave_fails_the_put_after_the_timeout(master, slave):
         elapsed = time.monotonic() - started
     assert reply.code == 500 and b"[slave '" in reply.body
     assert TIMEOUT_MS / 1000 - 0.05 <= elapsed <= TIMEOUT_MS / 1000 + MARGIN_S
+
+
+def test_a_put_answered_500_for_a_silent_slave_is_stored_on_the_master(master, slave):
+    """Goal: the slave's 500 is in doubt, not "not stored", and says so (docs/durability.md).
+    Method: a slave that never answers; the put gets the slave's 500 after the timeout, and
+    a consumer of the master reads the message all the same."""
+    slave.hold()
+    with master.connect() as connection:
+        reply = connection.request(Put("test", 0, b"in doubt", 0, 3))
+        assert reply.code == 500 and b"stored on the master" in reply.body, reply
+        data = connection.request(Get("test", "g", 0, 0, 1 << 20, 4))
+    assert [record.payload for record in iter_messages(data.data)] == [b"in doubt"]
+
+
+def test_after_the_masters_fsync_failed_later_puts_reach_neither_copy(tmp_path, slave):
+    """Goal: the master's 500 is in doubt only for the put whose write or fsync failed (its
+    sync went out first); once the master's partition stopped, later puts are refused
+    without a sync, so their 500 means not stored on either copy. Method: a master whose
+    segment fsyncs fail once a trigger file exists (``fault_broker``)."""
+    trigger = tmp_path / "disk-fails"
+    directory = tmp_path / "master"
+    directory.mkdir()
+    properties = directory / "samsa_master.properties"
+    properties.write_text(f"slave=127.0.0.1:{slave.port}\nsendToSlaveTimeoutInMills={TIMEOUT_MS}\n")
+    broker = BrokerProcess(directory)
+    broker.module = "tests.integration.fault_broker"
+    broker.arguments = ["--fail-when", str(trigger), "--samsa", str(properties)]
+    broker.start()
+    try:
+        slave.wait_for(lambda fake: fake.stats_items == ["sync", "offsets"], what="detection")
+        with broker.connect() as connection:
+            assert connection.request(Put("test", 0, b"stored", 0, 1)).code == 200
+            trigger.touch()
+            failing = connection.request(Put("test", 0, b"in doubt", 0, 2))
+            later = [connection.request(Put("test", 0, b"later", 0, 3 + n)) for n in range(3)]
+    finally:
+        broker.stop()
+    assert failing.code == 500 and b"the slave may hold it" in failing.body, failing
+    assert {reply.code for reply in later} == {500}
+    assert all(b"partition test-0 failed" in reply.body for reply in later), later[0]
+    assert [sync.data for sync in slave.syncs if sync.topic == "test"] == [b"stored", b"in doubt"]
 
 
 def test_puts_are_refused_at_once_while_the_slave_is_down(tmp_path):

@@ -24,9 +24,17 @@ OTHER_HOST = "127.0.0.2"
 QUALIFIER = "security"
 
 
+DASHBOARD_TOKEN = "c4f1e8a2b7d3906e5a1f2c8b4d7e9a03"
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    process = BrokerProcess(tmp_path_factory.mktemp("security"), topics={TOPIC: {}}).start()
+    directory = tmp_path_factory.mktemp("security")
+    token_file = directory / "dashboard.token"
+    token_file.write_text(DASHBOARD_TOKEN + "\n")
+    token_file.chmod(0o600)
+    system = {"dashboardAdminTokenFile": token_file}
+    process = BrokerProcess(directory, topics={TOPIC: {}}, system=system).start()
     yield process
     process.stop()
 
@@ -122,12 +130,13 @@ def test_heuristic_commands_are_refused_from_another_host_and_taken_from_the_ope
     assert b"finished by the operator" in stored(broker)
 
 
-def post_reload(broker: BrokerProcess, source: str) -> int:
+def post_reload(broker: BrokerProcess, source: str, token: str = DASHBOARD_TOKEN) -> int:
     connection = http.client.HTTPConnection(
         "127.0.0.1", dashboard_port(broker), timeout=10, source_address=(source, 0)
     )
+    headers = {"X-MetaQ-Admin": "1", "Authorization": f"Bearer {token}"}
     try:
-        connection.request("POST", "/reload-config", headers={"X-MetaQ-Admin": "1"})
+        connection.request("POST", "/reload-config", headers=headers)
         return connection.getresponse().status
     finally:
         connection.close()
@@ -135,4 +144,5 @@ def post_reload(broker: BrokerProcess, source: str) -> int:
 
 def test_dashboard_actions_are_refused_from_another_host_and_taken_from_the_operator(broker):
     assert post_reload(broker, OTHER_HOST) == 403
+    assert post_reload(broker, "127.0.0.1", token="not the operator token") == 401
     assert post_reload(broker, "127.0.0.1") == 200

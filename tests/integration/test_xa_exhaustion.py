@@ -1,19 +1,30 @@
-"""One client cannot take the broker-wide cap of open transactions (real broker process).
+"""One client cannot take the broker-wide caps of open transactions (real broker processes).
 
-Method: a client pipelines 100,000 XA BEGINs without a timeout and never uses the branches,
-then disconnects. The caps per qualifier and per connection stop it well before the
-broker-wide cap, so another client's BEGIN succeeds at once; the unused-branch timeout then
-frees the first client's qualifier. A prepared branch outlives that timeout.
+Method, caps per connection and qualifier: a client pipelines 100,000 XA BEGINs without a
+timeout and never uses the branches, then disconnects. The caps per qualifier and per
+connection stop it well before the broker-wide cap, so another client's BEGIN succeeds at
+once; the unused-branch timeout then frees the first client's qualifier. A prepared branch
+outlives that timeout.
+
+Method, caps per client address (brokers with the default limits): ten connections from
+127.0.0.1, each rotating its XA qualifier, open branches and put into each until refused;
+then a client from 127.0.0.2 (another address) begins and puts, XA and local. The byte
+variant puts 1 MB into each branch. Then, with a short ``txActiveTimeoutInSeconds``, the
+active branches that took puts are rolled back and their bytes released, while a prepared
+branch survives.
 """
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
 
-from meta.protocol.commands import Put, Transaction
+from meta.protocol.codec import NEED_DATA, Decoder, encode
+from meta.protocol.commands import Put, Result, Transaction
 from meta.protocol.message import checksum
+from meta.protocol.xa import XA_RBTIMEOUT, parse_xa_error
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.client_helpers import wait_for
 
@@ -133,7 +144,7 @@ def test_a_prepared_branch_is_never_timed_out(quick_broker):
             return connection.request(command).body
 
     wait_for(
-        lambda: f"{unused} was begun and never used" in broker.log(),
+        lambda: f"'{unused}' was rolled back: it took no message" in broker.log(),
         timeout_s=UNUSED_TIMEOUT_S + 20,
         what="the unused branch to time out",
     )
@@ -141,3 +152,191 @@ def test_a_prepared_branch_is_never_timed_out(quick_broker):
     with broker.connect() as connection:
         commit = Transaction(key, "s", "COMMIT_TWO_PHASE", connection.next_opaque(), 0, None)
         assert connection.request(commit).code == 200
+
+
+# -- caps per client address ----------------------------------------------------------------
+
+ATTACK_CONNECTIONS = 10
+ATTACK_ROUND = 500  # branches per connection and turn (bounded socket buffers)
+ATTACK_BRANCHES_MAX = 110_000  # more than the broker-wide cap: the loop always ends
+OTHER_ADDRESS = "127.0.0.2"
+BIG = b"x" * 1_000_000
+
+
+class SourceConnection:
+    """A connection to the broker from a chosen loopback source address."""
+
+    def __init__(self, broker: BrokerProcess, source: str, timeout_s: float = 60) -> None:
+        self.sock = socket.create_connection(
+            ("127.0.0.1", broker.port), timeout=timeout_s, source_address=(source, 0)
+        )
+        self.decoder = Decoder()
+        self.opaque = 0
+
+    def __enter__(self) -> SourceConnection:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.sock.close()
+
+    def next_opaque(self) -> int:
+        self.opaque += 1
+        return self.opaque
+
+    def send(self, *commands) -> None:
+        self.sock.sendall(b"".join(encode(command) for command in commands))
+
+    def receive(self) -> Result:
+        while (reply := self.decoder.next_command()) is NEED_DATA:
+            data = self.sock.recv(65536)
+            assert data, "the broker closed the connection"
+            self.decoder.receive_data(data)
+        return reply
+
+    def request(self, command) -> Result:
+        self.send(command)
+        return self.receive()
+
+    def tx(self, key: str, type_: str) -> Result:
+        return self.request(Transaction(key, "s", type_, self.next_opaque(), 0, None))
+
+    def put(self, key: str, data: bytes) -> Result:
+        return self.request(put_command(self, key, data))
+
+
+def put_command(connection, key: str, data: bytes) -> Put:
+    return Put(TOPIC, 0, data, 0, connection.next_opaque(), checksum(data), key)
+
+
+def default_broker(directory, **system) -> BrokerProcess:
+    """A broker with the default transaction limits (``system`` adds keys)."""
+    return BrokerProcess(directory, system=system, topics={TOPIC: {}}).start()
+
+
+def branch_round(connection, keys: list[str], data: bytes) -> Result | None:
+    """BEGIN each key and put ``data`` into it, pipelined; the first refusal, or None."""
+    commands = []
+    for key in keys:
+        commands.append(Transaction(key, "s", "BEGIN", connection.next_opaque(), 0, None))
+        commands.append(put_command(connection, key, data))
+    connection.send(*commands)
+    replies = [connection.receive() for _ in commands]
+    return next((reply for reply in replies if reply.code != 200), None)
+
+
+def rotating_attack(broker: BrokerProcess, data: bytes, per_round: int, stamp: str) -> Result:
+    """Ten connections from 127.0.0.1 open branches (a new qualifier every round) and put
+    ``data`` into each, in turns, until the broker refuses one; that refusal. The
+    connections stay open."""
+    connections = [SourceConnection(broker, "127.0.0.1") for _ in range(ATTACK_CONNECTIONS)]
+    try:
+        for round_number in range(ATTACK_BRANCHES_MAX // (per_round * ATTACK_CONNECTIONS)):
+            for index, connection in enumerate(connections):
+                qualifier = f"{stamp}c{index}r{round_number}"
+                keys = [f"XID:1:{n:08x}:01:{qualifier}" for n in range(1, per_round + 1)]
+                refused = branch_round(connection, keys, data)
+                if refused is not None:
+                    return refused
+        raise AssertionError("the broker took every branch")
+    finally:
+        for connection in connections:
+            connection.sock.close()
+
+
+def assert_another_address_gets_transactions(broker: BrokerProcess, data: bytes) -> None:
+    """A client on another address begins and puts, XA and local, and commits."""
+    stamp = time.monotonic_ns()
+    with SourceConnection(broker, OTHER_ADDRESS) as victim:
+        xa_key = f"XID:1:0a:0b:victim{stamp}"
+        reply = victim.tx(xa_key, "BEGIN")
+        assert reply.code == 200, reply
+        reply = victim.put(xa_key, data)
+        assert reply.code == 200, reply
+        assert victim.tx(xa_key, "COMMIT_ONE_PHASE").code == 200
+        local_key = f"TX:victim{stamp}:1"
+        assert victim.tx(local_key, "BEGIN").code == 200
+        assert victim.put(local_key, data).code == 200
+        assert victim.tx(local_key, "COMMIT_ONE_PHASE").code == 200
+
+
+def test_rotating_connections_and_qualifiers_from_one_address_leaves_room_for_others(
+    tmp_path,
+):
+    broker = default_broker(tmp_path)
+    try:
+        refused = rotating_attack(broker, b"x", ATTACK_ROUND, "rotate")
+        assert_another_address_gets_transactions(broker, b"victim")
+        assert refused.code == 500
+        assert b"maxTxPerAddress" in refused.body, refused.body
+        assert b"the most are held by 127.0.0.1 (10000 transactions, 210000 bytes)" in (
+            refused.body
+        )
+        with SourceConnection(broker, "127.0.0.1") as again:  # local ones count too
+            reply = again.tx(f"TX:again{time.monotonic_ns()}:1", "BEGIN")
+            assert reply.code == 500
+            assert b"maxTxPerAddress" in reply.body
+        assert "refused a transaction of 127.0.0.1" in broker.log()
+    finally:
+        broker.stop()
+
+
+def test_one_address_filling_branches_with_megabytes_leaves_room_for_others(tmp_path):
+    broker = default_broker(tmp_path)
+    try:
+        refused = rotating_attack(broker, BIG, 1, "bytes")
+        assert_another_address_gets_transactions(broker, BIG)
+        assert refused.code == 500
+        assert b"maxTxBytesPerAddress" in refused.body, refused.body
+        assert b"the most are held by 127.0.0.1 (" in refused.body
+    finally:
+        broker.stop()
+
+
+ACTIVE_TIMEOUT_S = 3
+
+
+def test_active_branches_time_out_release_their_bytes_and_prepared_ones_survive(tmp_path):
+    """Goal: branches that took puts and were never prepared go after the active timeout,
+    with their bytes; a prepared branch stays for its transaction manager.
+
+    Method: with a 3 MB share per address, one prepared branch and three active ones (XA
+    and local) holding 1 MB each fill it; after the timeout (waited for in the log) the same
+    address puts again, the active ones answer with the timeout, and the prepared branch is
+    still recovered and commits.
+    """
+    system = {"txActiveTimeoutInSeconds": ACTIVE_TIMEOUT_S, "maxTxBytesPerAddress": 3_500_000}
+    broker = default_broker(tmp_path, **system)
+    try:
+        stamp = time.monotonic_ns()
+        prepared, active = f"XID:1:01:01:kept{stamp}", f"XID:1:02:01:gone{stamp}"
+        with SourceConnection(broker, "127.0.0.1") as client:
+            for key in (prepared, active, f"TX:gone{stamp}:1"):
+                assert client.tx(key, "BEGIN").code == 200
+                assert client.put(key, BIG).code == 200
+            assert client.tx(prepared, "PREPARE").body == b"0"
+            assert client.tx(f"TX:full{stamp}:1", "BEGIN").code == 200
+            refused = client.put(f"TX:full{stamp}:1", BIG)
+            assert b"maxTxBytesPerAddress" in refused.body, refused
+            wait_for(
+                lambda: f"'{active}' was rolled back: it was still active" in broker.log(),
+                timeout_s=ACTIVE_TIMEOUT_S + 60,
+                what="the active branch to time out",
+            )
+            wait_for(
+                lambda: f"'TX:full{stamp}:1' was rolled back" in broker.log(),
+                timeout_s=ACTIVE_TIMEOUT_S + 60,
+                what="the local transaction to time out",
+            )
+            reply = client.tx(active, "PREPARE")
+            error = parse_xa_error(reply.body)
+            assert error is not None and error.error_code == XA_RBTIMEOUT, reply
+            assert "txActiveTimeoutInSeconds" in error.message
+            reply = client.tx(f"TX:gone{stamp}:1", "COMMIT_ONE_PHASE")
+            assert b"txActiveTimeoutInSeconds" in reply.body, reply
+            assert client.tx(f"TX:after{stamp}:1", "BEGIN").code == 200
+            assert client.put(f"TX:after{stamp}:1", BIG).code == 200  # the bytes are free
+            recover = Transaction("null", "s", "RECOVER", client.next_opaque(), 0, None)
+            assert client.request(recover).body == prepared.encode()
+            assert client.tx(prepared, "COMMIT_TWO_PHASE").code == 200
+    finally:
+        broker.stop()

@@ -341,6 +341,37 @@ def test_the_unanswered_count_follows_the_run_and_its_acks(tmp_path):
     assert fast.transport.value() == b""
 
 
+def test_puts_refused_at_once_by_a_failed_partition_are_not_counted_in_flight(tmp_path):
+    """Goal: a put its partition answers at once (stopped on a failed fsync) is a ready
+    reply: it never counts among the connection's requests in flight, or 16,384 refusals
+    would stop the connection being read. Method: runs and single puts to the failed
+    partition; the count stays 0 and every put is answered 500."""
+    fast, _slow = pair(tmp_path, 0)
+    fast.feed(put("test", 0, b"a", 1))
+    fast.files.fsync_error = EIO
+    fast.feed(put("test", 0, b"b", 2))  # the failing put: the partition stops
+    stream = b"".join(put("test", 0, b"c", i) for i in range(100))
+    fast.protocol.dataReceived(stream)
+    assert fast.protocol.inflight == 0
+    fast.protocol.dataReceived(put("test", 0, b"d", 100))
+    assert fast.protocol.inflight == 0
+    replies = decode_all(fast.feed())
+    assert [(reply.code, reply.opaque) for reply in replies] == [(500, i) for i in range(101)]
+
+
+def test_a_batch_whose_write_fails_inside_its_stage_is_not_counted_in_flight(tmp_path):
+    """Goal: the same when the failure comes inside the stage (the batch fills its segment,
+    so the stage writes at once, and the write fails). Method: a segment of 3 records and a
+    write error; a run of 5 puts, all answered 500 with none left in flight."""
+    record_bytes = 20 + 1
+    fast, _slow = pair(tmp_path, 0, segment_bytes=3 * record_bytes)
+    fast.files.write_error = EIO
+    fast.protocol.dataReceived(b"".join(put("test", 0, b"x", i) for i in range(5)))
+    assert fast.protocol.inflight == 0
+    replies = decode_all(fast.feed())
+    assert sorted((reply.code, reply.opaque) for reply in replies) == [(500, i) for i in range(5)]
+
+
 @pytest.mark.parametrize("segment_records", [1, 3])
 def test_a_segment_that_a_record_fills_exactly_rolls_where_single_puts_roll_it(
     tmp_path, segment_records

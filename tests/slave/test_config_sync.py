@@ -131,3 +131,13 @@ def test_a_merged_file_that_does_not_load_is_never_written(tmp_path):
         write_merged_config((MASTER + "nosuchkey=1\n").encode(), running)
     assert (tmp_path / "server.ini").read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == ["server.ini"]
+
+
+def test_the_dashboard_token_file_stays_the_slaves_own_path_or_none():
+    """The operator token file is a path on each machine: the master's never replaces it."""
+    master = MASTER.replace("[system]\n", "[system]\ndashboardAdminTokenFile=/master/token\n")
+    slave = SLAVE.replace("[system]\n", "[system]\ndashboardAdminTokenFile=/slave/token\n")
+    merged = merge_master_config(master, slave)
+    assert "dashboardAdminTokenFile=/slave/token" in merged
+    assert "/master/token" not in merged
+    assert "dashboardAdminTokenFile" not in merge_master_config(master, SLAVE)

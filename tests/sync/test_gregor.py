@@ -11,6 +11,7 @@ import os
 from types import SimpleNamespace
 
 import pytest
+from twisted.internet.address import IPv4Address
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
@@ -23,16 +24,20 @@ from meta.server.broker import Broker
 from meta.server.protocol import BrokerProtocol
 from meta.store.manager import StoreManager
 from meta.sync.gregor import POOL_BUSY, STATUS_TEST_TOPIC, GregorSlave, with_status_topic
+from meta.sync.peers import SyncPeers
 from tests.server.memory_broker import closing_broker
 from tests.store.conftest import ManualExecutor, RecordingFiles, broker_config, topic_config
+
+MASTER = "192.168.1.1:8123"
 
 
 class Slave:
     """A gregor slave broker, stopped after the running test (``closing_broker``);
     ``connect`` opens in-memory connections to it."""
 
-    def __init__(self, directory: str, threshold: int = 0) -> None:
+    def __init__(self, directory: str, threshold: int = 0, secret: str | None = None) -> None:
         os.makedirs(directory, exist_ok=True)
+        self.warned: list[str] = []  # peer hosts of the refusals logged
         self.executor = ManualExecutor()
         self.clock = Clock()
         self.clock.advance(1_900_000_000)
@@ -44,18 +49,23 @@ class Slave:
         )
         store = StoreManager(config, self.clock, files=RecordingFiles(), executor=self.executor)
         self.broker = Broker(config, self.clock, store=store)
-        self.broker.sync = GregorSlave(
-            store.partitions,
-            lambda connection: connection in self.broker.connections,
-            self.clock.seconds,
-        )
+
+        def is_open(connection) -> bool:
+            return connection in self.broker.connections
+
+        # StringTransport's peer is 192.168.1.1: the master's address here.
+        def warn(host: str, text: str) -> None:
+            self.warned.append(host)
+
+        peers = SyncPeers(MASTER, frozenset({"192.168.1.1"}), secret, is_open, warn)
+        self.broker.sync = GregorSlave(store.partitions, is_open, self.clock.seconds, peers)
         self.broker.refuses_puts = True
         self.broker.start(listen=False)
         closing_broker(self.broker, self.clock, self.executor)
 
-    def connect(self) -> tuple[BrokerProtocol, StringTransport]:
+    def connect(self, peer: str = "192.168.1.1") -> tuple[BrokerProtocol, StringTransport]:
         protocol = BrokerProtocol(self.broker)
-        transport = StringTransport()
+        transport = StringTransport(peerAddress=IPv4Address("TCP", peer, 54321))
         protocol.makeConnection(transport)
         return protocol, transport
 
@@ -195,9 +205,11 @@ def test_the_status_topic_is_added_once_with_one_partition(tmp_path):
 
 
 def test_a_gregor_master_address_shows_ipv6_hosts_in_brackets():
-    gregor = GregorSlave(lambda: [], lambda connection: True, lambda: 0.0)
+    peers = SyncPeers("[::1]:8123", frozenset({"::1"}), None, lambda c: True, print)
+    gregor = GregorSlave(lambda: [], lambda connection: True, lambda: 0.0, peers)
     peer = SimpleNamespace(host="::1", port=9)
     connection = SimpleNamespace(transport=SimpleNamespace(getPeer=lambda: peer))
+    assert gregor.refusal(connection) is None
     assert gregor.admit("test", 0, 1, connection)
     assert gregor.master == "[::1]:9"
 

@@ -23,7 +23,6 @@ from meta.protocol.xa import (
     XAER_RMERR,
     XAER_RMFAIL,
 )
-from meta.tx import transaction_store
 from meta.tx.records import CommitDataRecord, CommitRecord
 from tests.store.conftest import EIO, ManualExecutor, collect, record
 from tests.tx.conftest import LOCAL, XID, Done, TxBroker, journal_records, tx_config
@@ -424,7 +423,9 @@ def test_a_timeout_is_clamped_to_the_maximum(tmp_path):
     assert broker.transactions.describe() == []
 
 
-def test_a_timeout_of_zero_never_fires(broker):
+def test_a_timeout_of_zero_never_fires(tmp_path, files):
+    """Without a timeout of its own (and with the active timeout off) nothing fires."""
+    broker = TxBroker(tx_config(tmp_path, tx_active_timeout_s=0), files=files)
     begun(broker, timeout_s=0)
     broker.clock.advance(10**6)
     assert len(broker.transactions.describe()) == 1
@@ -645,46 +646,46 @@ def test_a_heuristic_outcome_of_an_unprepared_branch_is_refused(broker):
 # -- bounds ------------------------------------------------------------------------------
 
 
-def test_begin_beyond_transactions_max_is_refused(broker, monkeypatch):
-    monkeypatch.setattr(transaction_store, "TRANSACTIONS_MAX", 2)
+def test_begin_beyond_transactions_max_is_refused(tmp_path, files):
+    broker = TxBroker(tx_config(tmp_path, tx_open_max=2), files=files)
     begun(broker, "TX:s:1")
     begun(broker, "TX:s:2")
     with pytest.raises(TransactionError, match="Too many open transactions"):
         broker.transactions.begin("TX:s:3", "c1", 0)
 
 
-def test_finishing_a_transaction_frees_its_slot(broker, monkeypatch):
-    monkeypatch.setattr(transaction_store, "TRANSACTIONS_MAX", 1)
+def test_finishing_a_transaction_frees_its_slot(tmp_path, files):
+    broker = TxBroker(tx_config(tmp_path, tx_open_max=1), files=files)
     begun(broker, "TX:s:1")
     broker.rollback("TX:s:1")
     broker.transactions.begin("TX:s:2", "c1", 0)  # does not raise
 
 
-def test_a_refused_begin_creates_no_transaction(broker, monkeypatch):
-    monkeypatch.setattr(transaction_store, "TRANSACTIONS_MAX", 1)
+def test_a_refused_begin_creates_no_transaction(tmp_path, files):
+    broker = TxBroker(tx_config(tmp_path, tx_open_max=1), files=files)
     begun(broker, "TX:s:1")
     with pytest.raises(TransactionError):
         broker.transactions.begin("TX:s:2", "c1", 0)
     assert [key for key, *_ in broker.transactions.describe()] == ["TX:s:1"]
 
 
-def test_a_put_beyond_transaction_bytes_max_is_refused(broker, monkeypatch):
-    monkeypatch.setattr(transaction_store, "TRANSACTION_BYTES_MAX", 50)
+def test_a_put_beyond_transaction_bytes_max_is_refused(tmp_path, files):
+    broker = TxBroker(tx_config(tmp_path, tx_open_bytes_max=50), files=files)
     begun(broker).put(LOCAL, [b"a" * 10])  # 30 bytes
     with pytest.raises(TransactionError, match="at most 50"):
         broker.put(LOCAL, [b"b" * 10])
 
 
-def test_the_byte_bound_counts_every_open_transaction(broker, monkeypatch):
-    monkeypatch.setattr(transaction_store, "TRANSACTION_BYTES_MAX", 50)
+def test_the_byte_bound_counts_every_open_transaction(tmp_path, files):
+    broker = TxBroker(tx_config(tmp_path, tx_open_bytes_max=50), files=files)
     begun(broker, "TX:s:1").put("TX:s:1", [b"a" * 10])
     begun(broker, "TX:s:2")
     with pytest.raises(TransactionError):
         broker.put("TX:s:2", [b"b" * 10])
 
 
-def test_a_refused_put_leaves_the_transaction_usable_without_it(broker, monkeypatch):
-    monkeypatch.setattr(transaction_store, "TRANSACTION_BYTES_MAX", 50)
+def test_a_refused_put_leaves_the_transaction_usable_without_it(tmp_path, files):
+    broker = TxBroker(tx_config(tmp_path, tx_open_bytes_max=50), files=files)
     begun(broker)
     kept = broker.put(LOCAL, [b"a" * 10])
     with pytest.raises(TransactionError):
@@ -693,26 +694,26 @@ def test_a_refused_put_leaves_the_transaction_usable_without_it(broker, monkeypa
     assert broker.segment_bytes(0) == b"".join(kept)
 
 
-def test_a_refused_first_put_leaves_an_xa_branch_with_nothing_to_prepare(broker, monkeypatch):
+def test_a_refused_first_put_leaves_an_xa_branch_with_nothing_to_prepare(tmp_path, files):
     """Rule 2 of meta/tx/states.py: a refused event leaves the state unchanged, so a branch
     whose only put was refused is still empty and PREPARE answers XA_RDONLY."""
-    monkeypatch.setattr(transaction_store, "TRANSACTION_BYTES_MAX", 10)
+    broker = TxBroker(tx_config(tmp_path, tx_open_bytes_max=10), files=files)
     begun(broker, XID, None)
     with pytest.raises(TransactionError):
         broker.put(XID, [b"too big"], session=None)
     assert broker.prepare(XID).calls == [(XA_RDONLY, None)]
 
 
-def test_a_commit_after_a_refused_first_put_is_answered(broker, monkeypatch):
-    monkeypatch.setattr(transaction_store, "TRANSACTION_BYTES_MAX", 10)
+def test_a_commit_after_a_refused_first_put_is_answered(tmp_path, files):
+    broker = TxBroker(tx_config(tmp_path, tx_open_bytes_max=10), files=files)
     begun(broker)
     with pytest.raises(TransactionError):
         broker.put(LOCAL, [b"too big"])
     assert broker.commit(LOCAL).ok
 
 
-def test_committed_bytes_no_longer_count_against_the_bound(broker, monkeypatch):
-    monkeypatch.setattr(transaction_store, "TRANSACTION_BYTES_MAX", 50)
+def test_committed_bytes_no_longer_count_against_the_bound(tmp_path, files):
+    broker = TxBroker(tx_config(tmp_path, tx_open_bytes_max=50), files=files)
     begun(broker, "TX:s:1").put("TX:s:1", [b"a" * 10])
     broker.commit("TX:s:1")
     begun(broker, "TX:s:2").put("TX:s:2", [b"b" * 10])
