@@ -11,10 +11,11 @@ at once over all ports (the start-up descriptor check counts them).
   ``maxTotalConnections`` over all of them when it is set; one beyond is closed at once,
   without a byte written (the text protocol has no frame for it), and logged at most once
   per ``LOG_INTERVAL_S`` per port with the number refused since. Unless the full port holds
-  a connection whose request header has stayed incomplete since the sweep before last (a
-  slow header: at least one ``sweep_period_s`` old): then the oldest such one is reset to
-  make room, and the new connection is admitted, so that clients trickling headers cannot
-  keep others out for ``headerTimeoutInSeconds`` each time;
+  a connection whose request header was incomplete at the last sweep and still is (a slow
+  header): then the one incomplete the longest is reset to make room, and the new connection
+  is admitted, so that clients trickling headers cannot keep others out for
+  ``headerTimeoutInSeconds`` each time (a complete request arrives in one read or a few
+  milliseconds: a sweep rarely finds one incomplete);
 * an accepted socket gets ``SO_KEEPALIVE`` (probes after ``KEEPALIVE_IDLE_S`` of silence,
   every ``KEEPALIVE_INTERVAL_S``, ``KEEPALIVE_PROBES`` unanswered ones drop it), so a peer
   that vanished without a FIN or RST is noticed;
@@ -294,7 +295,7 @@ class ConnectionGuard:
         for connection, watch in list(self._watched.items()):
             reason = self._overdue(connection, watch, now)
             if reason is None:
-                if watch.header_start >= 0 and watch.header_since < now:
+                if watch.header_start >= 0:  # a header still incomplete at this sweep
                     slow.append((watch.header_since, len(slow), connection, watch.port))
                 continue
             self._forget(connection)

@@ -6,8 +6,8 @@ from ``meta.bench.http_abuse`` against it, beside a legitimate client:
 * slowloris: more connections than ``maxHttpConnections``, each sending a header line
   every 2 s and never ending the head, while a legitimate client sends ``/offset`` on new
   connections: each of its requests must be answered within ``SLOWLORIS_BOUND_S``
-  (docs/security.md: the full port resets its oldest slow head to admit a new connection
-  once that head is two guard sweeps old, and every head is cut at
+  (docs/security.md: the full port resets the head incomplete the longest, if it was
+  incomplete at the guard's last sweep, to admit a new connection, and every head is cut at
   ``headerTimeoutInSeconds``), however long the abuse goes on;
 * pipelined gets: 20 connections pipelining 500 gets each, read and sent again, while a
   TCP client times ``version`` and an HTTP client ``/offset``: the worst round trip of each
@@ -41,7 +41,7 @@ HTTP_CONNECTIONS_MAX = 8
 SLOW_CONNECTIONS = 16
 HEADER_TIMEOUT_S = 4  # the guard sweeps every second
 SLOWLORIS_REQUESTS = 10
-SLOWLORIS_BOUND_S = 20.0  # documented: 2 sweeps + headerTimeoutInSeconds, with room to spare
+SLOWLORIS_BOUND_S = 20.0  # documented: about one sweep (1 s here), with room to spare
 PIPELINED_CONNECTIONS = 20
 PIPELINED_SAMPLES = 200
 PIPELINED_MEDIAN_S = 0.25  # documented: some 5-10 ms (about a second before slicing)
