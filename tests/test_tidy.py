@@ -56,6 +56,12 @@ GRANDFATHERED: dict[str, tuple[int, str]] = {
         "creating them, and the background work they share (flush timers, retention, the "
         "scrubber); the retention schedule moves out next",
     ),
+    "meta/server/protocol.py": (
+        540,
+        "one concept, a text-port connection: its reads, the dispatch of its requests, its "
+        "replies and the backpressure between them; the socket-level sends (send_now, "
+        "sendfile_now), shared with the HTTP port, are what moves out when it grows",
+    ),
     "meta/server/registry.py": (
         540,
         "one concept, the reactor half of the ZooKeeper registration: one state machine over "

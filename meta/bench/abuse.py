@@ -1,9 +1,11 @@
 """Misbehaving clients and a victim's round trip: ``python -m meta.bench.abuse [--json]``.
 
-One broker process is started here (``meta.bench.broker.BenchBroker``, group commit,
-ZooKeeper off). A victim connection sends ``version`` and waits for the reply, every
-``VICTIM_INTERVAL_S``, for ``--seconds``: first alone (the quiet p99), then under each abuse
-in turn, each abuse stopped before the next starts:
+One broker process is started here (``AbuseBroker``: a ``meta.bench.http.HttpBenchBroker``,
+group commit, ZooKeeper off, the HTTP protocol on, at most ``HTTP_CONNECTIONS_MAX`` HTTP
+connections and a ``HEADER_TIMEOUT_S`` head deadline, so that the HTTP abuses reach the cap
+and the deadline within a turn). A victim connection sends ``version`` and waits for the
+reply, every ``VICTIM_INTERVAL_S``, for ``--seconds``: first alone (the quiet p99), then
+under each abuse in turn, each abuse stopped before the next starts:
 
 * ``gets``: ``--get-connections`` connections send ``get ... 1048576`` in a loop and never
   read a reply (``NonReadingGets``); the broker stops reading from them once their queued
@@ -13,7 +15,17 @@ in turn, each abuse stopped before the next starts:
   (``LongPollStorm.run_in_turns``); the broker answers them in slices;
 * ``idle``: ``--idle-connections`` connections that connect and send nothing;
 * ``slowloris``: ``--slow-connections`` connections that send a request header one byte at
-  a time, a byte each every ``SLOW_BYTE_INTERVAL_S`` (``Slowloris``).
+  a time, a byte each every ``SLOW_BYTE_INTERVAL_S`` (``Slowloris``);
+* ``http-slowloris``: ``--http-slow-connections`` HTTP connections, more than the cap, that
+  send a header line every 2 s and never end the head (``http_abuse.HttpSlowloris``);
+* ``http-pipelined``: ``--http-pipelined-connections`` HTTP connections that pipeline 500
+  gets each, read the responses and start again (``http_abuse.HttpPipelined``);
+* ``http-nonreading``: ``--http-nonreading-connections`` HTTP connections that pipeline
+  1 MiB gets forever and never read (``http_abuse.HttpNonReaders``).
+
+Under the HTTP abuses a legitimate HTTP client also sends ``/offset`` on a new connection
+every ``VICTIM_INTERVAL_S`` (``http_abuse.http_request``): its p99 and worst, and how many
+of its requests failed, are reported too.
 
 Reported per abuse: the victim's round trips, p50, p99 and worst in ms, beside the quiet
 ones, and the broker's RSS at the end. The abusers run in threads of this process; every
@@ -33,7 +45,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from meta.bench import http_abuse
+from meta.bench.abuser import SOCKET_TIMEOUT_S, Abuse
 from meta.bench.broker import BenchBroker, report_in_work_directory
+from meta.bench.http import HttpBenchBroker
 from meta.protocol.codec import encode
 from meta.protocol.commands import Get, Put, Version
 from meta.protocol.message import HEADER_SIZE as HEADER_BYTES
@@ -45,10 +60,33 @@ GET_BYTES = 1024 * 1024
 VICTIM_INTERVAL_S = 0.01
 PUT_INTERVAL_S = 0.5
 SLOW_BYTE_INTERVAL_S = 0.5
-SOCKET_TIMEOUT_S = 30.0
 GETS_PER_SEND = 1000
-JOIN_TIMEOUT_S = 30.0
-ABUSES = ("gets", "long-poll", "idle", "slowloris")
+ABUSES = (
+    "gets",
+    "long-poll",
+    "idle",
+    "slowloris",
+    "http-slowloris",
+    "http-pipelined",
+    "http-nonreading",
+)
+ROW_NAMES = tuple(name.replace("-", "_") for name in ABUSES)
+"""The abuses as ``bench_row`` names its columns (``gets_p99_ms``, ``http_slowloris_p99_ms``)."""
+HTTP_CONNECTIONS_MAX = 64
+HEADER_TIMEOUT_S = 4
+HTTP_VICTIM_TIMEOUT_S = 10.0
+
+
+class AbuseBroker(HttpBenchBroker):
+    """The abuse benchmark's broker: ``HttpBenchBroker`` with ``maxHttpConnections`` at
+    ``HTTP_CONNECTIONS_MAX`` and ``headerTimeoutInSeconds`` at ``HEADER_TIMEOUT_S``."""
+
+    def server_ini(self) -> str:
+        limits = (
+            f"maxHttpConnections={HTTP_CONNECTIONS_MAX}\n"
+            f"headerTimeoutInSeconds={HEADER_TIMEOUT_S}\n"
+        )
+        return super().server_ini().replace("[system]\n", "[system]\n" + limits, 1)
 
 
 def _connect(address: tuple[str, int]) -> socket.socket:
@@ -83,35 +121,6 @@ def put_end(sock: socket.socket, topic: str, data: bytes, partition: int = 0) ->
     if words[1] != b"200":
         raise ConnectionError(f"the put was answered {words} {body!r}")
     return int(body.split()[2]) + HEADER_BYTES + len(data)
-
-
-class Abuse:
-    """Threads that misbehave until ``close``; a context manager."""
-
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-        self.threads: list[threading.Thread] = []
-        self.sockets: list[socket.socket] = []
-
-    def start(self) -> Abuse:
-        """Start the threads not started yet (so a second call does nothing)."""
-        for thread in self.threads:
-            if thread.ident is None:
-                thread.start()
-        return self
-
-    def close(self) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(JOIN_TIMEOUT_S)
-        for sock in self.sockets:
-            sock.close()
-
-    def __enter__(self) -> Abuse:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 class NonReadingGets(Abuse):
@@ -313,7 +322,9 @@ def broker_rss_mib(broker: BenchBroker) -> float:
     return int(line.split()[1]) / 1024
 
 
-def abuses(args: argparse.Namespace, address: tuple[str, int]) -> dict[str, Callable[[], Abuse]]:
+def abuses(
+    args: argparse.Namespace, address: tuple[str, int], http_address: tuple[str, int]
+) -> dict[str, Callable[[], Abuse]]:
     """Each abuse's name and how to start it."""
     return {
         "gets": lambda: NonReadingGets(address, TOPIC, args.get_connections).start(),
@@ -322,22 +333,75 @@ def abuses(args: argparse.Namespace, address: tuple[str, int]) -> dict[str, Call
         ).run_in_turns(),
         "idle": lambda: IdleConnections(address, args.idle_connections).start(),
         "slowloris": lambda: Slowloris(address, args.slow_connections).start(),
+        "http-slowloris": lambda: http_abuse.HttpSlowloris(
+            http_address, args.http_slow_connections
+        ).start(),
+        "http-pipelined": lambda: http_abuse.HttpPipelined(
+            http_address, TOPIC, args.http_pipelined_connections
+        ).start(),
+        "http-nonreading": lambda: http_abuse.HttpNonReaders(
+            http_address, TOPIC, args.http_nonreading_connections
+        ).start(),
     }
+
+
+def http_victim_round_trips(address: tuple[str, int], seconds: float) -> tuple[list[float], int]:
+    """``/offset`` on a new connection every ``VICTIM_INTERVAL_S`` for ``seconds``: the
+    seconds of each answered one, and how many were not answered 200."""
+    request = http_abuse.offset_request(TOPIC)
+    rounds: list[float] = []
+    failed = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        began = time.monotonic()
+        if http_abuse.http_request(address, request, HTTP_VICTIM_TIMEOUT_S) == 200:
+            rounds.append(time.monotonic() - began)
+        else:
+            failed += 1
+        time.sleep(VICTIM_INTERVAL_S)
+    return rounds, failed
+
+
+def abused_turn(name: str, broker: BenchBroker, http_address: tuple[str, int], seconds: float):
+    """The victims' round trips while one abuse runs (started by the caller): the TCP
+    ``version`` one, and for an HTTP abuse the HTTP ``/offset`` one beside it."""
+    http_result: list = []
+    http_victim = None
+    if name.startswith("http-"):
+
+        def run_http_victim() -> None:
+            http_result.append(http_victim_round_trips(http_address, seconds))
+
+        http_victim = threading.Thread(target=run_http_victim, daemon=True)
+        http_victim.start()
+    row = {"abuse": name, **summary(victim_round_trips(broker.address, seconds))}
+    if http_victim is not None:
+        http_victim.join(seconds + HTTP_VICTIM_TIMEOUT_S * 2)
+        rounds, failed = http_result[0] if http_result else ([], -1)
+        http = summary(rounds) if rounds else {"p99_ms": -1.0, "max_ms": -1.0}
+        row.update(
+            http_answered=len(rounds),
+            http_p99_ms=http["p99_ms"],
+            http_max_ms=http["max_ms"],
+            http_failed=failed,
+        )
+    row["broker_rss_mib"] = broker_rss_mib(broker)
+    return row
 
 
 def run(args: argparse.Namespace, work: Path) -> dict:
     topics = {TOPIC: 1, TOPIC + "-poll": 1}
-    with BenchBroker(work / "broker", threshold=0, topics=topics) as broker:
+    with AbuseBroker(work / "broker", threshold=0, topics=topics) as broker:
+        broker.wait_for_http()
+        http_address = (broker.address[0], broker.http_port)
         with _connect(broker.address) as sock:  # about 1 MiB for the gets to return
             for _ in range(4):
                 put_end(sock, TOPIC, b"x" * (256 * 1024))
         quiet = summary(victim_round_trips(broker.address, args.seconds))
         rows = []
-        for name, start in abuses(args, broker.address).items():
+        for name, start in abuses(args, broker.address, http_address).items():
             with start():
-                row = {"abuse": name, **summary(victim_round_trips(broker.address, args.seconds))}
-                row["broker_rss_mib"] = broker_rss_mib(broker)
-            rows.append(row)
+                rows.append(abused_turn(name, broker, http_address, args.seconds))
     return {"seconds": args.seconds, "quiet": quiet, "abuses": rows}
 
 
@@ -358,6 +422,9 @@ def bench_row(report: dict) -> dict:
         row[f"{name}_p99_ms"] = entry["p99_ms"]
         row[f"{name}_max_ms"] = entry["max_ms"]
         row[f"{name}_rss_mib"] = entry["broker_rss_mib"]
+        if "http_p99_ms" in entry:
+            row[f"{name}_http_p99_ms"] = entry["http_p99_ms"]
+            row[f"{name}_http_failed"] = entry["http_failed"]
     return row
 
 
@@ -365,14 +432,21 @@ def format_report(report: dict) -> str:
     quiet = report["quiet"]
     lines = [
         f"victim's version round trip, {report['seconds']:g} s each "
-        f"(p50 / p99 / worst, ms; broker RSS)",
-        f"  quiet       {quiet['p50_ms']:8.2f} {quiet['p99_ms']:8.2f} {quiet['max_ms']:8.2f}",
+        f"(p50 / p99 / worst, ms; broker RSS; HTTP /offset on a new connection: p99 / worst, "
+        f"ms, answered, failed)",
+        f"  quiet            {quiet['p50_ms']:8.2f} {quiet['p99_ms']:8.2f} {quiet['max_ms']:8.2f}",
     ]
     for entry in report["abuses"]:
-        lines.append(
-            f"  {entry['abuse']:<10}  {entry['p50_ms']:8.2f} {entry['p99_ms']:8.2f} "
+        line = (
+            f"  {entry['abuse']:<15}  {entry['p50_ms']:8.2f} {entry['p99_ms']:8.2f} "
             f"{entry['max_ms']:8.2f}  {entry['broker_rss_mib']:.0f} MiB"
         )
+        if "http_p99_ms" in entry:
+            line += (
+                f"  http {entry['http_p99_ms']:8.2f} {entry['http_max_ms']:8.2f} "
+                f"{entry['http_answered']} ok {entry['http_failed']} failed"
+            )
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -384,6 +458,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--polls", type=int, default=1500, help="long polls per connection")
     parser.add_argument("--idle-connections", type=int, default=500)
     parser.add_argument("--slow-connections", type=int, default=200)
+    parser.add_argument("--http-slow-connections", type=int, default=HTTP_CONNECTIONS_MAX + 16)
+    parser.add_argument("--http-pipelined-connections", type=int, default=20)
+    parser.add_argument("--http-nonreading-connections", type=int, default=20)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     return report_in_work_directory(parser.parse_args(argv), "metaq-abuse-", run, format_report)

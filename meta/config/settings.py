@@ -141,6 +141,9 @@ class BrokerConfig:
     tx_per_address_max: int = 10000  # maxTxPerAddress (ours): per client IP address
     tx_bytes_per_address_max: int = 64 * 1024 * 1024  # maxTxBytesPerAddress (ours)
     connections_max: int = 4096  # maxConnections (ours)
+    http_connections_max: int = 1024  # maxHttpConnections (ours): the HTTP protocol port
+    dashboard_connections_max: int = 64  # maxDashboardConnections (ours)
+    total_connections_max: int = 0  # maxTotalConnections (ours): 0 = the ports' caps only
     idle_connection_timeout_s: int = 600  # idleConnectionTimeoutInSeconds (ours)
     header_timeout_s: int = 30  # headerTimeoutInSeconds (ours)
     queued_reply_bytes_max: int = 32 * 1024 * 1024  # maxQueuedReplyBytes (ours)

@@ -3,8 +3,9 @@
 ``start_dashboard`` listens (or not: ``-1`` turns the dashboard off; ``0`` picks a free port,
 which is logged) on ``hostName`` when it is set, else on every interface, as the broker's TCP
 port does (compatibility.md). A port that cannot be taken is a startup error naming the port and
-the key. It also installs the ``/logging`` ring on the root logger and starts sampling the
-rates the charts show.
+the key. Its connections follow the broker's connection policy (``meta.web.GuardedSite``:
+at most ``maxDashboardConnections``, the idle and head timeouts). It also installs the
+``/logging`` ring on the root logger and starts sampling the rates the charts show.
 
 ``DashboardResource`` turns each HTTP request into a ``routes.Request`` and writes the
 ``routes.Reply`` it gets back, at once or when its Deferred fires (the ZooKeeper views and
@@ -33,11 +34,12 @@ from meta.dashboard.metrics import BrokerMetrics
 from meta.dashboard.routes import Reply, Request, route, text_reply
 from meta.dashboard.zookeeper import ZooKeeperViews
 from meta.errors import MetaError
-from meta.web import listen_site
+from meta.web import GuardedSite, listen_site
 
 log = logging.getLogger("meta.dashboard")
 
 PORT_KEY = "dashboardHttpPort"
+CAP_KEY = "maxDashboardConnections"
 PORT_OFF = -1
 JSON_TYPES = ("application/json", "application/vnd")
 CONTENT_SECURITY_POLICY = (
@@ -86,7 +88,11 @@ class Dashboard:
         self.ring = ring
         self.views = ZooKeeperViews(broker, reactor.seconds, lambda: self.port, reactor)
         self.actions = Actions(self.views, reload, broker.config.dashboard_admin_token_file)
-        self.site = server.Site(DashboardResource(self))
+        guard = broker.connection_guard
+        port_limit = guard.add_port(
+            "the dashboard (dashboardHttpPort)", CAP_KEY, broker.config.dashboard_connections_max
+        )
+        self.site = GuardedSite(DashboardResource(self), guard, port_limit, reactor)
         self._port: Any = None
 
     @property

@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     from meta.server.descriptor_limit import raise_descriptor_limit
 
-    raise_descriptor_limit(config)
+    raise_descriptor_limit(config, http=http is not None)
     from meta.server.reactor import install
 
     log.info("reactor: %s", install())

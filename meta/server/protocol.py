@@ -22,15 +22,19 @@ Output and backpressure (STYLE 3, 13):
   ``os.sendfile`` while the socket takes it, else read in chunks of ``CHUNK_BYTES`` while
   the transport is not paused, so a get never builds its whole body in memory.
 * Replies that arrive while a stream is running, or while the transport is paused, wait in
-  a queue. Reading from the peer stops while more than ``INFLIGHT_MAX`` requests are
-  unanswered or more than ``QUEUED_BYTES_MAX`` reply bytes are queued, and resumes below half.
+  a queue. Reading from the peer stops while the transport's buffer is full (it paused this
+  producer: the peer does not read its replies, so its requests wait in its own socket
+  rather than being read and answered into a queue), while more than ``INFLIGHT_MAX``
+  requests are unanswered or more than ``QUEUED_BYTES_MAX`` reply bytes are queued, and
+  resumes once the buffer drained and those are below half.
   Queued bytes also count in the broker's ``reply_budget`` (``maxQueuedReplyBytes`` over all
   connections), which stops reading from the connections holding the most while it is over
   (``hold_reading``) until their queues drain (``release_reading``).
 * One read's requests other than plain puts are handled ``TURN_REQUESTS_MAX`` at a time:
   beyond that, reading stops and the rest of the read waits for the next reactor turn
   (``_yield_turn``), so a connection that floods requests (a thousand gets in one read)
-  delays the other connections by one slice, not by its whole read.
+  delays the other connections by one slice, not by its whole read. While the transport's
+  buffer is full, the rest of the read waits until it has drained (``resumeProducing``).
 * Malformed input closes the connection (Java sends nothing either); replies already queued
   are still written first. After the peer's FIN (a half-close), the replies to every request
   read before it are still sent, then the connection closes. A reply whose segment was
@@ -198,7 +202,7 @@ class BrokerProtocol(Protocol):
             elif reply is not None:
                 self._send(cast("bytes | FileReply", reply))
             handled += 1
-            if handled >= TURN_REQUESTS_MAX and decoder.buffered_bytes:
+            if decoder.buffered_bytes and (handled >= TURN_REQUESTS_MAX or self._transport_paused):
                 self._yield_turn()
                 break
         # Puts decoded from this read were staged; one write per partition covers them all,
@@ -255,10 +259,13 @@ class BrokerProtocol(Protocol):
 
     def pauseProducing(self) -> None:
         self._transport_paused = True
+        self._update_reading()  # the peer does not read: stop reading its requests
 
     def resumeProducing(self) -> None:
         self._transport_paused = False
         self._pump()
+        if self._turn_waiting:  # requests read before the pause wait for this
+            self._broker.call_soon(self._next_turn)
         self._update_reading()
         if self._read_closed:
             self._close_when_answered()
@@ -355,11 +362,17 @@ class BrokerProtocol(Protocol):
         if self._closed or self._requests_stopped:
             return
         if not self._reading_paused:
-            if self._held or self._inflight > INFLIGHT_MAX or self._queued_bytes > QUEUED_BYTES_MAX:
+            if (
+                self._transport_paused
+                or self._held
+                or self._inflight > INFLIGHT_MAX
+                or self._queued_bytes > QUEUED_BYTES_MAX
+            ):
                 self._reading_paused = True
                 self.transport.pauseProducing()  # a TCP transport stops reading
         elif (
-            not self._held
+            not self._transport_paused
+            and not self._held
             and not self._turn_waiting
             and self._inflight <= INFLIGHT_MAX // 2
             and self._queued_bytes <= QUEUED_BYTES_MAX // 2
@@ -375,6 +388,8 @@ class BrokerProtocol(Protocol):
         self._broker.call_soon(self._next_turn)
 
     def _next_turn(self) -> None:
+        if self._transport_paused and not self._closed and not self._requests_stopped:
+            return  # the peer reads none of its replies: ``resumeProducing`` goes on
         self._turn_waiting = False
         if self._closed:
             return

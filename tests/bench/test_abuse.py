@@ -30,6 +30,12 @@ def test_a_tiny_run_reports_the_quiet_round_trip_and_one_under_each_abuse():
             "5",
             "--slow-connections",
             "3",
+            "--http-slow-connections",
+            "70",
+            "--http-pipelined-connections",
+            "2",
+            "--http-nonreading-connections",
+            "2",
         ],
         capture_output=True,
         text=True,
@@ -44,8 +50,13 @@ def test_a_tiny_run_reports_the_quiet_round_trip_and_one_under_each_abuse():
         "long-poll",
         "idle",
         "slowloris",
+        "http-slowloris",
+        "http-pipelined",
+        "http-nonreading",
     ]
     for entry in report["abuses"]:
         assert entry["round_trips"] > 0
         assert 0 < entry["p50_ms"] <= entry["p99_ms"] <= entry["max_ms"]
         assert entry["broker_rss_mib"] > 0
+        if entry["abuse"].startswith("http-"):
+            assert entry["http_failed"] >= 0

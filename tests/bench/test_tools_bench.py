@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from meta.bench import abuse as bench_abuse
 from meta.bench.steal import cpu_times
 
 pytestmark = pytest.mark.integration
@@ -120,7 +121,9 @@ def test_quick_run_reports_every_scenario(tmp_path: Path):
     assert "a /metrics scrape of 20 partitions costs" in completed.stdout
     abuse = rows[("abuse", "0")]  # its own broker (meta.bench.abuse)
     assert abuse["quiet_p99_ms"] > 0
-    assert all(abuse[f"{name}_p99_ms"] > 0 for name in ("gets", "long_poll", "idle", "slowloris"))
+    assert all(abuse[f"{name}_p99_ms"] > 0 for name in bench_abuse.ROW_NAMES)
+    http_rows = [name for name in bench_abuse.ROW_NAMES if name.startswith("http_")]
+    assert http_rows and all(abuse[f"{name}_http_failed"] >= 0 for name in http_rows)
     assert "abuse: a victim's version round trip p99 quiet" in completed.stdout
     e2e = rows[("e2e", "0")]
     assert e2e["messages"] > 0 and 0 < e2e["p50_ms"] <= e2e["p99_ms"]

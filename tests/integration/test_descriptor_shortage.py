@@ -1,10 +1,13 @@
 """Running out of file descriptors is transient: a real broker started with a low
 ``RLIMIT_NOFILE`` answers a put that needs a new segment with a clear 500 while idle
-connections hold every descriptor, and takes puts again once they close, without a restart.
+connections hold every descriptor, and takes puts again once they close, without a restart;
+and half-sent requests on the dashboard's port cannot take the descriptors the text port
+needs.
 """
 
 from __future__ import annotations
 
+import re
 import resource
 import socket
 import time
@@ -82,4 +85,64 @@ def test_a_partition_takes_puts_again_once_descriptors_are_free(tmp_path):
         assert "refuses appends until restart" not in broker.log()
         assert len(list((broker.data_path / "test-0").glob("*.meta"))) >= 2
     finally:
+        broker.stop()
+
+
+DASHBOARD_DESCRIPTORS_MAX = 1024
+HALF_SENT_REQUESTS = 1200
+DASHBOARD_SERVING = re.compile(r"dashboard serving http://[^:]+:(\d+)/")
+
+
+def dashboard_descriptor_limit() -> None:
+    """In the broker's child process: soft and hard RLIMIT_NOFILE at 1024."""
+    limit = DASHBOARD_DESCRIPTORS_MAX
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+
+def half_sent_request(port: int) -> socket.socket | None:
+    """A dashboard connection holding a request without the blank line that ends its
+    head; None when the broker refused or reset it."""
+    try:
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    except OSError:
+        return None
+    try:
+        raw.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    except OSError:
+        raw.close()
+        return None
+    return raw
+
+
+def test_half_sent_dashboard_requests_cannot_take_the_text_ports_descriptors(tmp_path):
+    """Goal: the dashboard's port has a connection cap of its own, so clients holding
+    half-sent requests on it cannot take the descriptors the text port needs. Method: a
+    broker with RLIMIT_NOFILE=1024; 1,200 connections each send a dashboard request head
+    without its end and stay open; the text port still answers ``version`` and takes a
+    put, and the log names the dashboard's refusals and the key of its cap. The start-up
+    warning counts the dashboard's connections too."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = HALF_SENT_REQUESTS + 256
+    if soft < wanted:  # this process holds the 1,200 client sockets
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
+    broker = BrokerProcess(tmp_path)
+    broker.preexec_fn = dashboard_descriptor_limit
+    broker.start()
+    held: list[socket.socket] = []
+    try:
+        assert "maxDashboardConnections=64" in broker.log()
+        dashboard_port = int(DASHBOARD_SERVING.search(broker.log()).group(1))
+        for _ in range(HALF_SENT_REQUESTS):
+            raw = half_sent_request(dashboard_port)
+            if raw is not None:
+                held.append(raw)
+        with broker.connect(timeout_s=30) as connection:
+            assert connection.request(Version(1)).code == 200
+            assert put(connection, 2).code == 200
+        log = broker.log()
+        assert "to the dashboard (dashboardHttpPort)" in log
+        assert "(maxDashboardConnections=64)" in log
+    finally:
+        for raw in held:
+            raw.close()
         broker.stop()

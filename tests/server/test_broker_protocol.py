@@ -37,10 +37,14 @@ class RecordingTransport(StringTransport):
 
 
 @pytest.fixture
-def setup(tmp_path):
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def setup(tmp_path, clock):
     files = RecordingFiles()
     executor = ManualExecutor()
-    clock = Clock()
     config = broker_config(
         str(tmp_path),
         topics=(topic_config("test", str(tmp_path), num_partitions=1),),
@@ -114,7 +118,9 @@ def test_a_failed_fsync_gives_500s_and_acknowledges_nothing_that_was_not_on_disk
     assert later[1].code == 404  # nothing unacknowledged is visible
 
 
-def test_a_get_is_streamed_from_the_segment_in_chunks_while_the_transport_is_paused(setup):
+def test_a_get_is_streamed_from_the_segment_in_chunks_while_the_transport_is_paused(setup, clock):
+    """Requests read while the transport is paused wait until it resumes: the get's
+    reply then, and the version after it in the next reactor turn."""
     broker, files, executor = setup
     protocol, transport = connect(broker, files.events)
     data = b"x" * 300_000
@@ -124,7 +130,8 @@ def test_a_get_is_streamed_from_the_segment_in_chunks_while_the_transport_is_pau
     protocol.pauseProducing()
     protocol.dataReceived(encode(Get("test", "g", 0, 0, 1 << 20, 2)) + encode(Version(3)))
     assert transport.value() == b""
-    protocol.resumeProducing()
+    protocol.resumeProducing()  # the get's reply; the version waits for the next turn
+    clock.advance(0)
     frames = decode_all(transport.value())
     assert isinstance(frames[0], Data)
     assert len(frames[0].data) == 20 + len(data)
@@ -139,6 +146,19 @@ def test_reading_pauses_when_too_many_requests_are_in_flight(setup, monkeypatch)
     assert transport.producerState == "paused"
     executor.run_all()
     assert transport.producerState == "producing"
+
+
+def test_reading_stops_while_the_transports_buffer_is_full(setup):
+    """The transport pauses its producer when its buffer is full (the peer does not read):
+    the protocol stops reading its requests until the buffer has drained."""
+    broker, files, _executor = setup
+    protocol, transport = connect(broker, files.events)
+    protocol.pauseProducing()
+    assert transport.producerState == "paused"
+    protocol.dataReceived(encode(Version(1)))  # already read: answered into the queue
+    protocol.resumeProducing()
+    assert transport.producerState == "producing"
+    assert decode_all(transport.value()) == [Result(200, broker.version.encode(), 1)]
 
 
 class PollClock(Clock):

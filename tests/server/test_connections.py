@@ -1,13 +1,15 @@
-"""``ConnectionGuard`` on ``task.Clock`` with fake connections: limit, idle, header deadline."""
+"""``ConnectionGuard`` on ``task.Clock`` with fake connections: the caps per port and overall,
+idle, the header deadline and the rate-limited log."""
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
 from twisted.internet.task import Clock
 
 from meta.protocol.codec import Decoder
-from meta.server.connections import ConnectionGuard
+from meta.server.connections import LOG_INTERVAL_S, ConnectionGuard, connections_allowed
 
 
 class FakeTransport:
@@ -37,9 +39,12 @@ class FakeConnection:
         return self.transport.aborted or self.transport.lost
 
 
-def guard(connections_max: int = 10, idle_s: int = 0, header_s: int = 0) -> tuple:
+def guard(
+    connections_max: int = 10, idle_s: int = 0, header_s: int = 0, total_max: int = 0
+) -> tuple:
     config = SimpleNamespace(
         connections_max=connections_max,
+        total_connections_max=total_max,
         idle_connection_timeout_s=idle_s,
         header_timeout_s=header_s,
     )
@@ -124,3 +129,104 @@ def test_the_decoder_reports_only_incomplete_header_bytes():
     assert decoder.next_command() is not None  # the version
     decoder.next_command()  # the put waits for its body
     assert decoder.pending_header_bytes == 0
+
+
+def test_each_port_has_its_own_cap():
+    connection_guard, _clock = guard(connections_max=1)
+    http = connection_guard.add_port("the HTTP port", "maxHttpConnections", 2)
+    assert connection_guard.admit(FakeConnection())
+    assert not connection_guard.admit(FakeConnection())  # the text port is full
+    assert connection_guard.admit(FakeConnection(), http)
+    assert connection_guard.admit(FakeConnection(), http)
+    refused = FakeConnection()
+    assert not connection_guard.admit(refused, http)
+    assert refused.transport.aborted
+    assert (connection_guard.text_port.refused, http.refused) == (1, 1)
+    assert (connection_guard.text_port.open, http.open, connection_guard.open) == (1, 2, 3)
+
+
+def test_the_overall_cap_counts_every_port(caplog):
+    caplog.set_level(logging.INFO, "meta.server")
+    connection_guard, _clock = guard(connections_max=5, total_max=3)
+    dashboard = connection_guard.add_port("the dashboard", "maxDashboardConnections", 5)
+    first = FakeConnection()
+    assert connection_guard.admit(first)
+    assert connection_guard.admit(FakeConnection(), dashboard)
+    assert connection_guard.admit(FakeConnection(), dashboard)
+    assert not connection_guard.admit(FakeConnection(), dashboard)
+    assert "(maxTotalConnections=3)" in caplog.text
+    assert "to the dashboard" in caplog.text
+    connection_guard.lost(first)
+    assert connection_guard.admit(FakeConnection(), dashboard)
+
+
+def test_refusals_are_logged_once_per_interval_with_the_count(caplog):
+    caplog.set_level(logging.INFO, "meta.server")
+    connection_guard, clock = guard(connections_max=1)
+    connection_guard.admit(FakeConnection())
+    for _ in range(50):
+        connection_guard.admit(FakeConnection())
+    assert len(caplog.records) == 1
+    clock.advance(LOG_INTERVAL_S)
+    connection_guard.admit(FakeConnection())
+    assert len(caplog.records) == 2
+    assert "50 refused since the last such line, 51 since start" in caplog.records[1].message
+
+
+def test_header_timeouts_are_logged_once_per_interval(caplog):
+    caplog.set_level(logging.INFO, "meta.server")
+    connection_guard, clock = guard(header_s=2)
+    connections = [FakeConnection() for _ in range(30)]
+    for connection in connections:
+        connection_guard.admit(connection)
+        connection.received_bytes = connection.pending_header_bytes = 1
+    clock.advance(1)
+    clock.advance(3)
+    assert all(connection.transport.aborted for connection in connections)
+    lines = [r.message for r in caplog.records if "headerTimeoutInSeconds" in r.message]
+    assert len(lines) == 1
+    assert "to the text port (serverPort)" in lines[0]
+    assert connection_guard.text_port.open == 0
+
+
+def test_connections_allowed_counts_the_ports_that_are_on():
+    config = SimpleNamespace(
+        connections_max=100,
+        http_connections_max=20,
+        dashboard_connections_max=5,
+        dashboard_http_port=8120,
+        total_connections_max=0,
+    )
+    assert connections_allowed(config, http=True) == 125
+    assert connections_allowed(config, http=False) == 105
+    config.dashboard_http_port = -1
+    assert connections_allowed(config, http=False) == 100
+    config.total_connections_max = 50
+    assert connections_allowed(config, http=True) == 50
+
+
+def test_a_full_port_resets_its_oldest_slow_header_to_admit_a_new_connection(caplog):
+    caplog.set_level(logging.INFO, "meta.server")
+    connection_guard, clock = guard(connections_max=2, header_s=40)
+    slow, quick = FakeConnection(), FakeConnection()
+    for connection in (slow, quick):
+        connection_guard.admit(connection)
+    assert not connection_guard.admit(FakeConnection())  # no header is incomplete
+    slow.received_bytes = slow.pending_header_bytes = 3  # a header that never completes
+    clock.advance(connection_guard.sweep_period_s)
+    newcomer = FakeConnection()
+    assert connection_guard.admit(newcomer)
+    assert slow.transport.aborted and not quick.closed and not newcomer.closed
+    assert "to make room for one to the text port" in caplog.text
+    assert not connection_guard.admit(FakeConnection())  # no slow header left
+
+
+def test_a_header_completed_since_the_sweep_is_not_reset():
+    connection_guard, clock = guard(connections_max=1, header_s=40)
+    connection = FakeConnection()
+    connection_guard.admit(connection)
+    connection.received_bytes = connection.pending_header_bytes = 3
+    clock.advance(connection_guard.sweep_period_s)
+    connection.received_bytes, connection.pending_header_bytes = 30, 0
+    assert not connection_guard.admit(FakeConnection())
+    assert not connection.closed

@@ -33,13 +33,33 @@ class Limits:
         self.pair = pair
 
 
-def config(partitions: tuple[int, ...] = (4, 8), connections_max: int = 1000):
+def config(partitions: tuple[int, ...] = (4, 8), connections_max: int = 1000, dashboard=-1):
     topics = tuple(SimpleNamespace(num_partitions=count) for count in partitions)
-    return SimpleNamespace(topics=topics, connections_max=connections_max)
+    return SimpleNamespace(
+        topics=topics,
+        connections_max=connections_max,
+        http_connections_max=300,
+        dashboard_connections_max=50,
+        dashboard_http_port=dashboard,
+        total_connections_max=0,
+    )
 
 
 def test_descriptors_needed_counts_partitions_connections_and_a_reserve():
     assert descriptors_needed(config()) == 12 + 1000 + RESERVED_DESCRIPTORS
+
+
+def test_descriptors_needed_counts_every_listening_port():
+    assert descriptors_needed(config(dashboard=8120), http=True) == (
+        12 + 1000 + 300 + 50 + RESERVED_DESCRIPTORS
+    )
+
+
+def test_the_warning_names_every_port_cap(caplog):
+    caplog.set_level(logging.INFO, "meta.server")
+    raise_descriptor_limit(config(dashboard=0), Limits(1100, 1100), http=True)
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "maxHttpConnections=300" in warning and "maxDashboardConnections=50" in warning
 
 
 def test_the_soft_limit_is_raised_to_the_hard_limit():

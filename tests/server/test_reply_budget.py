@@ -11,7 +11,7 @@ from twisted.internet.testing import StringTransport
 
 from meta.config import ZkConfig
 from meta.protocol.codec import encode
-from meta.protocol.commands import Version
+from meta.protocol.commands import Result, Version
 from meta.protocol.encoding import encode_value_header
 from meta.server.broker import Broker
 from meta.server.protocol import FILE_REPLY_COST_BYTES, BrokerProtocol
@@ -110,16 +110,18 @@ def connect(broker: Broker) -> tuple[BrokerProtocol, StringTransport]:
 
 def test_connections_that_do_not_read_stop_being_read_and_others_are_not(tmp_path):
     """Goal: the bound acts across connections. Method: two connections whose transports
-    are paused (their peers do not read) queue version replies until together they pass
-    the bound: both stop being read; a third, reading connection is still read and answered;
-    once one stuck peer reads (its transport resumes), that connection is read again."""
+    are paused (their peers do not read) get the later replies of 120 requests each (puts
+    acknowledged by an fsync, say) until together they pass the bound: both are held; a
+    third, reading connection is still read and answered; once one stuck peer reads (its
+    transport resumes), that connection is read again."""
     broker = make_broker(tmp_path, 4000)
-    requests = b"".join(encode(Version(opaque)) for opaque in range(60))
     stuck = [connect(broker) for _ in range(2)]
     for protocol, _transport in stuck:
         protocol.pauseProducing()
-        protocol.dataReceived(requests)
+        for opaque in range(120):
+            protocol.send_reply(encode(Result(200, b"0 0 0", opaque)))
     assert broker.reply_budget.queued_bytes > 4000
+    assert broker.reply_budget.held == 2
     assert [transport.producerState for _p, transport in stuck] == ["paused", "paused"]
     reader, reader_transport = connect(broker)
     reader.dataReceived(encode(Version(1)))

@@ -1,8 +1,10 @@
 """``ProtocolChannel``: one HTTP/1.1 connection of the HTTP protocol (twisted.web's channel).
 
 twisted.web parses the requests (request line, headers, ``Content-Length`` or chunked
-bodies, keep-alive, ``Expect: 100-continue``, the header limits and the idle timeout); this
-channel changes four things about a connection, none of them visible on the wire:
+bodies, keep-alive, ``Expect: 100-continue``, the header limits); the broker's connection
+policy (``meta.web.GuardedChannel``: the caps, the idle timeout, the head deadline, the
+requests answered per reactor turn) is the base class's. This channel changes four more
+things about a connection, none of them visible on the wire:
 
 * An oversized put is refused from its headers: when a request's ``Content-Length`` is over
   ``maxMessageSize`` and it is a well-formed ``/put`` (the site's ``refuse_early``), the 413
@@ -19,9 +21,6 @@ channel changes four things about a connection, none of them visible on the wire
   it (``meta.server.protocol.sendfile_now``), after what is buffered; a get's body is not
   copied through Python then.
 
-The site (``meta.server.http.resource.ProtocolSite``) counts the open channels
-(``channel_opened`` / ``channel_closed``).
-
 Reactor thread only.
 """
 
@@ -29,12 +28,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.web import http
-
 from meta.server.protocol import send_now, sendfile_now
+from meta.web import GuardedChannel
 
 
-class ProtocolChannel(http.HTTPChannel):
+class ProtocolChannel(GuardedChannel):
     """An HTTP/1.x connection that refuses an oversized put before reading its body and
     sends each response with as few writes as the socket allows."""
 
@@ -54,14 +52,6 @@ class ProtocolChannel(http.HTTPChannel):
         if self._peer is None:
             self._peer = super().getPeer()
         return self._peer
-
-    def connectionMade(self) -> None:
-        super().connectionMade()
-        self.factory.channel_opened(self)
-
-    def connectionLost(self, reason: Any) -> None:
-        self.factory.channel_closed(self)
-        super().connectionLost(reason)
 
     def allHeadersReceived(self) -> None:
         refusal = None

@@ -23,10 +23,13 @@ bytes: a chunked body that grows over it is discarded as it arrives and the put 
 413 once it ends. The body is never parsed as a form, and a body whose size is not
 ``length`` is 400.
 
-Connections follow the TCP port's settings: at most ``maxConnections`` open on the HTTP port
-(``ProtocolSite.buildProtocol``), and closed after ``idleConnectionTimeoutInSeconds``
-without a byte (twisted.web's timeout, on the broker's reactor). Header size is
-twisted.web's bound (16 KiB, 500 headers). There is no access log.
+Connections follow the broker's connection policy (``meta.server.connections``, through
+``meta.web.GuardedChannel``): at most ``maxHttpConnections`` open on the HTTP port (and
+``maxTotalConnections`` over all ports), closed after ``idleConnectionTimeoutInSeconds``
+with no request in flight, reset when a request's head is not complete within
+``headerTimeoutInSeconds`` of its first byte, and at most ``meta.web.TURN_REQUESTS_MAX``
+pipelined requests answered per reactor turn. Header size is twisted.web's bound (16 KiB,
+500 headers). There is no access log.
 
 Reactor thread only.
 """
@@ -71,7 +74,7 @@ OFFSET_HEADER = b"X-Meta-Offset"
 SERVER = f"TwistedWeb/{copyright.version}".encode()
 """The ``Server`` header, as twisted.web's ``server.Request`` sends it."""
 PORT_KEY = "serverPort"
-REFUSED_LOG_INTERVAL_S = 60.0
+CAP_KEY = "maxHttpConnections"
 
 
 class HttpListenError(MetaError):
@@ -287,14 +290,12 @@ class ProtocolRequest(http.Request):
 
 class ProtocolSite(http.HTTPFactory):
     """The HTTP protocol's listening factory: ``ProtocolChannel`` connections making
-    ``ProtocolRequest`` requests, at most ``maxConnections`` open.
-
-    A connection beyond the limit is closed at once; the refusals are counted in
-    ``refused`` and logged at most once per ``REFUSED_LOG_INTERVAL_S``.
+    ``ProtocolRequest`` requests, admitted by the broker's ``connection_guard`` on a port
+    of their own (``port_limit``: ``maxHttpConnections``).
 
     Args:
         broker: the broker whose handlers answer the requests.
-        reactor: the broker's reactor (idle timeouts, ``Date``, the refusal log's pace).
+        reactor: the broker's reactor (``Date``, the next turn of a pipelined connection).
     """
 
     protocol = ProtocolChannel
@@ -302,12 +303,13 @@ class ProtocolSite(http.HTTPFactory):
     noisy = False
 
     def __init__(self, broker: Any, reactor: Any) -> None:
-        timeout = broker.config.idle_connection_timeout_s or None
-        super().__init__(timeout=timeout, reactor=reactor)
+        # No twisted.web timeout (every byte restarts it): the guard's idle and head checks.
+        super().__init__(timeout=None, reactor=reactor)
         self.broker = broker
-        self.refused = 0
-        self._refused_logged_at_s: float | None = None
-        self._channels: set[ProtocolChannel] = set()
+        self.connection_guard = broker.connection_guard
+        self.port_limit = broker.connection_guard.add_port(
+            "the HTTP port", CAP_KEY, broker.config.http_connections_max, "a request head"
+        )
         self._date_s: int | None = None
         self._date = b""
         self._targets: Targets = {}
@@ -322,29 +324,10 @@ class ProtocolSite(http.HTTPFactory):
     def log(self, request: Any) -> None:
         """No access log."""
 
-    def buildProtocol(self, addr: Any) -> ProtocolChannel | None:
-        limit = self.broker.config.connections_max
-        if len(self._channels) >= limit:
-            self.refused += 1
-            now = self.reactor.seconds()
-            logged = self._refused_logged_at_s
-            if logged is None or now - logged >= REFUSED_LOG_INTERVAL_S:
-                self._refused_logged_at_s = now
-                log.warning(
-                    "HTTP connection refused: maxConnections=%d are open (%d refused so far)",
-                    limit,
-                    self.refused,
-                )
-            return None
+    def buildProtocol(self, addr: Any) -> ProtocolChannel:
         channel = super().buildProtocol(addr)
         channel.requestFactory = self.requestFactory
         return channel
-
-    def channel_opened(self, channel: ProtocolChannel) -> None:
-        self._channels.add(channel)
-
-    def channel_closed(self, channel: ProtocolChannel) -> None:
-        self._channels.discard(channel)
 
     def put_targets(self, broker: Any) -> Targets:
         """The puts' partition lookups (``puts.Targets``) of every connection of the site,

@@ -21,6 +21,7 @@ from meta.server.broker import Broker
 from meta.server.http.resource import ProtocolRequest, ProtocolSite
 from meta.server.protocol import BrokerProtocol
 from meta.store.manager import StoreManager
+from meta.web import TURN_REQUESTS_MAX
 from tests.server.memory_broker import closing_broker
 from tests.store.conftest import ManualExecutor, RecordingFiles, broker_config, topic_config
 
@@ -295,17 +296,25 @@ def test_http_requests_are_counted_like_tcp_commands(setup):
     )
 
 
-def test_connections_beyond_max_connections_are_refused(setup):
-    broker, _files, _executor = setup
-    limited = ProtocolSite(broker, Clock())
-    broker.config = broker.config.with_overrides(connections_max=2)
-    first, second = (limited.buildProtocol(PEER) for _ in range(2))
+def test_connections_beyond_max_http_connections_are_refused(tmp_path, clock):
+    config = broker_config(
+        str(tmp_path),
+        topics=(topic_config("test", str(tmp_path), num_partitions=1),),
+        zookeeper=ZkConfig(connect="127.0.0.1:1", enabled=False),
+        http_connections_max=2,
+    )
+    limited = ProtocolSite(Broker(config, clock), clock)
+    first, second, third = (limited.buildProtocol(PEER) for _ in range(3))
     for protocol in (first, second):
         protocol.makeConnection(StringTransport())
-    assert limited.buildProtocol(PEER) is None
-    assert limited.refused == 1
+    transport = StringTransport()
+    third.makeConnection(transport)
+    assert transport.disconnecting  # aborted by the guard
+    assert limited.port_limit.refused == 1
     first.connectionLost(None)
-    assert limited.buildProtocol(PEER) is not None
+    fourth = StringTransport()
+    limited.buildProtocol(PEER).makeConnection(fourth)
+    assert not fourth.disconnecting
 
 
 class PausingTransport(StringTransport):
@@ -383,16 +392,49 @@ def test_a_failing_handler_is_answered_500_and_the_connection_serves_on(setup, m
     assert second
 
 
-def test_an_idle_connection_is_closed_on_the_sites_clock(setup):
+def test_an_idle_connection_is_closed_on_the_brokers_clock(setup, clock):
     broker, _files, _executor = setup
-    clock = Clock()
     channel = ProtocolSite(broker, clock).buildProtocol(PEER)
     transport = StringTransport()
     channel.makeConnection(transport)
     clock.advance(broker.config.idle_connection_timeout_s - 1)
     assert not transport.disconnecting
-    clock.advance(1)
+    clock.advance(broker.connection_guard.sweep_period_s * 2)
     assert transport.disconnecting
+
+
+def test_a_request_head_sent_a_byte_at_a_time_is_reset_at_the_deadline(setup, clock):
+    broker, _files, _executor = setup
+    channel = ProtocolSite(broker, clock).buildProtocol(PEER)
+    transport = StringTransport()
+    channel.makeConnection(transport)
+    head = b"GET /offset?topic=test&partition=0&offset=0 HTTP/1.1\r\n" + b"X: y\r\n" * 100
+    for byte in head:
+        channel.dataReceived(bytes([byte]))
+        clock.advance(1)
+        if transport.disconnecting:
+            break
+    assert transport.disconnecting
+    deadline_s = broker.config.header_timeout_s + 2 * broker.connection_guard.sweep_period_s
+    assert clock.seconds() <= deadline_s + 1
+
+
+def test_pipelined_requests_are_answered_a_slice_per_reactor_turn(setup, clock):
+    broker, _files, _executor = setup
+    channel = ProtocolSite(broker, clock).buildProtocol(PEER)
+    transport = StringTransport()
+    channel.makeConnection(transport)
+    request = b"GET /offset?topic=test&partition=0&offset=0 HTTP/1.1\r\nHost: h\r\n\r\n"
+    channel.dataReceived(request * (TURN_REQUESTS_MAX * 2 + 10))
+    assert transport.value().count(b"HTTP/1.1 ") == TURN_REQUESTS_MAX
+    assert transport.producerState == "paused"
+    (next_turn,) = [c for c in clock.getDelayedCalls() if getattr(c.func, "__self__", 0) is channel]
+    clock.calls.remove(next_turn)  # run this turn alone (``advance`` runs the next too)
+    next_turn.func(*next_turn.args)
+    assert transport.value().count(b"HTTP/1.1 ") == TURN_REQUESTS_MAX * 2
+    clock.advance(0)
+    assert transport.value().count(b"HTTP/1.1 ") == TURN_REQUESTS_MAX * 2 + 10
+    assert transport.producerState == "producing"
 
 
 @pytest.mark.parametrize(
