@@ -112,6 +112,17 @@ class GuardedChannel(http.HTTPChannel):
         return self.received_bytes - start if start >= 0 else 0
 
     @property
+    def pending_body(self) -> tuple[int, int]:
+        """Always ``(0, 0)``: a request's body counts in ``pending_header_bytes`` (the whole
+        request must arrive within the head's deadline)."""
+        return 0, 0
+
+    @property
+    def reading_paused(self) -> bool:
+        """Whether reading stopped for a slice or a full buffer (the deadlines wait)."""
+        return bool(self.paused) or self._output_paused
+
+    @property
     def inflight(self) -> int:
         """1 while a received request is being answered (never idle then), else 0."""
         return 1 if self._handling else 0

@@ -163,6 +163,7 @@ class Decoder:
         self._buffer = bytearray()
         self._position = 0
         self._skip_bytes = 0
+        self._skip_length = 0  # the whole length of the body being skipped
         # A decoded header whose body has not fully arrived: (build, body length). The body
         # starts at ``self._position``.
         self._pending: tuple[Callable[[bytes], Command], int] | None = None
@@ -189,6 +190,18 @@ class Decoder:
         if self._pending is not None or self._skip_bytes or self._error is not None:
             return 0
         return len(self._buffer) - self._position
+
+    @property
+    def pending_body(self) -> tuple[int, int]:
+        """``(received, length)`` of the request body that is due (collected, or skipped as
+        too large), else ``(0, 0)``: what the body deadline of ``meta.server.connections``
+        reads. ``received`` may reach ``length`` before the command is taken."""
+        pending = self._pending
+        if pending is not None:
+            return self.buffered_bytes, pending[1]
+        if self._skip_bytes:
+            return self._skip_length - self._skip_bytes, self._skip_length
+        return 0, 0
 
     def receive_data(self, data: Chunk) -> None:
         """Buffer a chunk of the peer's bytes (``bytes``, ``bytearray`` or ``memoryview``); a
@@ -280,7 +293,7 @@ class Decoder:
         if length is None:  # a command without a body: parse_header built it
             return cast(Command, command)
         if length > self.body_bytes_max:
-            self._skip_bytes = length
+            self._skip_bytes = self._skip_length = length
             return self._next_skip(too_large)
         self._in_place = self.value_in_place and tokens[0] == "value"
         return self._take_body(cast(Callable[[bytes], Command], command), length)
@@ -336,7 +349,7 @@ class Decoder:
         body_start = end + 2
         if length > self.body_bytes_max:
             self._position = body_start
-            self._skip_bytes = length
+            self._skip_bytes = self._skip_length = length
             return self._next_skip(BodyTooLarge("put", length, opaque, topic, partition))
         body_end = body_start + length
         if len(self._buffer) < body_end:

@@ -25,13 +25,19 @@ at once over all ports (the start-up descriptor check counts them).
 * a request header (the text port's header line; an HTTP request's head) must be complete
   within ``headerTimeoutInSeconds`` of its first byte, so a client that sends one byte a
   second cannot hold a connection for an hour: bytes arriving do not extend the deadline.
+* a request body on the text port (a put's or a sync's) must be complete within
+  ``headerTimeoutInSeconds`` plus that again per ``BODY_BYTES_PER_TIMEOUT`` (1 MiB) of its
+  length, counted from the sweep that first sees it incomplete; an HTTP request's body
+  counts in its head's deadline. While the broker itself stopped reading from a
+  connection (backpressure, a turn's slice), its deadlines wait.
 
 The checks run on one periodic sweep (``sweep_period_s``: a quarter of the shorter timeout,
-between ``SWEEP_PERIOD_MIN_S`` and ``SWEEP_PERIOD_MAX_S``), which reads three public numbers of
-each connection: ``received_bytes`` (every byte read), ``pending_header_bytes`` and
-``inflight``. Nothing is added to the per-read path but one addition. A header counts as the
-same one while the stream offset where it starts (``received_bytes - pending_header_bytes``)
-stays the same, so a deadline is never carried over to the next header. Timeouts therefore
+between ``SWEEP_PERIOD_MIN_S`` and ``SWEEP_PERIOD_MAX_S``), which reads these public values
+of each connection: ``received_bytes`` (every byte read), ``pending_header_bytes``,
+``pending_body``, ``reading_paused`` and ``inflight``. Nothing is added to the per-read path
+but one addition. A header (or a body) counts as the same one while the stream offset where
+it starts (``received_bytes - pending_header_bytes``) stays the same, so a deadline is never
+carried over to the next request. Timeouts therefore
 act up to one sweep period late. Closures for a timeout are logged like refusals: the first
 at once, then at most one line per ``LOG_INTERVAL_S`` per port and cause, with the count.
 
@@ -57,6 +63,8 @@ SWEEP_PERIOD_MIN_S = 0.1
 SWEEP_PERIOD_MAX_S = 5.0
 TOTAL_KEY = "maxTotalConnections"
 DASHBOARD_OFF = -1  # dashboardHttpPort that turns the dashboard off
+BODY_BYTES_PER_TIMEOUT = 1024 * 1024
+"""A request body gets ``headerTimeoutInSeconds`` once, and once more per this many bytes."""
 
 
 def connections_allowed(config: Any, http: bool) -> int:
@@ -119,6 +127,7 @@ class PortLimit:
         self.refusals = _RateLimitedLog()
         self.evictions = _RateLimitedLog()
         self.header_timeouts = _RateLimitedLog()
+        self.body_timeouts = _RateLimitedLog()
         self.idle_timeouts = _RateLimitedLog()
 
     @property
@@ -130,7 +139,15 @@ class PortLimit:
 class _Watch:
     """What the sweep remembers of one connection."""
 
-    __slots__ = ("header_since", "header_start", "port", "received_at", "received_bytes")
+    __slots__ = (
+        "body_since",
+        "body_start",
+        "header_since",
+        "header_start",
+        "port",
+        "received_at",
+        "received_bytes",
+    )
 
     def __init__(self, now: float, port: PortLimit) -> None:
         self.port = port
@@ -138,14 +155,16 @@ class _Watch:
         self.received_at = now  # when received_bytes last changed
         self.header_start = -1  # stream offset of the incomplete header seen last, or -1
         self.header_since = now
+        self.body_start = -1  # stream offset of the incomplete body seen last, or -1
+        self.body_since = now
 
 
 class ConnectionGuard:
     """Admits connections up to the limits and closes idle and too slow ones.
 
-    A connection here has a ``transport`` and the public numbers ``received_bytes``,
-    ``pending_header_bytes`` and ``inflight`` (``protocol.BrokerProtocol``,
-    ``meta.web.GuardedChannel``).
+    A connection here has a ``transport`` and the public values ``received_bytes``,
+    ``pending_header_bytes``, ``pending_body``, ``reading_paused`` and ``inflight``
+    (``protocol.BrokerProtocol``, ``meta.web.GuardedChannel``).
 
     Args:
         config: provides ``connections_max`` (the text port's cap),
@@ -170,6 +189,7 @@ class ConnectionGuard:
         self.sweep_period_s = min(max(period, SWEEP_PERIOD_MIN_S), SWEEP_PERIOD_MAX_S)
         self.idle_closed = 0
         self.header_closed = 0
+        self.body_closed = 0
         self.ports: list[PortLimit] = []
         self.text_port = self.add_port(
             "the text port (serverPort)", "maxConnections", config.connections_max
@@ -320,6 +340,11 @@ class ConnectionGuard:
             watch.received_bytes = received
             watch.received_at = now
         port = watch.port
+        if connection.reading_paused:  # the broker stopped reading: the deadlines wait
+            watch.header_since = watch.body_since = now
+        body_overdue = self._body_overdue(connection, watch, now)
+        if body_overdue is not None:
+            return body_overdue
         pending = connection.pending_header_bytes
         if pending and self.header_timeout_s > 0:
             start = received - pending
@@ -362,6 +387,41 @@ class ConnectionGuard:
                 port.idle_timeouts.logged()
             return port.idle_timeouts
         return None
+
+    def _body_overdue(self, connection: Any, watch: _Watch, now: float) -> _RateLimitedLog | None:
+        """The body deadline: a request body due must arrive within ``headerTimeoutInSeconds``
+        plus that again per ``BODY_BYTES_PER_TIMEOUT`` of its length, counted from the
+        sweep that first saw it incomplete; a trickle of bytes does not extend it."""
+        received_body, body_bytes = connection.pending_body
+        if received_body >= body_bytes or self.header_timeout_s <= 0:
+            watch.body_start = -1
+            return None
+        start = connection.received_bytes - received_body  # where the body begins
+        if start != watch.body_start:
+            watch.body_start = start
+            watch.body_since = now
+            return None
+        allowed_s = self.header_timeout_s * (1 + body_bytes / BODY_BYTES_PER_TIMEOUT)
+        if now - watch.body_since < allowed_s:
+            return None
+        self.body_closed += 1
+        port = watch.port
+        if port.body_timeouts.due(now):
+            log.warning(
+                "closing the connection from %s to %s: a request body of %d bytes was not "
+                "completed within %.0f s (%d bytes of it received; headerTimeoutInSeconds, "
+                "and that again per MiB of body); %d such connections closed since the last "
+                "such line, %d since start",
+                _peer(connection),
+                port.name,
+                body_bytes,
+                allowed_s,
+                received_body,
+                port.body_timeouts.since_logged,
+                port.body_timeouts.count,
+            )
+            port.body_timeouts.logged()
+        return port.body_timeouts
 
 
 def _keep_alive(transport: Any) -> None:

@@ -157,7 +157,9 @@ class BrokerProtocol(Protocol):
             # put) is taken without the decoder's buffer, by the same rules.
             fields = decoder.one_sync(data)
             if fields is not None:
-                self._inflight += handle_single_sync(broker, fields, self, self._put_targets)
+                # Called first: a sync its partition refuses is answered during the call.
+                pending = handle_single_sync(broker, fields, self, self._put_targets)
+                self._inflight += pending
                 broker.end_of_batch()
                 self._update_reading()
                 return
@@ -169,7 +171,8 @@ class BrokerProtocol(Protocol):
             if sync_runs:
                 syncs = decoder.next_sync_run(PUT_RUN_MAX)
                 if syncs:
-                    self._inflight += handle_sync_run(broker, syncs, self, self._put_targets)
+                    pending = handle_sync_run(broker, syncs, self, self._put_targets)
+                    self._inflight += pending  # after the call, as above
                     if not decoder.buffered_bytes:
                         break
                     continue
@@ -453,6 +456,17 @@ class BrokerProtocol(Protocol):
     def pending_header_bytes(self) -> int:
         """Bytes of a request header received but not complete yet (the header deadline)."""
         return self._decoder.pending_header_bytes
+
+    @property
+    def pending_body(self) -> tuple[int, int]:
+        """``(received, length)`` of a request body that is due, else ``(0, 0)`` (the body
+        deadline)."""
+        return self._decoder.pending_body
+
+    @property
+    def reading_paused(self) -> bool:
+        """Whether the broker stopped reading from this connection (its deadlines wait)."""
+        return self._reading_paused or self._turn_waiting
 
 
 # Declared here rather than with ``@implementer``: mypyc compiles a class that has a class

@@ -155,6 +155,34 @@ def test_a_header_sent_one_byte_at_a_time_is_cut_off(slow_header):
     assert "a header line was not completed within 2 s" in slow_header.log()
 
 
+def test_a_put_body_sent_one_byte_at_a_time_is_cut_off(slow_header):
+    """Goal: bytes of a body trickling in do not extend its deadline (each byte resets the
+    idle timer). Method: a put header for 100 bytes, then one body byte every 0.4 s; the
+    broker must close the connection within the header timeout (plus sweeps), long before
+    the body could finish (40 s)."""
+    with socket.create_connection(("127.0.0.1", slow_header.port), timeout=10) as raw:
+        raw.sendall(b"put %s 0 100 0 1\r\n" % TOPIC.encode())
+        raw.settimeout(0.4)
+        began = time.monotonic()
+        closed = False
+        for _ in range(100):
+            try:
+                raw.sendall(b"x")
+                if raw.recv(1) == b"":
+                    closed = True
+                    break
+            except TimeoutError:
+                continue
+            except (ConnectionResetError, BrokenPipeError):
+                closed = True
+                break
+        assert closed
+        assert time.monotonic() - began < HEADER_TIMEOUT_S + 10
+    assert "a request body of 100 bytes was not completed within 2 s" in slow_header.log()
+    with slow_header.connect() as connection:  # the broker serves others as ever
+        assert connection.request(Version(connection.next_opaque())).code == 200
+
+
 def keepalive_timer_on(local_port: int, remote_port: int) -> bool:
     """Whether the socket ``local_port`` -> ``remote_port`` runs its keepalive timer
     (``/proc/net/tcp``: timer kind 2)."""

@@ -32,6 +32,8 @@ class FakeConnection:
         self.transport = FakeTransport()
         self.received_bytes = 0
         self.pending_header_bytes = 0
+        self.pending_body = (0, 0)
+        self.reading_paused = False
         self.inflight = 0
 
     @property
@@ -129,6 +131,84 @@ def test_the_decoder_reports_only_incomplete_header_bytes():
     assert decoder.next_command() is not None  # the version
     decoder.next_command()  # the put waits for its body
     assert decoder.pending_header_bytes == 0
+
+
+def test_a_body_that_stays_incomplete_is_reset_after_its_deadline():
+    """Goal: a put body trickled a byte at a time does not hold the connection. Method: a
+    100-byte body growing by one byte a second; the deadline is the header timeout (plus
+    that again per MiB)."""
+    connection_guard, clock = guard(header_s=4, idle_s=600)
+    connection = FakeConnection()
+    connection_guard.admit(connection)
+    connection.received_bytes = 40  # the header line, then the body began
+    for received in range(1, 40):
+        clock.advance(1)
+        connection.received_bytes += 1
+        connection.pending_body = (received, 100)
+        if connection.closed:
+            break
+    assert connection.transport.aborted
+    assert clock.seconds() <= 4 + 3 * connection_guard.sweep_period_s + 1
+    assert connection_guard.body_closed == 1
+
+
+def test_a_large_body_gets_more_time_by_its_length():
+    connection_guard, clock = guard(header_s=4, idle_s=600)
+    connection = FakeConnection()
+    connection_guard.admit(connection)
+    body_bytes = 4 * 1024 * 1024  # 4 + 4 * 4 = 20 s
+    for second in range(1, 18):
+        clock.advance(1)
+        connection.received_bytes += 100_000
+        connection.pending_body = (second * 100_000, body_bytes)
+    assert not connection.closed
+    clock.advance(6)
+    assert connection.transport.aborted
+
+
+def test_each_new_body_gets_its_own_deadline():
+    connection_guard, clock = guard(header_s=4, idle_s=600)
+    connection = FakeConnection()
+    connection_guard.admit(connection)
+    for _ in range(40):  # a partial body at every sweep, but a new put each second
+        connection.received_bytes += 200
+        connection.pending_body = (10, 100)
+        clock.advance(1)
+    assert not connection.closed
+
+
+def test_deadlines_wait_while_the_broker_does_not_read():
+    """Goal: backpressure of the broker's own never closes a connection as slow. Method: an
+    incomplete header and body while reading is paused for a minute, then resumed."""
+    connection_guard, clock = guard(header_s=4, idle_s=600)
+    slow_header, slow_body = FakeConnection(), FakeConnection()
+    for connection in (slow_header, slow_body):
+        connection_guard.admit(connection)
+        connection.received_bytes = 50
+        connection.reading_paused = True
+    slow_header.pending_header_bytes = 10
+    slow_body.pending_body = (10, 100)
+    clock.advance(60)
+    assert not slow_header.closed
+    assert not slow_body.closed
+    for connection in (slow_header, slow_body):
+        connection.reading_paused = False
+    clock.advance(10)
+    assert slow_header.closed
+    assert slow_body.closed
+
+
+def test_the_decoder_reports_a_due_body_and_a_skipped_one():
+    decoder = Decoder(body_bytes_max=50)
+    decoder.receive_data(b"put t 0 10 0 2\r\nabc")
+    decoder.next_command()  # the put waits for its body
+    assert decoder.pending_body == (3, 10)
+    decoder.receive_data(b"defghij")
+    decoder.next_command()
+    assert decoder.pending_body == (0, 0)
+    decoder.receive_data(b"put t 0 100 0 3\r\n" + b"x" * 30)
+    decoder.next_command()  # too large: skipped
+    assert decoder.pending_body == (30, 100)
 
 
 def test_each_port_has_its_own_cap():

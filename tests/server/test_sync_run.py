@@ -9,6 +9,8 @@ bytes; and the decoder's ``next_sync_run`` against ``next_command`` field by fie
 
 from __future__ import annotations
 
+from errno import EIO
+
 import pytest
 
 import meta.server.protocol
@@ -163,3 +165,27 @@ def test_one_sync_gives_next_sync_runs_fields_for_one_whole_frame_only():
 @pytest.mark.parametrize("header", OTHER_SYNC_HEADERS)
 def test_one_sync_leaves_other_headers_to_next_command(header):
     assert Decoder().one_sync(header + b"x") is None
+
+
+def test_syncs_refused_at_once_by_a_stopped_partition_are_not_counted_in_flight(tmp_path):
+    """Goal: a sync its partition answers at once (stopped on a failed fsync) holds no place
+    among the connection's requests in flight, or 16,384 refusals would stop the master's
+    connection being read. Method: a failed fsync stops partition 0; then runs of syncs and
+    single syncs to it: the count stays 0 and every one is answered 500."""
+    slave = Slave(str(tmp_path / "slave"))
+    protocol, transport = slave.connect()
+    protocol.dataReceived(encode(Sync("test", 0, b"a", 0, 2**62, 1, -1)))
+    slave.executor.run_all()
+    slave.files.fsync_error = EIO
+    protocol.dataReceived(encode(Sync("test", 0, b"b", 0, 2**62 + 1, 2, -1)))
+    slave.executor.run_all()  # the fsync fails: partition 0 stops
+    transport.clear()
+    protocol.dataReceived(
+        b"".join(encode(Sync("test", 0, b"c", 0, 2**62 + i, i, -1)) for i in range(3, 103))
+    )
+    assert protocol.inflight == 0
+    protocol.dataReceived(encode(Sync("test", 0, b"d", 0, 2**62 + 103, 103, -1)))
+    assert protocol.inflight == 0
+    slave.executor.run_all()
+    answered = sorted((reply.opaque, reply.code) for reply in replies(transport))
+    assert answered == [(opaque, 500) for opaque in range(3, 104)]

@@ -47,7 +47,8 @@ class Slave:
                 directory, topics=topics, zookeeper=ZkConfig(connect="127.0.0.1:1", enabled=False)
             )
         )
-        store = StoreManager(config, self.clock, files=RecordingFiles(), executor=self.executor)
+        self.files = RecordingFiles()
+        store = StoreManager(config, self.clock, files=self.files, executor=self.executor)
         self.broker = Broker(config, self.clock, store=store)
 
         def is_open(connection) -> bool:
