@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 
 from meta.errors import StoreError
 from meta.protocol.crc import crc32
-from meta.store.files import Files
+from meta.store.files import Files, replace_file
 from meta.store.segment import SEGMENT_SUFFIX, Segment, parse_segment_name
 from meta.store.tail_cut import cut_back
 
@@ -143,18 +143,7 @@ class PendingTruncations:
         if not files.is_directory(folder):
             files.mkdir(folder)
             files.fsync_directory(os.path.dirname(folder))
-        temporary = path + TEMPORARY_SUFFIX
-        fd = files.open(temporary, create=True)
-        try:
-            files.truncate(fd, 0)  # a leftover of an interrupted try may be longer
-            written = 0
-            while written < len(data):
-                written += files.write(fd, data[written:], written)
-            files.fsync(fd)
-        finally:
-            files.close(fd)
-        files.rename(temporary, path)
-        files.fsync_directory(folder)
+        replace_file(files, path, data, TEMPORARY_SUFFIX)
         # A directory fsync has no journal check (``Files.fsync`` has): an fsync of the
         # record under its final name makes one, so a journal aborted under the rename
         # refuses this place instead of losing the record.
