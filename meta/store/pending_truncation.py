@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from meta.errors import StoreError
 from meta.protocol.crc import crc32
 from meta.store.files import Files, replace_file
+from meta.store.recovery_point import lower_point
 from meta.store.segment import SEGMENT_SUFFIX, Segment, parse_segment_name
 from meta.store.tail_cut import cut_back
 
@@ -378,11 +379,13 @@ def cut_partition_files(files: Files, directory: str, end: int, *, durable: bool
     the bytes cut (0 when the files end at ``end`` or before).
 
     ``durable``: fsync the cut segment and the directory again and raise when that fails
-    (``cut_back`` only logs it), for a caller that deletes the record after the cut.
+    (``cut_back`` only logs it), for a caller that deletes the record after the cut. Before
+    the cut, the partition's recovery point is lowered to ``end`` when it is above
+    (``recovery_point.lower_point``).
 
     Raises:
         StoreError: ``end`` lies before the partition's first segment.
-        OSError: the cut (or, ``durable``, its fsync) failed.
+        OSError: the recovery point's lowering, the cut (or, ``durable``, its fsync) failed.
     """
     paths = segment_paths(files, directory)
     if not paths:
@@ -396,6 +399,7 @@ def cut_partition_files(files: Files, directory: str, end: int, *, durable: bool
         written_end = segments[-1].end
         if written_end <= end:
             return 0
+        lower_point(files, directory, end)  # first: what is written there later is unsynced
         keep = cut_back(files, segments, end, directory)
         if durable:
             segments[keep - 1].fsync()
