@@ -375,12 +375,13 @@ class StoreManager:
 
         Start-up calls this before the transaction journal may let go of a COMMIT record:
         what the partitions loaded (``segment.SEGMENTS_UNSYNCED_AT_LOAD``) is then on disk,
-        or its partition has failed.
+        or its partition has failed; the recovery points then say so at once.
         """
         for log in self._partitions.values():
             if log.failed is None and log.is_dirty:
                 log.request_flush()
-        return self.flusher.wait_idle()
+        idle = self.flusher.wait_idle()
+        return idle.addCallback(lambda result: self.recovery_points.write() or result)
 
     def close(self) -> Deferred:
         """Refuse new appends, flush everything, release waiters, then close every file.
