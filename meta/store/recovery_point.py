@@ -25,8 +25,9 @@ Invariants:
     * The file lists exactly the partitions open under its data path: a partition deleted
       while the broker was stopped loses its entry at the next write.
 
-Thread affinity: reactor thread (``RecoveryPoints``); ``lower_point`` runs on its caller's
-thread with the partition closed (start-up, ``meta-admin``).
+Thread affinity: reactor thread (``RecoveryPoints``: its fsyncs are of one small file per
+data path, at most once per interval, as the journal's checkpoints are); ``lower_point``
+runs on its caller's thread with the partition closed (start-up, ``meta-admin``).
 """
 
 from __future__ import annotations
@@ -222,14 +223,16 @@ class RecoveryPoints:
 
     def start(self) -> None:
         """Write every data path's file now (the points recovery left), then every interval."""
-        self.write()
         self._timer = LoopingCall(self.write)
         self._timer.clock = self._clock
+        self.write()
         self._timer.start(self._interval_s, now=False)
 
     def write(self) -> None:
         """Write each data path's file whose entries changed; log a failure (ERROR, the first
-        of a run; tried again at the next interval). Never raises."""
+        of a run; tried again at the next interval). Never raises; nothing before ``start``."""
+        if self._timer is None:
+            return
         for data_path, points in self.points_by_data_path().items():
             if self._written.get(data_path) == points:
                 continue
