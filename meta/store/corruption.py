@@ -8,7 +8,7 @@ through (``PartitionLog.slice``): a read that starts inside a known range gets a
 
 Ranges come from start-up recovery of the segments it scans (``Segment.recovery``) and from the
 background scrubber (``meta.store.scrub``); they are kept until the process stops (the
-scrubber finds them again after a restart, recovery at once for the last segment). A range
+scrubber finds them again after a restart, recovery at once for the segments it scans). A range
 is never cleared while the broker runs: the operator acts on the files with the broker
 stopped, or moves consumers past it (docs/operations.md, "Corrupt data").
 

@@ -203,3 +203,29 @@ def test_a_store_never_started_writes_no_file(tmp_path):
     store.load()
     close_store(store, executor)
     assert not (tmp_path / FILE_NAME).exists()
+
+
+def test_recovery_scans_from_the_points_segment_on_and_no_earlier(tmp_path):
+    """An older segment before the point's is not scanned (its garbage is the scrubber's to
+    find); in the point's segment a bad record below the point is fenced; past the point a
+    hole followed by a valid record is cut, and the later segment file goes with it."""
+    directory = tmp_path / "test-0"
+    directory.mkdir()
+    flipped = bytearray(record(b"a"))
+    flipped[-1] ^= 0x01
+    middle = bytes(flipped) + record(b"b") + record(b"c") + record(b"d")
+    torn = bytes(RECORD) + record(b"e")  # a page never written, then one that was
+    files_in = {0: b"\xff" * 40, 40: middle, 40 + len(middle): record(b"f") + torn}
+    last_start = 40 + len(middle) + len(files_in[40 + len(middle)])
+    files_in[last_start] = record(b"g")
+    for start, data in files_in.items():
+        (directory / f"{start:020d}.meta").write_bytes(data)
+    (tmp_path / FILE_NAME).write_bytes(encode_points({"test-0": 40 + 2 * RECORD}))
+    executor = ManualExecutor()
+    log = closing_store(open_store(tmp_path, RecordingFiles(), executor), executor).get("test", 0)
+    assert [(known.start, known.end) for known in log.health.ranges] == [(40, 40 + RECORD)]
+    hole = 40 + len(middle) + RECORD
+    assert log.max_offset == hole
+    assert [segment.start for segment in log.segments] == [0, 40, 40 + len(middle)]
+    assert not (directory / f"{last_start:020d}.meta").exists()
+    assert log.health.recovery_cut_bytes == len(torn) + RECORD
