@@ -74,7 +74,8 @@ def encode_points(points: dict[str, int]) -> bytes:
     for name in sorted(points):
         assert "\n" not in name and points[name] >= 0
         lines.append(f"{name} {points[name]}\n")
-    body = "".join(lines).encode("utf-8")
+    # A directory name that is not UTF-8 keeps its bytes (as ``os.listdir`` gave them).
+    body = "".join(lines).encode("utf-8", "surrogateescape")
     return body + b"%d\n" % crc32(body)
 
 
@@ -90,7 +91,7 @@ def decode_points(data: bytes) -> dict[str, int]:
     body += b"\n"
     if not crc_line.isdigit() or int(crc_line) != crc32(body):
         raise ValueError("checksum mismatch")
-    lines = body.decode("utf-8").split("\n")[:-1]
+    lines = body.decode("utf-8", "surrogateescape").split("\n")[:-1]
     if not lines or lines[0] != f"{MAGIC} {VERSION}":
         raise ValueError(f"unknown header {lines[0] if lines else ''!r}")
     if len(lines) < 2 or not lines[1].isdigit() or int(lines[1]) != len(lines) - 2:
@@ -117,7 +118,7 @@ def read_points(files: Files, data_path: str) -> dict[str, int] | None:
         finally:
             files.close(fd)
         return decode_points(data)
-    except (OSError, ValueError, UnicodeDecodeError) as error:
+    except (OSError, ValueError) as error:
         logger.error(
             "ignoring the recovery point file %s: %s; its partitions recover without a "
             "recovery point (docs/durability.md)",
@@ -218,7 +219,8 @@ class RecoveryPoints:
         due: dict[str, dict[str, int]] = {path: {} for path in (*self._found, *self._written)}
         for log in self._logs:
             name = os.path.basename(os.path.normpath(log.directory))
-            due.setdefault(data_path_of(log.directory), {})[name] = self.point(log)
+            if "\n" not in name:  # a line per entry: such a partition recovers without one
+                due.setdefault(data_path_of(log.directory), {})[name] = self.point(log)
         return due
 
     def start(self) -> None:

@@ -69,6 +69,13 @@ def test_a_name_with_spaces_splits_at_the_last_one():
     assert decode_points(encode_points({"a b-0": 7})) == {"a b-0": 7}
 
 
+def test_a_directory_name_that_is_not_utf8_keeps_its_bytes():
+    name = os.fsdecode(b"caf\xe9-0")  # as os.listdir gives a Latin-1 name
+    data = encode_points({name: 7})
+    assert b"caf\xe9-0 7\n" in data
+    assert decode_points(data) == {name: 7}
+
+
 @pytest.mark.parametrize(
     ("damage", "reason"),
     [
