@@ -5,9 +5,10 @@ The broker's own checks, run by hand: every segment file of every partition dire
 ``meta.store.integrity.SegmentScan``, the scan of start-up recovery and of the background
 scrubber (framing, CRC, the zero-header rule), and each corrupt range is printed with its
 file and position. The segment chain is checked too (each file must end where the next one
-starts). A bad range at the end of a partition's last segment, with no valid record after
-it, is a torn or zeroed tail: start-up recovery cuts it, so it is reported as a note and does
-not count as corruption.
+starts). A bad range that start-up recovery cuts (``meta.store.segment.cuts``: one after the
+partition's recovery point in ``DIR``'s ``recovery-point-offset-checkpoint``, or without one a
+bad range at the end of the last segment with no valid record after it) is a torn end: it is
+reported as a note and does not count as corruption.
 
 Exit status: 0 when nothing is corrupt, 1 when something is (or a named partition does not
 exist), 2 when ``DIR`` cannot be read. It reads only, takes no lock, and may run beside a
@@ -27,8 +28,10 @@ from typing import Any
 from meta.admin.client import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from meta.admin.output import to_json
 from meta.errors import StoreError
+from meta.store.files import Files
 from meta.store.integrity import SegmentScan, file_reader
-from meta.store.segment import SEGMENT_SUFFIX, parse_segment_name
+from meta.store.recovery_point import read_points
+from meta.store.segment import SEGMENT_SUFFIX, cuts, parse_segment_name
 
 
 @dataclass(frozen=True)
@@ -67,9 +70,9 @@ def add_parser(commands: argparse._SubParsersAction, connection: argparse.Argume
         description="Read every segment file under DIR (a broker's dataPath), or only the "
         "partitions TOPIC-N named, and check each record as the broker does: its header, its "
         "length, its CRC, and that it is not zeroed bytes. Print each corrupt range with its "
-        "file and position and where valid records resume, then a summary. A bad range at "
-        "the very end of a partition (a torn or zeroed tail, which the broker cuts at start-up) "
-        "is shown as a note. Read-only: run it on a stopped broker for a steady answer.",
+        "file and position and where valid records resume, then a summary. A bad range the "
+        "broker cuts at start-up (after the partition's recovery point, or a torn or zeroed "
+        "tail) is shown as a note. Read-only: run it on a stopped broker for a steady answer.",
         epilog="Here 1 means corruption was found (or a named partition does not exist). "
         "What to do about a corrupt range: docs/operations.md, Corrupt data.",
     )
@@ -94,9 +97,10 @@ def run_verify(arguments: argparse.Namespace, _session: None) -> int:
     except OSError as error:
         print(f"meta-admin: cannot read {arguments.directory}: {error}", file=sys.stderr)
         return EXIT_USAGE
+    points = read_points(Files(), arguments.directory) or {}
     try:
         for name, directory in directories:
-            verify_partition(name, directory, report)
+            verify_partition(name, directory, report, points.get(name))
     except (OSError, StoreError) as error:
         print(f"meta-admin: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -142,8 +146,9 @@ def segment_files(directory: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-def verify_partition(name: str, directory: str, report: Report) -> None:
-    """Scan every segment file of one partition into ``report``."""
+def verify_partition(name: str, directory: str, report: Report, point: int | None = None) -> None:
+    """Scan every segment file of one partition into ``report`` (``point``: its recovery
+    point, which tells a torn end from corruption as start-up recovery does; None: none)."""
     report.partitions += 1
     files = segment_files(directory)
     expected_start = None
@@ -165,7 +170,8 @@ def verify_partition(name: str, directory: str, report: Report) -> None:
         report.bytes_checked += size
         report.records += scan.records
         for finding in scan.findings:
-            kind = "tail" if last and finding.tail else "corrupt"
+            local = None if point is None else point - start
+            kind = "tail" if cuts(finding, local, last) else "corrupt"
             report.problems.append(
                 Problem(
                     name,

@@ -131,6 +131,7 @@ SYSTEM_KEYS: tuple[_Key, ...] = (
     _Key("updateConsumerOffsets", "update_consumer_offsets", "bool", False),
     _Key("loadMessageStoresInParallel", "load_message_stores_in_parallel", "bool", False),
     _Key("scrubBytesPerSecond", "scrub_bytes_per_s", "long", 4 * 1024 * 1024, low=0),
+    _Key("recoveryPointIntervalInSeconds", "recovery_point_interval_s", "int", 60, low=1),
 )
 
 ZOOKEEPER_KEYS: tuple[_Key, ...] = (

@@ -154,6 +154,7 @@ class BrokerConfig:
     update_consumer_offsets: bool = False
     load_message_stores_in_parallel: bool = False
     scrub_bytes_per_s: int = 4 * 1024 * 1024  # scrubBytesPerSecond (ours), 0 = off
+    recovery_point_interval_s: int = 60  # recoveryPointIntervalInSeconds (ours)
     zookeeper: ZkConfig
     topics: tuple[TopicConfig, ...]  # in file order
     _exact_topics: dict[str, TopicConfig] = field(init=False, repr=False, compare=False)

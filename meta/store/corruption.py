@@ -6,9 +6,9 @@ scrub and recovery counters) and its ``fence``, which every read of the partitio
 through (``PartitionLog.slice``): a read that starts inside a known range gets a
 ``CORRUPT`` result naming the range; a read that runs into one ends before it.
 
-Ranges come from start-up recovery of the last segment (``Segment.recovery``) and from the
+Ranges come from start-up recovery of the segments it scans (``Segment.recovery``) and from the
 background scrubber (``meta.store.scrub``); they are kept until the process stops (the
-scrubber finds them again after a restart, recovery at once for the last segment). A range
+scrubber finds them again after a restart, recovery at once for the segments it scans). A range
 is never cleared while the broker runs: the operator acts on the files with the broker
 stopped, or moves consumers past it (docs/operations.md, "Corrupt data").
 
@@ -55,7 +55,7 @@ class PartitionHealth:
         ranges: known corrupt ranges, sorted by start, not overlapping.
         scrubbed_bytes: bytes the scrubber has checked in this process.
         scrub_passes: complete scrubber passes over this partition in this process.
-        recovery_cut_bytes: bytes start-up recovery cut off the last segment (a torn tail).
+        recovery_cut_bytes: bytes start-up recovery cut off the end of the log (a torn end).
         recovery_cut_offset: where that cut starts (-1 when nothing was cut).
     """
 
@@ -68,26 +68,25 @@ class PartitionHealth:
 
     @classmethod
     def from_segments(cls, name: str, segments: Sequence[Any]) -> PartitionHealth:
-        """What recovery found in the last of ``segments`` (``Segment.recovery``)."""
+        """What start-up recovery found in ``segments`` (each scanned one's ``recovery``)."""
         health = cls(name)
-        if not segments or segments[-1].recovery is None:
-            return health
-        last = segments[-1]
-        recovery = last.recovery
-        if recovery.cut_bytes:
-            health.recovery_cut_bytes = recovery.cut_bytes
-            health.recovery_cut_offset = last.start + recovery.valid_size
-        for finding in recovery.corrupt:
-            health.add(
-                CorruptRange(
-                    last.start + finding.position,
-                    last.start + finding.resume,
-                    last.path,
-                    finding.position,
-                    finding.reason,
-                    "recovery",
+        if segments and segments[-1].recovery is not None:
+            last = segments[-1]
+            if last.recovery.cut_bytes:  # a cut leaves the segment it cut last
+                health.recovery_cut_bytes = last.recovery.cut_bytes
+                health.recovery_cut_offset = last.start + last.recovery.valid_size
+        for segment in segments:
+            for finding in segment.recovery.corrupt if segment.recovery is not None else ():
+                health.add(
+                    CorruptRange(
+                        segment.start + finding.position,
+                        segment.start + finding.resume,
+                        segment.path,
+                        finding.position,
+                        finding.reason,
+                        "recovery",
+                    )
                 )
-            )
         return health
 
     def add(self, corrupt: CorruptRange) -> bool:

@@ -122,6 +122,32 @@ def run_syncs(files: Files, syncs: tuple[Sync, ...]) -> None:
             files.fsync(sync)
 
 
+def replace_file(files: Files, path: str, data: bytes, temporary_suffix: str = ".tmp") -> None:
+    """Replace the file ``path`` with ``data`` atomically, through ``files``.
+
+    The one home of the store's small atomic files (transaction checkpoints, pending
+    truncation records, recovery points): ``path + temporary_suffix`` is written and fsynced,
+    renamed over ``path``, then ``path``'s directory is fsynced. A crash leaves ``path`` with
+    its old contents or its new ones, never a mix; a leftover temporary file is not ``path``.
+
+    Raises:
+        OSError: a step failed; ``path`` still holds its old contents unless the rename was
+            made (then only the directory's fsync failed).
+    """
+    temporary = path + temporary_suffix
+    fd = files.open(temporary, create=True)
+    try:
+        files.truncate(fd, 0)  # a leftover of an interrupted write may be longer
+        written = 0
+        while written < len(data):
+            written += files.write(fd, data[written:], written)
+        files.fsync(fd)
+    finally:
+        files.close(fd)
+    files.rename(temporary, path)
+    files.fsync_directory(os.path.dirname(path) or ".")
+
+
 class Files:
     """File operations on descriptors and paths; the operating-system implementation."""
 

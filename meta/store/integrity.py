@@ -19,8 +19,9 @@ is not valid the scan looks for where valid records resume:
 3. Otherwise the range runs to the end of the data.
 
 A range after which no valid record follows is a *tail* (``Finding.tail``): what a crash
-leaves at the end of the file being written (a torn record, zeros). Recovery cuts a tail off
-the last segment; every other range is corruption that is reported and fenced, never cut.
+leaves at the end of the file being written (a torn record, zeros). Which ranges start-up
+recovery cuts is ``meta.store.segment.cuts``'s rule (a tail of the last segment, or with a
+recovery point every range after it); the others are corruption, reported and fenced.
 
 Memory is bounded by ``chunk_bytes`` plus the resynchronisation window; a record larger
 than a chunk has its CRC computed piece by piece. Pure over a ``read(position, length)``

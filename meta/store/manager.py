@@ -53,6 +53,7 @@ from meta.store.group_commit import (
 )
 from meta.store.partition import PartitionLog
 from meta.store.pending_truncation import PendingTruncations
+from meta.store.recovery_point import RecoveryPoints
 from meta.store.scrub import Scrubber
 from meta.store.segment import Segment, segment_name
 from meta.store.tail_cut import is_descriptor_shortage
@@ -103,6 +104,9 @@ class StoreManager:
         self.flusher.on_batch_done = self.commit_staged
         self._partitions: dict[tuple[str, int], PartitionLog] = {}
         self.truncations = PendingTruncations(self._files, self._truncation_roots)
+        self.recovery_points = RecoveryPoints(
+            self._files, reactor, config.recovery_point_interval_s
+        )
         self._accepted: set[tuple[str, int]] = set()
         self._timers: dict[int, LoopingCall] = {}
         self._staged: list[PartitionLog] = []
@@ -203,6 +207,7 @@ class StoreManager:
         self, topic: str, partition: int, directory: str, new_directories: tuple[str, ...] = ()
     ) -> PartitionLog:
         topic_config = self._config.topic_config(topic)
+        point = self.recovery_points.entry(directory)
         log = PartitionLog.open(
             topic,
             partition,
@@ -213,7 +218,9 @@ class StoreManager:
             segment_bytes_max=self._config.segment_bytes_max,
             policy=FlushPolicy.from_topic(topic_config),
             new_directories=new_directories,
+            recovery_point=point,
         )
+        self.recovery_points.track(log, point)
         log.on_staged = self._partition_staged
         log.truncation = self.truncations.of(directory, f"{topic}-{partition}")
         if self._started:
@@ -331,12 +338,14 @@ class StoreManager:
     # -- timers and closing --------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the flush timers of threshold-mode partitions and retention's."""
+        """Start the flush timers of threshold-mode partitions, retention's, the scrubber, and
+        the recovery points' (written once now)."""
         self._started = True
         for log in self._partitions.values():
             self._ensure_timer(log)
         self._arm_retention()
         self.scrubber.start()
+        self.recovery_points.start()
 
     def _ensure_timer(self, log: PartitionLog) -> None:
         policy = log.policy
@@ -366,12 +375,13 @@ class StoreManager:
 
         Start-up calls this before the transaction journal may let go of a COMMIT record:
         what the partitions loaded (``segment.SEGMENTS_UNSYNCED_AT_LOAD``) is then on disk,
-        or its partition has failed.
+        or its partition has failed; the recovery points then say so at once.
         """
         for log in self._partitions.values():
             if log.failed is None and log.is_dirty:
                 log.request_flush()
-        return self.flusher.wait_idle()
+        idle = self.flusher.wait_idle()
+        return idle.addCallback(lambda result: self.recovery_points.write() or result)
 
     def close(self) -> Deferred:
         """Refuse new appends, flush everything, release waiters, then close every file.
@@ -387,6 +397,7 @@ class StoreManager:
         self._timers.clear()
         self._stop_retention()
         self.scrubber.stop()
+        self.recovery_points.stop_timer()
         for log in self._partitions.values():
             log.stop_appends()
             if log.failed is None and log.is_dirty:
@@ -401,6 +412,7 @@ class StoreManager:
         return idle
 
     def _close_files(self, _: object) -> None:
+        self.recovery_points.stop()  # the flusher is idle: the points are the final ones
         for log in self._partitions.values():
             if log.truncation is not None:
                 log.truncation.retry()  # a cut still owed: the disk may take its record now

@@ -1,7 +1,7 @@
 """One partition's log (MetaQ's ``MessageStore``): its segments, append, roll, slice, flush.
 
 What lives here: ``PartitionLog``, for a partition directory ``<dataPath>/<topic>-<partition>/``
-(docs/formats.md §3); its segments are loaded by ``segment.open_segments``.
+(docs/formats.md §3); its segments are loaded by ``log_recovery.open_segments``.
 
 Invariants:
     * Segments are sorted by start and contiguous: ``start + written_size == next start``.
@@ -47,10 +47,11 @@ from meta.store.corruption import PartitionHealth
 from meta.store.files import Files
 from meta.store.flush_task import PartitionFlushTask
 from meta.store.group_commit import FlushClient, Flusher, FlushPolicy, should_flush
+from meta.store.log_recovery import open_segments
 from meta.store.pending_truncation import PartitionTruncation, uncut_text
 from meta.store.read_slice import AFTER, BEFORE, DATA, SliceResult
 from meta.store.reservation import Reservation, fire, take_written
-from meta.store.segment import Segment, durable_end, open_segments, segment_name
+from meta.store.segment import Segment, durable_end, segment_name
 from meta.store.tail_cut import cut_back, is_descriptor_shortage
 
 logger = logging.getLogger("meta.store")
@@ -154,16 +155,16 @@ class PartitionLog:
         segment_bytes_max: int,
         policy: FlushPolicy,
         new_directories: tuple[str, ...] = (),
+        recovery_point: int | None = None,
     ) -> PartitionLog:
-        """Load (and recover) the partition in ``directory``; create its first segment if none.
-
-        ``clock`` provides ``seconds()``; ``segment_bytes_max`` is the roll size; directories
-        in ``new_directories`` are fsynced before the first durable acknowledgement.
+        """Load (and recover, from ``recovery_point`` when known) the partition in ``directory``;
+        create its first segment if none. ``clock`` provides ``seconds()``; ``segment_bytes_max``
+        is the roll size; ``new_directories`` are fsynced before the first durable ack.
 
         Raises:
-            StoreError: see ``segment.open_segments``.
+            StoreError: see ``log_recovery.open_segments``.
         """
-        segments, created = open_segments(files, directory)
+        segments, created = open_segments(files, directory, recovery_point)
         directories = (*new_directories, directory) if created else new_directories
         return cls(
             topic,

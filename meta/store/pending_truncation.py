@@ -41,7 +41,8 @@ from collections.abc import Callable, Sequence
 
 from meta.errors import StoreError
 from meta.protocol.crc import crc32
-from meta.store.files import Files
+from meta.store.files import Files, replace_file
+from meta.store.recovery_point import lower_point
 from meta.store.segment import SEGMENT_SUFFIX, Segment, parse_segment_name
 from meta.store.tail_cut import cut_back
 
@@ -143,18 +144,7 @@ class PendingTruncations:
         if not files.is_directory(folder):
             files.mkdir(folder)
             files.fsync_directory(os.path.dirname(folder))
-        temporary = path + TEMPORARY_SUFFIX
-        fd = files.open(temporary, create=True)
-        try:
-            files.truncate(fd, 0)  # a leftover of an interrupted try may be longer
-            written = 0
-            while written < len(data):
-                written += files.write(fd, data[written:], written)
-            files.fsync(fd)
-        finally:
-            files.close(fd)
-        files.rename(temporary, path)
-        files.fsync_directory(folder)
+        replace_file(files, path, data, TEMPORARY_SUFFIX)
         # A directory fsync has no journal check (``Files.fsync`` has): an fsync of the
         # record under its final name makes one, so a journal aborted under the rename
         # refuses this place instead of losing the record.
@@ -389,11 +379,13 @@ def cut_partition_files(files: Files, directory: str, end: int, *, durable: bool
     the bytes cut (0 when the files end at ``end`` or before).
 
     ``durable``: fsync the cut segment and the directory again and raise when that fails
-    (``cut_back`` only logs it), for a caller that deletes the record after the cut.
+    (``cut_back`` only logs it), for a caller that deletes the record after the cut. Before
+    the cut, the partition's recovery point is lowered to ``end`` when it is above
+    (``recovery_point.lower_point``).
 
     Raises:
         StoreError: ``end`` lies before the partition's first segment.
-        OSError: the cut (or, ``durable``, its fsync) failed.
+        OSError: the recovery point's lowering, the cut (or, ``durable``, its fsync) failed.
     """
     paths = segment_paths(files, directory)
     if not paths:
@@ -407,6 +399,7 @@ def cut_partition_files(files: Files, directory: str, end: int, *, durable: bool
         written_end = segments[-1].end
         if written_end <= end:
             return 0
+        lower_point(files, directory, end)  # first: what is written there later is unsynced
         keep = cut_back(files, segments, end, directory)
         if durable:
             segments[keep - 1].fsync()

@@ -8,7 +8,7 @@ file and position, added to the partition's ``health`` (``meta.store.corruption`
 fences it from every read from then on, and counted in the metrics. After a full pass it
 starts again from the beginning, at most once every ``PASS_INTERVAL_MIN_S`` (10 s).
 Progress is not kept across restarts: a restarted broker scrubs from the start again
-(recovery has checked the last segment by then).
+(recovery has checked the segments it scans by then).
 
 Pacing: the reactor thread only chooses what to check next and keeps the counts; the reading
 and the CRCs run as one piece of at most ``step_bytes`` at a time on ``executor`` (the

@@ -1,21 +1,18 @@
 """One segment file of a partition log: ``%020d.meta``, named by its start offset.
 
-What lives here: ``Segment`` (append / read / fsync / recover / close), ``segment_name``,
-``parse_segment_name``, ``durable_end``, and ``load_segments`` / ``open_segments``, which
-open a partition directory's segments (contiguity checked, the last one recovered;
-``open_segments`` creates the first one when there is none). A segment is a plain concatenation of
-Metamorphosis records with no header, index or trailer, so a file written by a
-Java broker opens here unchanged.
+What lives here: ``Segment`` (append / read / fsync / scan for recovery / close),
+``segment_name``, ``parse_segment_name``, ``durable_end``, and ``cuts``, the rule of what
+start-up recovery cuts. Loading a partition directory's segments and recovering them is
+``meta.store.log_recovery``'s. A segment is a plain concatenation of Metamorphosis records
+with no header, index or trailer, so a file written by a Java broker opens here unchanged.
 
 Invariants:
     * ``flushed_size <= written_size``; ``written_size`` is the file size as far as this process
       knows (only the last segment of a partition grows).
     * A failed append truncates the file back to ``written_size``; when even that fails,
       ``written_size`` counts the append's bytes (the file may hold them).
-    * Only the last segment of a partition is validated at load (``recover``); earlier ones are
-      trusted by size, as Java does, and checked later by the scrubber (``meta.store.scrub``).
-    * Recovery cuts only a tail after which no valid record follows; corrupt ranges followed
-      by valid records stay in the file (``recovery.corrupt``) and the partition fences them.
+    * ``scan_recovery`` never changes the file; the cut it finds is made by
+      ``meta.store.log_recovery`` (with ``meta.store.tail_cut``).
     * The last ``SEGMENTS_UNSYNCED_AT_LOAD`` segments load as not yet durable
       (``flushed_size`` 0): the first flush of the partition fsyncs them.
     * The file's size is always its data: blocks allocated ahead of the writes
@@ -30,7 +27,6 @@ reactor; a ``cut`` may race a running fsync, which then covers either size).
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 
 from meta.errors import StoreError
@@ -60,19 +56,39 @@ PREALLOCATE_BYTES = 8 * 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Recovery:
-    """What ``Segment.recover`` found in the last segment at start-up.
+    """What start-up recovery found in one segment (``Segment.scan_recovery``).
 
     Attributes:
         kept_records: valid records kept.
         valid_size: the file's size after the cut.
-        cut_bytes: bytes cut off the end (a torn or zeroed tail); 0 when none.
+        cut_bytes: bytes cut from ``valid_size`` to the end of the log (this file's end, and
+            the later files a cut removed); 0 when none.
         corrupt: corrupt ranges kept inside the file, in file order (positions).
+        cut_records: valid records in what was cut (a power loss's hole leaves some after it).
+        cut_reason: what is wrong with the first record cut ("" when nothing was cut).
+        point: the partition's recovery point as a position in this file (negative: the point
+            is in an earlier file), or None when the partition has none.
     """
 
     kept_records: int
     valid_size: int
     cut_bytes: int
     corrupt: tuple[Finding, ...]
+    cut_records: int = 0
+    cut_reason: str = ""
+    point: int | None = None
+
+
+def cuts(finding: Finding, point: int | None, last: bool) -> bool:
+    """Whether recovery cuts the log from ``finding`` on (docs/formats.md §3.1).
+
+    With a recovery point (a position in the file): a bad range starting at or after it is
+    the torn end of data never fsynced; one starting before it is corruption of synced data,
+    kept and fenced. Without one: only a tail of the last segment (no valid record after it).
+    """
+    if point is None:
+        return finding.tail and last
+    return finding.position >= point
 
 
 def segment_name(start: int) -> str:
@@ -109,7 +125,7 @@ class Segment:
             allocate the file's blocks ahead of their end, ``PREALLOCATE_BYTES`` at a time
             (the partition's roll size, on the segment it writes); set to 0 again when the
             file system cannot.
-        recovery: what ``recover`` found (None when it did not run: not the last segment).
+        recovery: what ``scan_recovery`` found (None when recovery did not scan it).
     """
 
     __slots__ = (
@@ -271,64 +287,63 @@ class Segment:
         self.flushed_size = min(self.flushed_size, size)
         self._allocated_size = size  # the truncation freed every block past ``size``
 
-    def recover(self, chunk_bytes: int = RECOVER_CHUNK_BYTES) -> int:
-        """Validate the file record by record; cut a torn tail, keep and report corruption.
+    def scan_recovery(
+        self, point: int | None, *, last: bool, chunk_bytes: int = RECOVER_CHUNK_BYTES
+    ) -> Recovery:
+        """Scan the file record by record and decide where recovery cuts it (``cuts``); the
+        file is not changed. Sets and returns ``recovery``.
 
-        The scan is ``meta.store.integrity``'s. A bad range after which no valid record
-        follows is a torn or zeroed tail, what a crash leaves: it is truncated and logged at
-        ERROR with its position and size. A bad range followed by valid records is corruption
-        of acknowledged data: nothing is cut (Java cuts everything from there on), each range
-        is logged at ERROR and kept in ``recovery.corrupt`` for the partition to fence.
-
-        Args:
-            chunk_bytes: how much to read at a time (tests make it small).
-
-        Returns:
-            The number of valid records kept.
+        The scan is ``meta.store.integrity``'s, one bad range at a time, so the records
+        before the first range cut are counted apart from those after it.
 
         Raises:
-            StoreError: the file cannot be read or truncated.
+            StoreError: the file cannot be read.
         """
         assert chunk_bytes >= HEADER_SIZE
         file_size = self.written_size
+        cut: Finding | None = None
+        kept = 0
         try:
-            scan = SegmentScan(self._read_at, file_size, chunk_bytes=chunk_bytes).run()
-            findings = scan.findings
-            tail = findings[-1] if findings and findings[-1].tail else None
-            valid_size = tail.position if tail is not None else scan.end
-            if valid_size < file_size:
-                self._files.truncate(self._fd, valid_size)
+            scan = SegmentScan(self._read_at, file_size, chunk_bytes=chunk_bytes)
+            while not scan.done:
+                seen = len(scan.findings)
+                scan.step(1)  # at most one bad range per step: records counted stop before it
+                for finding in scan.findings[seen:]:
+                    if cut is None and cuts(finding, point, last):
+                        cut, kept = finding, scan.records
         except OSError as error:
             raise StoreError(f"cannot recover segment {self.path}: {error}") from error
-        corrupt = tuple(finding for finding in findings if finding is not tail)
-        self.recovery = Recovery(scan.records, valid_size, file_size - valid_size, corrupt)
-        self._log_recovery(tail)
-        self.written_size = valid_size
-        self.flushed_size = valid_size
-        self._allocated_size = valid_size
-        return scan.records
+        valid_size = cut.position if cut is not None else scan.end
+        if cut is None:
+            kept = scan.records
+        reason = cut.reason if cut is not None else "the file is shorter than its size"
+        corrupt = tuple(finding for finding in scan.findings if finding.position < valid_size)
+        self.recovery = Recovery(
+            kept,
+            valid_size,
+            file_size - valid_size,
+            corrupt,
+            scan.records - kept,
+            reason if valid_size < file_size else "",
+            point,
+        )
+        return self.recovery
+
+    def count_records(self) -> int:
+        """The valid records of the whole file (a scan; for the log of a cut that removes it)."""
+        try:
+            return SegmentScan(self._read_at, self.written_size).run().records
+        except OSError as error:
+            logger.warning("cannot count the records of %s: %s", self.path, error)
+            return 0
 
     def _read_at(self, position: int, length: int) -> bytes:
         return self._files.read(self._fd, position, length)
 
-    def _log_recovery(self, tail: Finding | None) -> None:
-        """ERROR lines an operator can act on: the cut, and each corrupt range kept."""
+    def log_corrupt(self) -> None:
+        """ERROR lines an operator can act on: each corrupt range recovery kept."""
         recovery = self.recovery
         assert recovery is not None
-        if recovery.cut_bytes:
-            reason = tail.reason if tail is not None else "the file is shorter than its size"
-            logger.error(
-                "recovered %s: cut %d bytes at position %d (offset %d) to the end of the file: "
-                "%s, and no valid record after it (a torn or zeroed tail); kept %d records "
-                "(%d bytes)",
-                self.path,
-                recovery.cut_bytes,
-                recovery.valid_size,
-                self.start + recovery.valid_size,
-                reason,
-                recovery.kept_records,
-                recovery.valid_size,
-            )
         for finding in recovery.corrupt:
             logger.error(
                 "corrupt record in %s at position %d (offset %d): %s; valid records resume at "
@@ -354,81 +369,9 @@ class Segment:
         )
 
 
-def load_segments(files: Files, directory: str) -> tuple[list[Segment], int]:
-    """Open the segments of a partition directory and recover the last one.
-
-    Args:
-        files: the file layer.
-        directory: the partition directory.
-
-    Returns:
-        The open segments sorted by start (empty when there is none) and the number of
-        records kept in the last one.
-
-    Raises:
-        StoreError: a ``.meta`` name is not numeric, two neighbours are not contiguous, or a
-            file cannot be opened, read or truncated.
-    """
-    try:
-        names = files.listdir(directory)
-    except OSError as error:
-        raise StoreError(f"cannot list partition directory {directory}: {error}") from error
-    found: list[tuple[int, str]] = []
-    for name in names:
-        path = os.path.join(directory, name)
-        if name.endswith(".meta") and files.is_file(path):
-            start = parse_segment_name(name)
-            assert start is not None
-            found.append((start, path))
-    found.sort()
-    segments: list[Segment] = []
-    try:
-        for index, (start, path) in enumerate(found):
-            last = index == len(found) - 1
-            segments.append(Segment.open(files, path, start, writable=last))
-        _check_contiguous(segments)
-        count = segments[-1].recover() if segments else 0
-    except BaseException:
-        for segment in segments:
-            segment.close()
-        raise
-    if segments:
-        segments[-1].message_count = count
-    for segment in segments[-SEGMENTS_UNSYNCED_AT_LOAD:]:
-        segment.flushed_size = 0
-    return segments, count
-
-
 def durable_end(segments: list[Segment]) -> int:
     """The offset up to which every byte of the contiguous ``segments`` is on disk."""
     for segment in segments:
         if segment.flushed_size < segment.written_size:
             return segment.start + segment.flushed_size
     return segments[-1].end
-
-
-def open_segments(files: Files, directory: str) -> tuple[list[Segment], bool]:
-    """``load_segments``, or a first segment at offset 0 when the directory has none.
-
-    Returns:
-        The segments (the last one's ``message_count`` is what recovery kept) and whether
-        the first segment was created (its directory entry then needs an fsync).
-    """
-    segments, _count = load_segments(files, directory)
-    if segments:
-        return segments, False
-    path = os.path.join(directory, segment_name(0))
-    segment = Segment.open(files, path, 0, create=True)
-    logger.info("created segment %s", path)
-    return [segment], True
-
-
-def _check_contiguous(segments: list[Segment]) -> None:
-    """Raise StoreError naming the two files when a segment does not end where the next starts."""
-    for previous, following in zip(segments, segments[1:], strict=False):
-        if previous.end != following.start:
-            raise StoreError(
-                f"segments are not contiguous: {previous.path} starts at {previous.start} and "
-                f"holds {previous.written_size} bytes, but the next file {following.path} "
-                f"starts at {following.start}"
-            )

@@ -23,7 +23,7 @@ import logging
 import os
 
 from meta.protocol.crc import crc32
-from meta.store.files import Files
+from meta.store.files import Files, replace_file
 from meta.tx.journal_location import JournalLocation
 
 logger = logging.getLogger("meta.tx")
@@ -98,18 +98,6 @@ def write_checkpoint(
     """
     assert keep >= 1
     path = os.path.join(directory, f"{PREFIX}{number}")
-    temporary = path + ".tmp"
-    fd = files.open(temporary, create=True)
-    try:
-        files.truncate(fd, 0)
-        data = encode_checkpoint(location)
-        written = 0
-        while written < len(data):
-            written += files.write(fd, data[written:], written)
-        files.fsync(fd)
-    finally:
-        files.close(fd)
-    files.rename(temporary, path)
-    files.fsync_directory(directory)
+    replace_file(files, path, encode_checkpoint(location))
     for old in checkpoint_numbers(files, directory)[:-keep]:
         files.remove(os.path.join(directory, f"{PREFIX}{old}"))

@@ -6,6 +6,7 @@ import json
 
 from meta.admin.main import main
 from meta.protocol.message import pack_message
+from meta.store.recovery_point import FILE_NAME, encode_points
 
 PAYLOAD = b"p" * 80  # 100-byte records
 
@@ -99,3 +100,23 @@ def test_json_lists_each_problem(tmp_path, capsys):
 def test_a_missing_directory_is_exit_2(tmp_path, capsys):
     assert main(["verify", str(tmp_path / "nowhere")]) == 2
     assert "nowhere is not a directory" in capsys.readouterr().err
+
+
+def test_a_hole_after_the_recovery_point_is_a_torn_end_and_one_before_it_corrupt(tmp_path, capsys):
+    """verify tells what start-up recovery cuts from what it fences, as recovery does: by
+    the partition's recovery point in the data path's file."""
+    data = records(10)
+    holed = data[:700] + bytes(100) + data[800:]  # a lost page, then valid records
+    write(tmp_path, "orders-0", {0: holed})
+    path = tmp_path / "orders-0" / f"{0:020d}.meta"
+    status, out = verify(capsys, str(tmp_path))
+    assert status == 1  # no recovery point: fenced at start-up, so corrupt
+    assert f"CORRUPT orders-0 {path} position 700 (offset 700)" in out
+    (tmp_path / FILE_NAME).write_bytes(encode_points({"orders-0": 500}))
+    status, out = verify(capsys, str(tmp_path))
+    assert status == 0
+    assert f"TORN TAIL orders-0 {path} position 700 (offset 700)" in out
+    assert "start-up recovery cuts it" in out
+    (tmp_path / FILE_NAME).write_bytes(encode_points({"orders-0": 800}))
+    status, out = verify(capsys, str(tmp_path))
+    assert status == 1  # below the point: corruption of synced data

@@ -119,6 +119,25 @@ class PowerLossFiles(RecordingFiles):
                 with open(path, "wb") as handle:
                     handle.write(data)
 
+    def power_loss_with_holes(
+        self, holes: dict[str, tuple[int, int]], reached: tuple[str, ...] = ()
+    ) -> None:
+        """``power_loss``, except that the disk had written the unsynced end of each file of
+        ``holes`` out of order: all of it reached the disk but its ``(start, end)``, a page
+        never written, which reads as zeros (valid records may follow it). The files in
+        ``reached`` keep every byte written to them."""
+        kept = {other: _contents(other) for other in reached}
+        for path, (start, end) in holes.items():
+            assert len(self.durable[path]) <= start < end
+            data = bytearray(_contents(path))
+            assert end <= len(data)
+            data[start:end] = bytes(end - start)
+            kept[path] = bytes(data)
+        self.power_loss()
+        for path, contents in kept.items():
+            with open(path, "wb") as handle:
+                handle.write(contents)
+
 
 def _contents(path: str) -> bytes:
     with open(path, "rb") as handle:

@@ -13,7 +13,8 @@ from meta.errors import StoreError
 from meta.protocol.message import pack_message, scan_valid_prefix
 from meta.store.files import Files
 from meta.store.integrity import SegmentScan
-from meta.store.segment import Segment, parse_segment_name, segment_name
+from meta.store.log_recovery import recover_segments
+from meta.store.segment import RECOVER_CHUNK_BYTES, Segment, parse_segment_name, segment_name
 from tests.descriptors import closers
 from tests.store.conftest import ENOSPC, RecordingFiles, record
 
@@ -23,6 +24,12 @@ def open_segment(path, files=None, start=0):
     segment = Segment.open(files or Files(), str(path), start, create=True)
     closers.add(segment.close)
     return segment
+
+
+def recover(segment, chunk_bytes=RECOVER_CHUNK_BYTES, point=None):
+    """Start-up recovery of ``segment`` as its partition's only segment."""
+    directory = os.path.dirname(segment.path)
+    return recover_segments(Files(), directory, [segment], point, chunk_bytes)
 
 
 def write_file(path, data: bytes) -> None:
@@ -122,13 +129,13 @@ def test_mark_flushed_never_moves_backwards(tmp_path):
 def test_recover_counts_the_records_of_a_clean_file(tmp_path):
     write_file(tmp_path / "s.meta", record(b"one") + record(b"two") + record(b""))
     segment = open_segment(tmp_path / "s.meta")
-    assert segment.recover() == 3
+    assert recover(segment) == 3
 
 
 def test_recover_cuts_a_torn_last_record(tmp_path):
     write_file(tmp_path / "s.meta", record(b"one") + record(b"two")[:-1])
     segment = open_segment(tmp_path / "s.meta")
-    segment.recover()
+    recover(segment)
     assert (tmp_path / "s.meta").read_bytes() == record(b"one")
 
 
@@ -136,21 +143,21 @@ def test_recover_logs_how_many_bytes_were_cut(tmp_path, caplog):
     write_file(tmp_path / "s.meta", record(b"one") + record(b"two")[:-1])
     segment = open_segment(tmp_path / "s.meta")
     with caplog.at_level(logging.WARNING, logger="meta.store"):
-        segment.recover()
+        recover(segment)
     assert "cut 22 bytes" in caplog.text
 
 
 def test_recover_sets_both_sizes_to_the_valid_length(tmp_path):
     write_file(tmp_path / "s.meta", record(b"one") + b"\x00\x01\x02")
     segment = open_segment(tmp_path / "s.meta")
-    segment.recover()
+    recover(segment)
     assert (segment.written_size, segment.flushed_size) == (23, 23)
 
 
 def test_recover_cuts_a_garbage_tail(tmp_path):
     write_file(tmp_path / "s.meta", record(b"one") + os.urandom(7) + b"\xff" * 30)
     segment = open_segment(tmp_path / "s.meta")
-    segment.recover()
+    recover(segment)
     assert (tmp_path / "s.meta").read_bytes() == record(b"one")
 
 
@@ -160,7 +167,7 @@ def test_recover_keeps_valid_records_after_a_corrupt_one_and_reports_the_range(t
     data = record(b"one") + bytes(corrupt) + record(b"three")
     write_file(tmp_path / "s.meta", data)
     segment = open_segment(tmp_path / "s.meta")
-    assert segment.recover() == 2
+    assert recover(segment) == 2
     assert (tmp_path / "s.meta").read_bytes() == data
     (finding,) = segment.recovery.corrupt
     assert (finding.position, finding.resume, finding.tail) == (23, 23 + len(corrupt), False)
@@ -172,7 +179,7 @@ def test_recover_cuts_a_corrupt_last_record_as_a_torn_tail(tmp_path):
     corrupt[-1] ^= 0xFF
     write_file(tmp_path / "s.meta", record(b"one") + bytes(corrupt))
     segment = open_segment(tmp_path / "s.meta")
-    assert segment.recover() == 1
+    assert recover(segment) == 1
     assert (tmp_path / "s.meta").read_bytes() == record(b"one")
     assert (segment.recovery.cut_bytes, segment.recovery.corrupt) == (len(corrupt), ())
 
@@ -181,7 +188,7 @@ def test_recover_reads_a_record_larger_than_the_chunk(tmp_path):
     data = record(b"x" * 300) + record(b"y" * 10)
     write_file(tmp_path / "s.meta", data)
     segment = open_segment(tmp_path / "s.meta")
-    assert segment.recover(chunk_bytes=64) == 2
+    assert recover(segment, chunk_bytes=64) == 2
     assert segment.written_size == len(data)
 
 
@@ -200,7 +207,7 @@ def test_chunked_recovery_keeps_what_a_whole_file_scan_keeps(tmp_path_factory, p
     path = tmp_path_factory.mktemp("segment") / "s.meta"
     write_file(path, data)
     segment = open_segment(path)
-    count = segment.recover(chunk_bytes=chunk_bytes)
+    count = recover(segment, chunk_bytes=chunk_bytes)
     segment.close()
     whole = SegmentScan(lambda position, length: data[position : position + length], len(data))
     whole.run()
