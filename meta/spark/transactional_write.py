@@ -232,6 +232,8 @@ class _BranchWorker:
         while True:
             if self._error is not None:
                 raise self._error
+            if not self._thread.is_alive():  # it ended without an error: nothing takes rows
+                raise ClientError(f"the writer thread for {self._broker_uri} has stopped")
             try:
                 self._queue.put(batch, timeout=0.1)
                 return
@@ -264,13 +266,14 @@ class _BranchWorker:
                 pass  # the driver's clean-up rolls back prepared branches it finds
 
     def _run(self) -> None:
-        resource = self._producer.get_xa_resource_on(self._broker_uri)
-        resource.set_transaction_timeout(self._options.transaction.timeout_s)
+        resource: XAResource | None = None
         xid: Xid | None = None
         in_branch = 0
         sequence = 0
         in_flight: deque[Future[SendResult]] = deque()
-        try:
+        try:  # every error reaches the task's thread, or it would wait on a full queue
+            resource = self._producer.get_xa_resource_on(self._broker_uri)
+            resource.set_transaction_timeout(self._options.transaction.timeout_s)
             while not self._stopped.is_set():
                 batch = self._queue.get()
                 if batch is _DONE:
@@ -295,7 +298,7 @@ class _BranchWorker:
         except BaseException as error:  # handed to the task's thread by put/finish
             self._error = error
         finally:
-            if xid is not None:
+            if xid is not None and resource is not None:
                 _roll_back_quietly(resource, xid)
 
     def _check(self, future: Future[SendResult]) -> None:

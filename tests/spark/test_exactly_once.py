@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stdout
 from unittest.mock import ANY
@@ -21,12 +22,17 @@ from kazoo.client import KazooClient
 
 from meta.admin.main import main as admin_main
 from meta.client import MetaMessageSessionFactory
-from meta.client.produce.xa import Xid
+from meta.client.produce.xa import XAMessageProducer, Xid
 from meta.client.zk.spark_commits import SparkCommitRecord, commit_record_path
-from meta.errors import ClientError, JobEndedError
+from meta.errors import ClientError, JobEndedError, NoBrokerError
 from meta.spark.options import parse_write_options
 from meta.spark.transaction_log import TransactionLog, branches_of
-from meta.spark.transactional_write import FORMAT_ID, unique_qualifier, write_rows_transactionally
+from meta.spark.transactional_write import (
+    FORMAT_ID,
+    QUEUE_ROWS,
+    unique_qualifier,
+    write_rows_transactionally,
+)
 from tests.integration.client_helpers import broker_cluster, produce, zk_config
 
 pytestmark = pytest.mark.integration
@@ -185,6 +191,36 @@ def test_a_task_that_cannot_check_its_job_token_rolls_back_its_branches(
         write_rows_transactionally(rows("unsure-", 30, keyed=True), parsed, "unsure", "token-2")
     monkeypatch.undo()
     assert prepared_xids(zookeeper, root, "eos-fence", "unsure") == []
+
+
+def test_a_branch_thread_that_fails_before_its_first_row_fails_the_task(
+    zookeeper, cluster, monkeypatch
+):
+    """Goal: an error of a branch's thread before it takes a row (its broker left the
+    candidates, as during a broker restart) fails the task instead of leaving it waiting on
+    the full queue for ever. Method: the producer's ``get_xa_resource_on`` raises; the task
+    writes more rows than the queue holds, on a thread of the test's, bounded in time."""
+    root = cluster
+    parsed = parse_write_options(options(zookeeper, root, "eos-fence", transactionalId="gone"))
+
+    def broker_gone(self, broker_uri):
+        raise NoBrokerError(f"broker {broker_uri} is not a candidate now")
+
+    monkeypatch.setattr(XAMessageProducer, "get_xa_resource_on", broker_gone)
+    outcome: list[BaseException | None] = []
+
+    def write() -> None:
+        try:
+            write_rows_transactionally(rows("gone-", QUEUE_ROWS * 3), parsed, "gone")
+            outcome.append(None)
+        except BaseException as error:  # handed to the test's thread
+            outcome.append(error)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    writer.join(60)
+    assert not writer.is_alive(), "the task waits on its branch thread's queue for ever"
+    assert isinstance(outcome[0], NoBrokerError)
 
 
 def test_a_task_of_a_live_batch_job_returns_its_branches_and_the_commit_lands_them(
