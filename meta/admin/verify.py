@@ -206,10 +206,15 @@ def print_report(report: Report) -> None:
     bad_bytes = sum(p.resume_offset - p.offset for p in corrupt if p.kind == "corrupt")
     tails = len(report.problems) - len(corrupt)
     print(
-        f"checked {report.partitions} partitions, {report.segments} segment files, "
-        f"{report.bytes_checked} bytes, {report.records} valid records: "
-        f"{len(corrupt)} corrupt ranges ({bad_bytes} bytes), {tails} torn tails"
+        f"checked {_count(report.partitions, 'partition')}, "
+        f"{_count(report.segments, 'segment file')}, {_count(report.bytes_checked, 'byte')}, "
+        f"{_count(report.records, 'valid record')}: {_count(len(corrupt), 'corrupt range')} "
+        f"({_count(bad_bytes, 'byte')}), {_count(tails, 'torn tail')}"
     )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def report_document(report: Report) -> dict[str, Any]:

@@ -37,7 +37,7 @@ def test_a_clean_directory_exits_0_with_a_summary(tmp_path, capsys):
     write(tmp_path, "orders-0", {0: records(10), 1000: records(3, 11)})
     status, out = verify(capsys, str(tmp_path))
     assert status == 0
-    assert "checked 1 partitions, 2 segment files, 1300 bytes, 13 valid records" in out
+    assert "checked 1 partition, 2 segment files, 1300 bytes, 13 valid records" in out
     assert "0 corrupt ranges" in out
 
 
@@ -48,7 +48,7 @@ def test_a_flipped_payload_bit_is_named_with_its_file_and_position(tmp_path, cap
     assert status == 1
     assert f"CORRUPT orders-0 {path} position 400 (offset 400): checksum mismatch" in out
     assert "valid records resume at position 500 (offset 500)" in out
-    assert "1 corrupt ranges (100 bytes)" in out
+    assert "1 corrupt range (100 bytes)" in out
 
 
 def test_a_zeroed_record_and_a_flipped_length_bit_are_found(tmp_path, capsys):
@@ -80,7 +80,7 @@ def test_only_the_named_partition_is_checked(tmp_path, capsys):
     write(tmp_path, "good-0", {0: records(2)})
     write(tmp_path, "bad-0", {0: flip(records(2), 30) + records(1, 3)})
     status, out = verify(capsys, str(tmp_path), "good-0")
-    assert (status, "checked 1 partitions" in out) == (0, True)
+    assert (status, "checked 1 partition" in out) == (0, True)
 
 
 def test_an_unknown_partition_is_refused(tmp_path, capsys):
