@@ -36,7 +36,6 @@ measurement as its ``abuse`` scenario (``bench_row``); ``tests/integration`` use
 from __future__ import annotations
 
 import argparse
-import selectors
 import socket
 import statistics
 import threading
@@ -46,7 +45,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from meta.bench import http_abuse
-from meta.bench.abuser import SOCKET_TIMEOUT_S, Abuse
+from meta.bench.abuser import SOCKET_TIMEOUT_S, Abuse, NonReaders
 from meta.bench.broker import BenchBroker, report_in_work_directory
 from meta.bench.http import HttpBenchBroker
 from meta.protocol.codec import encode
@@ -123,47 +122,13 @@ def put_end(sock: socket.socket, topic: str, data: bytes, partition: int = 0) ->
     return int(body.split()[2]) + HEADER_BYTES + len(data)
 
 
-class NonReadingGets(Abuse):
-    """``connections`` connections sending ``get <topic> ... 1048576`` forever, reading nothing.
-
-    Attributes:
-        sent_at: per connection, when it last sent a byte (the broker stopped reading from
-            it when that stays old).
-    """
+class NonReadingGets(NonReaders):
+    """``connections`` connections sending ``get <topic> ... 1048576`` forever, reading
+    nothing (``NonReaders``)."""
 
     def __init__(self, address: tuple[str, int], topic: str, connections: int) -> None:
-        super().__init__()
         gets = (encode(Get(topic, GROUP, 0, 0, GET_BYTES, n)) for n in range(GETS_PER_SEND))
-        self._block = b"".join(gets)
-        self.sent_at = [time.monotonic()] * connections
-        for index in range(connections):
-            sock = _connect(address)
-            sock.setblocking(False)
-            self.sockets.append(sock)
-            self.threads.append(threading.Thread(target=self._send, args=(index,), daemon=True))
-
-    def stalled(self, quiet_s: float) -> bool:
-        """Whether no connection could send anything for ``quiet_s``."""
-        now = time.monotonic()
-        return all(now - sent >= quiet_s for sent in self.sent_at)
-
-    def _send(self, index: int) -> None:
-        sock, block = self.sockets[index], memoryview(self._block)
-        position = 0
-        with selectors.DefaultSelector() as selector:
-            selector.register(sock, selectors.EVENT_WRITE)
-            while not self.stop.is_set():
-                if not selector.select(0.1):
-                    continue
-                try:
-                    sent = sock.send(block[position:])
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    return
-                self.sent_at[index] = time.monotonic()
-                # The stream is the block repeated: whole requests, whatever the send cut.
-                position = (position + sent) % len(block)
+        super().__init__(lambda: _connect(address), b"".join(gets), connections)
 
 
 def read_reply(reader: BinaryIO) -> list[bytes]:

@@ -20,9 +20,8 @@ from __future__ import annotations
 import selectors
 import socket
 import threading
-import time
 
-from meta.bench.abuser import SOCKET_TIMEOUT_S, Abuse
+from meta.bench.abuser import SOCKET_TIMEOUT_S, Abuse, NonReaders
 
 SLOW_LINE_INTERVAL_S = 2.0
 PIPELINED_REQUESTS = 500
@@ -224,44 +223,14 @@ class HttpPipelined(Abuse):
                         self.answered += self._requests
 
 
-class HttpNonReaders(Abuse):
-    """``connections`` connections sending pipelined 1 MiB gets forever, reading nothing.
-
-    Attributes:
-        sent_at: per connection, when it last sent a byte (the broker stopped reading from
-            it when that stays old).
-    """
+class HttpNonReaders(NonReaders):
+    """``connections`` connections sending pipelined 1 MiB gets forever, reading nothing
+    (``NonReaders``)."""
 
     def __init__(
         self, address: tuple[str, int], topic: str, connections: int, max_bytes: int = 1 << 20
     ) -> None:
-        super().__init__()
-        self._block = get_request(topic, max_bytes) * 100
-        self.sent_at = [time.monotonic()] * connections
-        for index in range(connections):
-            sock = socket.create_connection(address, timeout=SOCKET_TIMEOUT_S)
-            sock.setblocking(False)
-            self.sockets.append(sock)
-            self.threads.append(threading.Thread(target=self._send, args=(index,), daemon=True))
-
-    def stalled(self, quiet_s: float) -> bool:
-        """Whether no connection could send anything for ``quiet_s``."""
-        now = time.monotonic()
-        return all(now - sent >= quiet_s for sent in self.sent_at)
-
-    def _send(self, index: int) -> None:
-        sock, block = self.sockets[index], memoryview(self._block)
-        position = 0
-        with selectors.DefaultSelector() as selector:
-            selector.register(sock, selectors.EVENT_WRITE)
-            while not self.stop.is_set():
-                if not selector.select(0.1):
-                    continue
-                try:
-                    sent = sock.send(block[position:])
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    return
-                self.sent_at[index] = time.monotonic()
-                position = (position + sent) % len(block)
+        block = get_request(topic, max_bytes) * 100
+        super().__init__(
+            lambda: socket.create_connection(address, timeout=SOCKET_TIMEOUT_S), block, connections
+        )
