@@ -122,6 +122,20 @@ def run_syncs(files: Files, syncs: tuple[Sync, ...]) -> None:
             files.fsync(sync)
 
 
+def read_small_file(files: Files, path: str, bytes_max: int) -> bytes:
+    """The first ``bytes_max`` bytes of the file ``path`` (one of ``replace_file``'s), read
+    through ``files``.
+
+    Raises:
+        OSError: it cannot be opened or read.
+    """
+    fd = files.open(path, writable=False)
+    try:
+        return files.read(fd, 0, bytes_max)
+    finally:
+        files.close(fd)
+
+
 def replace_file(files: Files, path: str, data: bytes, temporary_suffix: str = ".tmp") -> None:
     """Replace the file ``path`` with ``data`` atomically, through ``files``.
 

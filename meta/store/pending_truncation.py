@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 
 from meta.errors import StoreError
 from meta.protocol.crc import crc32
-from meta.store.files import Files, replace_file
+from meta.store.files import Files, read_small_file, replace_file
 from meta.store.recovery_point import lower_point
 from meta.store.segment import SEGMENT_SUFFIX, Segment, parse_segment_name
 from meta.store.tail_cut import cut_back
@@ -167,11 +167,7 @@ class PendingTruncations:
             if not files.is_file(path):
                 continue
             try:
-                fd = files.open(path, writable=False)
-                try:
-                    data = files.read(fd, 0, RECORD_BYTES_MAX)
-                finally:
-                    files.close(fd)
+                data = read_small_file(files, path, RECORD_BYTES_MAX)
             except OSError as error:
                 raise StoreError(f"cannot read pending truncation record {path}: {error}") from None
             records.append((folder, path, parse_record(data, partition_name, path)))

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 from twisted.internet.task import LoopingCall
 
 from meta.protocol.crc import crc32
-from meta.store.files import Files, replace_file
+from meta.store.files import Files, read_small_file, replace_file
 
 logger = logging.getLogger("meta.store")
 
@@ -112,12 +112,7 @@ def read_points(files: Files, data_path: str) -> dict[str, int] | None:
     if not files.is_file(path):
         return None
     try:
-        fd = files.open(path, writable=False)
-        try:
-            data = files.read(fd, 0, FILE_BYTES_MAX)
-        finally:
-            files.close(fd)
-        return decode_points(data)
+        return decode_points(read_small_file(files, path, FILE_BYTES_MAX))
     except (OSError, ValueError) as error:
         logger.error(
             "ignoring the recovery point file %s: %s; its partitions recover without a "

@@ -23,7 +23,7 @@ import logging
 import os
 
 from meta.protocol.crc import crc32
-from meta.store.files import Files, replace_file
+from meta.store.files import Files, read_small_file, replace_file
 from meta.tx.journal_location import JournalLocation
 
 logger = logging.getLogger("meta.tx")
@@ -77,12 +77,7 @@ def read_latest(files: Files, directory: str) -> tuple[int, JournalLocation | No
     for number in reversed(numbers):
         path = os.path.join(directory, f"{PREFIX}{number}")
         try:
-            fd = files.open(path, writable=False)
-            try:
-                data = files.read(fd, 0, 4096)
-            finally:
-                files.close(fd)
-            return numbers[-1], decode_checkpoint(data)
+            return numbers[-1], decode_checkpoint(read_small_file(files, path, 4096))
         except (OSError, ValueError) as error:
             logger.error("ignoring damaged checkpoint %s: %s", path, error)
     return (numbers[-1] if numbers else 0), None
