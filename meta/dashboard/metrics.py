@@ -102,6 +102,7 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily(
             "metaq_connections", "Open TCP client connections.", value=len(broker.connections)
         )
+        yield from _port_families(broker.connection_guard.ports)
         yield from _scrubber_families(broker.store.scrubber)
 
     def _request_families(self) -> Iterator[Any]:
@@ -278,6 +279,38 @@ def partitions_text(logs: Iterable[Any], unwritten: Iterable[tuple[str, int]] = 
         parts.append(f"# HELP {name} {documentation}\n# TYPE {name} {kind}\n")
         parts.extend(f"{name}{{{labels}}} {values[index]}\n" for labels, values in rows)
     return "".join(parts)
+
+
+def _port_families(ports: Iterable[Any]) -> Iterator[Any]:
+    """Each listening port's connections: open, refused at its cap, and closed by the
+    connection policy by reason (``meta.server.connections``)."""
+    open_now = GaugeMetricFamily(
+        "metaq_port_connections", "Connections open now, by listening port.", labels=("port",)
+    )
+    refused = CounterMetricFamily(
+        "metaq_port_connections_refused",
+        "Connections refused at a cap (the port's, or maxTotalConnections), by listening port.",
+        labels=("port",),
+    )
+    closed = CounterMetricFamily(
+        "metaq_port_connections_closed",
+        "Connections the broker closed: a header (or a whole HTTP request) or a text-port "
+        "body not completed in time, idle, or reset to make room on a full port.",
+        labels=("port", "reason"),
+    )
+    for port in ports:
+        open_now.add_metric((port.label,), port.open)
+        refused.add_metric((port.label,), port.refusals.count)
+        for reason, events in (
+            ("header_timeout", port.header_timeouts),
+            ("body_timeout", port.body_timeouts),
+            ("idle", port.idle_timeouts),
+            ("evicted", port.evictions),
+        ):
+            closed.add_metric((port.label, reason), events.count)
+    yield open_now
+    yield refused
+    yield closed
 
 
 def _scrubber_families(scrubber: Any) -> Iterator[Any]:

@@ -90,7 +90,10 @@ class Dashboard:
         self.actions = Actions(self.views, reload, broker.config.dashboard_admin_token_file)
         guard = broker.connection_guard
         port_limit = guard.add_port(
-            "the dashboard (dashboardHttpPort)", CAP_KEY, broker.config.dashboard_connections_max
+            "dashboard",
+            "the dashboard (dashboardHttpPort)",
+            CAP_KEY,
+            broker.config.dashboard_connections_max,
         )
         self.site = GuardedSite(DashboardResource(self), guard, port_limit, reactor)
         self._port: Any = None

@@ -109,6 +109,7 @@ class PortLimit:
     """One listening port under the guard.
 
     Attributes:
+        label: the port in metrics (``text``, ``http``, ``dashboard``).
         name: the port in the log (``the text port``).
         key: the configuration key of its cap (``maxConnections``).
         connections_max: its cap.
@@ -116,8 +117,11 @@ class PortLimit:
         open: its connections open now.
     """
 
-    def __init__(self, name: str, key: str, connections_max: int, header: str) -> None:
+    def __init__(
+        self, label: str, name: str, key: str, connections_max: int, header: str
+    ) -> None:
         assert connections_max > 0
+        self.label = label
         self.name = name
         self.key = key
         self.connections_max = connections_max
@@ -192,15 +196,20 @@ class ConnectionGuard:
         self.body_closed = 0
         self.ports: list[PortLimit] = []
         self.text_port = self.add_port(
-            "the text port (serverPort)", "maxConnections", config.connections_max
+            "text", "the text port (serverPort)", "maxConnections", config.connections_max
         )
 
     def add_port(
-        self, name: str, key: str, connections_max: int, header: str = "a header line"
+        self,
+        label: str,
+        name: str,
+        key: str,
+        connections_max: int,
+        header: str = "a header line",
     ) -> PortLimit:
         """Register a listening port whose connections ``admit`` will take; see
         ``PortLimit`` for the arguments."""
-        port = PortLimit(name, key, connections_max, header)
+        port = PortLimit(label, name, key, connections_max, header)
         self.ports.append(port)
         return port
 

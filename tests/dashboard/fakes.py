@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from twisted.internet.task import Clock
+
+from meta.server.connections import ConnectionGuard
 from meta.server.stats import BrokerCounters
 from meta.server.topic_counters import TopicCounters
 from meta.store.corruption import PartitionHealth
@@ -50,6 +53,13 @@ class FakeBroker:
             ),
         )
         self.connections: set = set()
+        limits = SimpleNamespace(
+            connections_max=2,
+            total_connections_max=0,
+            idle_connection_timeout_s=0,
+            header_timeout_s=0,
+        )
+        self.connection_guard = ConnectionGuard(limits, Clock())
         self.counters = BrokerCounters()
         self.put_failed_by_topic = TopicCounters()
         self.get_miss_by_topic = TopicCounters()

@@ -60,6 +60,31 @@ def test_broker_info_uptime_and_requests():
     assert samples["metaq_requests_total"][(("cmd", "put"), ("transport", "tcp"))] == 7
 
 
+def test_each_listening_port_shows_its_open_refused_and_closed_connections():
+    broker = FakeBroker()
+    guard = broker.connection_guard
+    guard.add_port("http", "the HTTP port", "maxHttpConnections", 1)
+
+    class Connection:  # what the guard reads of a refused one
+        transport = SimpleNamespace(
+            getPeer=lambda: SimpleNamespace(host="127.0.0.1", port=1), abortConnection=lambda: None
+        )
+
+    for _ in range(3):  # a cap of 2: the third is refused
+        guard.admit(Connection())
+    samples = scrape(broker)
+    assert samples["metaq_port_connections"] == {(("port", "text"),): 2, (("port", "http"),): 0}
+    assert samples["metaq_port_connections_refused_total"][(("port", "text"),)] == 1
+    closed = samples["metaq_port_connections_closed_total"]
+    assert closed[(("port", "text"), ("reason", "header_timeout"))] == 0
+    assert {dict(labels)["reason"] for labels in closed} == {
+        "header_timeout",
+        "body_timeout",
+        "idle",
+        "evicted",
+    }
+
+
 def test_http_requests_are_their_own_transport():
     broker = FakeBroker()
     broker.counters.cmd_get = 7

@@ -58,6 +58,10 @@ METRICS = {
     "metaq_scrub_rate_bytes_per_second": set(),
     "metaq_scrub_store_passes": set(),
     "metaq_scrub_corrupt_found": set(),
+    # Ours: the connection policy of every listening port (docs/security.md).
+    "metaq_port_connections": {"port"},
+    "metaq_port_connections_refused": {"port"},
+    "metaq_port_connections_closed": {"port", "reason"},
 }
 # Families whose samples exist only with a feature this broker does not run here.
 WITHOUT_SAMPLES = {

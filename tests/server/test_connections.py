@@ -213,7 +213,7 @@ def test_the_decoder_reports_a_due_body_and_a_skipped_one():
 
 def test_each_port_has_its_own_cap():
     connection_guard, _clock = guard(connections_max=1)
-    http = connection_guard.add_port("the HTTP port", "maxHttpConnections", 2)
+    http = connection_guard.add_port("http", "the HTTP port", "maxHttpConnections", 2)
     assert connection_guard.admit(FakeConnection())
     assert not connection_guard.admit(FakeConnection())  # the text port is full
     assert connection_guard.admit(FakeConnection(), http)
@@ -228,7 +228,9 @@ def test_each_port_has_its_own_cap():
 def test_the_overall_cap_counts_every_port(caplog):
     caplog.set_level(logging.INFO, "meta.server")
     connection_guard, _clock = guard(connections_max=5, total_max=3)
-    dashboard = connection_guard.add_port("the dashboard", "maxDashboardConnections", 5)
+    dashboard = connection_guard.add_port(
+        "dashboard", "the dashboard", "maxDashboardConnections", 5
+    )
     first = FakeConnection()
     assert connection_guard.admit(first)
     assert connection_guard.admit(FakeConnection(), dashboard)

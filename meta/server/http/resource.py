@@ -308,7 +308,7 @@ class ProtocolSite(http.HTTPFactory):
         self.broker = broker
         self.connection_guard = broker.connection_guard
         self.port_limit = broker.connection_guard.add_port(
-            "the HTTP port", CAP_KEY, broker.config.http_connections_max, "a request head"
+            "http", "the HTTP port", CAP_KEY, broker.config.http_connections_max, "a request head"
         )
         self._date_s: int | None = None
         self._date = b""
