@@ -44,6 +44,7 @@ from meta.dashboard.routes import (
     not_found,
     text_reply,
 )
+from meta.log_limits import PeerWarnings
 from meta.operator_access import is_operator_peer
 
 log = logging.getLogger("meta.dashboard")
@@ -75,6 +76,8 @@ UNAUTHORIZED_TEXT = (
 SKIP_PATH = re.compile(r"(?:/api/v1)?/topics/([^/]+)/groups/([^/]+)/partitions/(\d+)/skip")
 RELOAD_PATHS = ("/reload-config", "/api/v1/reload-config")
 BEARER = re.compile(r"Bearer +(\S+) *", re.IGNORECASE)
+REFUSALS = PeerWarnings()
+"""Refused actions are logged, a few per client host a minute (``PeerWarnings``)."""
 
 
 class TokenFileError(Exception):
@@ -155,7 +158,17 @@ class Actions:
             return not_found(path)
         refused = self.refusal(request)
         if refused is not None:
-            return refused  # not logged: a hostile page could fill the log
+            # A few lines per client host a minute: a page posting in a loop cannot fill it.
+            REFUSALS.warn(
+                log,
+                request.client_host,
+                "dashboard action %s from %s refused: %d %s",
+                path,
+                request.client_host,
+                refused.code,
+                refused.body.decode(errors="replace").split(":")[0],
+            )
+            return refused
         if skip is not None:
             topic, group, partition = unquote(skip[1]), unquote(skip[2]), int(skip[3])
             if not is_group_name(group):

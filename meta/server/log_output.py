@@ -12,7 +12,7 @@
   ``level``, ``logger``, ``message`` and, when there is one, ``exception`` (the traceback).
 
 Both formats write every message with its control characters as ``\\xNN``
-(``meta.server.log_limits.escape_controls``): bytes from a peer cannot forge a line. The
+(``meta.log_limits.escape_controls``): bytes from a peer cannot forge a line. The
 JSON format escapes the traceback too, so each record stays one line.
 """
 
@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from meta.server.log_limits import EscapingFormatter, escape_controls
+from meta.log_limits import EscapingFormatter, escape_controls
 
 __all__ = ["TEXT_FORMAT", "JsonFormatter", "LogOutput"]
 

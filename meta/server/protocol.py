@@ -56,11 +56,11 @@ from twisted.python.failure import Failure
 from zope.interface import classImplements
 
 from meta.errors import LocalProtocolError, StoreError
+from meta.log_limits import PROTOCOL_WARNINGS
 from meta.protocol.codec import HEADER_BYTES_MAX, NEED_DATA, Decoder
 from meta.protocol.commands import Quit
 from meta.server.fd_buffers import FD_BUFFER_LAYOUT_KNOWN, buffer_never_empty, fd_buffer_empty
 from meta.server.handlers import HANDLERS, dispatch_key
-from meta.server.log_limits import PROTOCOL_WARNINGS
 from meta.server.put_run import handle_put_run
 from meta.server.replies import PENDING, FileReply
 from meta.server.services import BrokerServices

@@ -38,7 +38,7 @@ def become_gregor(broker: Broker, reactor: Any, config: Any) -> bool:
     """Make ``broker`` a gregor slave: it takes ``sync`` from the master ``config`` (its
     ``GregorConfig``) names, refuses puts, answers ``stats sync``. False (logged) when the
     master's host does not resolve, which fails the start."""
-    from meta.server.log_limits import PeerWarnings
+    from meta.log_limits import PeerWarnings
     from meta.sync.gregor import GregorSlave
     from meta.sync.peers import SyncPeers
 

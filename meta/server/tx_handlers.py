@@ -30,6 +30,7 @@ import logging
 from collections.abc import Callable
 
 from meta.errors import MetaError, TransactionError, XAError
+from meta.log_limits import PROTOCOL_WARNINGS
 from meta.operator_access import is_operator_peer
 from meta.protocol.codec import PutFields, encode_result
 from meta.protocol.commands import Put, Transaction
@@ -42,7 +43,6 @@ from meta.protocol.put_reply import (
 )
 from meta.protocol.transaction_key import CANONICAL_LOCAL_KEY, parse_transaction_key
 from meta.protocol.xa import XAER_NOTA, format_xa_error
-from meta.server.log_limits import PROTOCOL_WARNINGS
 from meta.server.puts import (
     CHECKSUM_FAILURE,
     RECORD_HEADER_BYTES,

@@ -25,7 +25,7 @@ A gregor slave stores what ``sync`` sends it, so it takes ``sync`` only from its
    master of an older epoch. There are no epochs yet: it accepts every connection.
 
 Everything else gets 403 with a text that names the reason; nothing of it is stored. Each
-refusal is logged through the ``warn`` the broker gives (``meta.server.log_limits.PeerWarnings``:
+refusal is logged through the ``warn`` the broker gives (``meta.log_limits.PeerWarnings``:
 a few lines per peer host a minute).
 
 Reactor thread only, but ``SyncPeers.from_config`` (it resolves names, blocking) runs once

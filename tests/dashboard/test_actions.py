@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 from twisted.internet import defer
 
+import meta.dashboard.actions as actions_module
 from meta.dashboard.actions import (
     ACTIONS_OFF_TEXT,
     RELOAD_DONE_TEXT,
@@ -20,6 +21,7 @@ from meta.dashboard.actions import (
     read_token,
 )
 from meta.dashboard.routes import Request
+from meta.log_limits import PeerWarnings
 
 TOKEN = "0123456789abcdef0123456789abcdef"
 
@@ -73,6 +75,21 @@ def test_an_untrusted_reload_gets_403_and_does_not_reload(token_file):
     reply = actions.route(post("/reload-config", header=False))
     assert reply.code == 403
     assert reloads == []
+
+
+def test_refusals_are_logged_a_few_per_client_host(token_file, caplog, monkeypatch):
+    """Goal: an operator sees refused actions in the log, and a page posting in a loop
+    cannot fill it. Method: 20 refused posts from one host, one from another."""
+    monkeypatch.setattr(actions_module, "REFUSALS", PeerWarnings(burst=3))
+    actions = Actions(None, lambda: defer.succeed(1), token_file)
+    caplog.set_level("WARNING", "meta.dashboard")
+    for _ in range(20):
+        actions.route(post("/reload-config", token="wrong"))
+    actions.route(post("/reload-config", host="::1", header=False))
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 4
+    assert lines[0] == "dashboard action /reload-config from 127.0.0.1 refused: 401 Unauthorized"
+    assert lines[3] == "dashboard action /reload-config from ::1 refused: 403 Forbidden"
 
 
 def test_without_a_token_file_actions_are_off_and_the_answer_says_how_to_turn_them_on():

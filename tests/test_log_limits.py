@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from meta.server.log_limits import EscapingFormatter, PeerWarnings, escape_controls
+from meta.log_limits import EscapingFormatter, PeerWarnings, escape_controls
 
 log = logging.getLogger("tests.log_limits")
 
