@@ -132,26 +132,28 @@ def test_a_long_poll_is_not_idle(idle):
         assert time.monotonic() - began >= wait_ms / 1000 - 0.5
 
 
+def trickled_until_closed(raw: socket.socket, data: bytes, gap_s: float) -> float:
+    """Send ``data`` a byte at a time, ``gap_s`` apart, until the broker closes the
+    connection; return how long that took (fails when it never closes)."""
+    raw.settimeout(gap_s)
+    began = time.monotonic()
+    for byte in data:
+        try:
+            raw.sendall(bytes([byte]))
+            if raw.recv(1) == b"":
+                return time.monotonic() - began
+        except TimeoutError:
+            continue
+        except (ConnectionResetError, BrokenPipeError):
+            return time.monotonic() - began
+        if time.monotonic() - began > CLOSE_WAIT_S:
+            break
+    raise AssertionError(f"the broker kept a trickling connection open for {CLOSE_WAIT_S} s")
+
+
 def test_a_header_sent_one_byte_at_a_time_is_cut_off(slow_header):
     with socket.create_connection(("127.0.0.1", slow_header.port), timeout=10) as raw:
-        raw.settimeout(0.5)
-        began = time.monotonic()
-        closed = False
-        for byte in b"version 1" * 10:
-            try:
-                raw.sendall(bytes([byte]))
-                if raw.recv(1) == b"":
-                    closed = True
-                    break
-            except TimeoutError:
-                continue
-            except (ConnectionResetError, BrokenPipeError):
-                closed = True
-                break
-            if time.monotonic() - began > CLOSE_WAIT_S:
-                break
-        assert closed
-        assert time.monotonic() - began < HEADER_TIMEOUT_S + 5
+        assert trickled_until_closed(raw, b"version 1" * 10, 0.5) < HEADER_TIMEOUT_S + 5
     assert "a header line was not completed within 2 s" in slow_header.log()
 
 
@@ -162,22 +164,7 @@ def test_a_put_body_sent_one_byte_at_a_time_is_cut_off(slow_header):
     the body could finish (40 s)."""
     with socket.create_connection(("127.0.0.1", slow_header.port), timeout=10) as raw:
         raw.sendall(b"put %s 0 100 0 1\r\n" % TOPIC.encode())
-        raw.settimeout(0.4)
-        began = time.monotonic()
-        closed = False
-        for _ in range(100):
-            try:
-                raw.sendall(b"x")
-                if raw.recv(1) == b"":
-                    closed = True
-                    break
-            except TimeoutError:
-                continue
-            except (ConnectionResetError, BrokenPipeError):
-                closed = True
-                break
-        assert closed
-        assert time.monotonic() - began < HEADER_TIMEOUT_S + 10
+        assert trickled_until_closed(raw, b"x" * 100, 0.4) < HEADER_TIMEOUT_S + 10
     assert "a request body of 100 bytes was not completed within 2 s" in slow_header.log()
     with slow_header.connect() as connection:  # the broker serves others as ever
         assert connection.request(Version(connection.next_opaque())).code == 200
