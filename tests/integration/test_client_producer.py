@@ -295,8 +295,9 @@ def test_after_a_lost_session_the_view_rereads_everything(zookeeper, zk_root, ka
     with MetaMessageSessionFactory(zk_config(zookeeper, zk_root)) as factory:
         factory.create_producer().publish("fake")
         assert snapshot_of(factory, "fake").brokers[7].port == 1111
+        # No data watch (Java): only a child event or a new session re-reads the URI. Not
+        # asserted here: a watch's first callback may still be on its way and re-read it.
         kazoo_client.set("/brokers/ids/7/master", b"meta://127.0.0.1:2222")
-        assert snapshot_of(factory, "fake").brokers[7].port == 1111  # no data watch (Java)
         expire_session(factory._zk_client)
         wait_for(lambda: snapshot_of(factory, "fake").brokers[7].port == 2222, what="re-read")
         # The child watch is armed again after the new session.
