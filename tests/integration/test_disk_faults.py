@@ -139,6 +139,20 @@ def load_until_refused(broker: BrokerProcess, fault=None, fault_after_acks: int 
     return producers
 
 
+def load_until_read_only(broker: BrokerProcess) -> list:
+    """Start ``broker`` (its ``dataPath`` an ext4 image), load it, turn its file system
+    read-only by an ext4 error after 3,000 puts answered 200, stop it; return the producers."""
+    broker.start()
+    try:
+        producers = load_until_refused(
+            broker, lambda: trigger_ext4_error(broker.data_path), fault_after_acks=3000
+        )
+    finally:
+        broker.stop()
+    assert "Read-only file system" in broker.log()
+    return producers
+
+
 def stored_after_restart(broker: BrokerProcess) -> dict[int, dict[int, bytes]]:
     broker.start()
     try:
@@ -229,14 +243,7 @@ def test_after_the_disk_turns_read_only_exactly_the_puts_answered_200_are_served
     broker = make_broker(tmp_path, threshold)
     image = tmp_path / "disk.img"
     with ext4_image(image, broker.data_path, 64 * 1024 * 1024):
-        broker.start()
-        try:
-            producers = load_until_refused(
-                broker, lambda: trigger_ext4_error(broker.data_path), fault_after_acks=3000
-            )
-        finally:
-            broker.stop()
-        assert "Read-only file system" in broker.log()
+        producers = load_until_read_only(broker)
         remount_ext4(image, broker.data_path)
         truncate_announced(broker)
         stored = stored_after_restart(broker)

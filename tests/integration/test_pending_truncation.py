@@ -24,9 +24,10 @@ import pytest
 
 from meta.store.pending_truncation import FALLBACK_DIRECTORY, RECORD_NAME
 from tests.integration.broker_process import BrokerProcess
-from tests.integration.disk_mounts import ext4_image, remount_ext4, trigger_ext4_error
+from tests.integration.disk_mounts import ext4_image, remount_ext4
 from tests.integration.test_disk_faults import (
     PARTITIONS,
+    load_until_read_only,
     load_until_refused,
     stored_after_restart,
 )
@@ -90,14 +91,7 @@ def test_after_the_disk_turns_read_only_a_plain_restart_serves_exactly_the_200s(
     )
     image = tmp_path / "disk.img"
     with ext4_image(image, broker.data_path, 64 * 1024 * 1024):
-        broker.start()
-        try:
-            producers = load_until_refused(
-                broker, lambda: trigger_ext4_error(broker.data_path), fault_after_acks=3000
-            )
-        finally:
-            broker.stop()
-        assert "Read-only file system" in broker.log()
+        producers = load_until_read_only(broker)
         records = data_log / FALLBACK_DIRECTORY
         recorded = sorted(os.listdir(records)) if records.is_dir() else []
         remount_ext4(image, broker.data_path)
