@@ -18,11 +18,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from meta.protocol.commands import Data, Get, Put, Result
-from meta.protocol.message import checksum, iter_messages, pack_message
+from meta.protocol.commands import Put
+from meta.protocol.message import checksum, pack_message
 from meta.store.files import Files
 from meta.store.recovery_point import FILE_NAME, read_points
 from tests.integration.broker_process import BrokerProcess
+from tests.integration.test_corrupt_data import consume
 
 WAIT_S = 60.0
 PUTS = 30
@@ -44,22 +45,6 @@ def put_all(broker: BrokerProcess, indexes: range) -> list[int]:
             assert reply.code == 200, reply
             offsets.append(int(reply.body.split(b" ")[2]))
     return offsets
-
-
-def consume(broker: BrokerProcess, offset: int = 0) -> tuple[list, Result]:
-    """Every record of test-0 from ``offset`` (each decoded, so any invalid one raises) and
-    the result that ended the reading. Bounded: at most one get per record, plus one."""
-    records = []
-    with broker.connect() as connection:
-        for _ in range(2 * PUTS + 1):
-            reply = connection.request(Get("test", "g", 0, offset, 1 << 20, 1))
-            if not isinstance(reply, Data):
-                return records, reply
-            decoded = list(iter_messages(reply.data, offset))
-            assert decoded, f"a reply at {offset} with no complete record"
-            records += decoded
-            offset = decoded[-1].offset + decoded[-1].size
-    raise AssertionError("the partition did not end")
 
 
 def wait_for_point(broker: BrokerProcess, point: int) -> None:
@@ -101,13 +86,13 @@ def test_a_power_loss_hole_after_the_recovery_point_is_cut_and_every_200_is_serv
         assert "3 valid records among them" in log
         assert "corrupt record" not in log
         assert segment.stat().st_size == hole
-        records, reply = consume(broker)
+        records, _next, reply = consume(broker)
         assert [r.payload for r in records[:PUTS]] == [payload(i) for i in range(PUTS)]
         assert [r.offset for r in records[:PUTS]] == offsets  # every 200 is served
         assert (len(records), reply.code) == (PUTS + 4, 404)  # to the end: nobody is stuck
         (later,) = put_all(broker, range(PUTS, PUTS + 1))
         assert later == hole
-        more, final = consume(broker, hole)
+        more, _next, final = consume(broker, hole)
         assert ([r.payload for r in more], final.code) == ([payload(PUTS)], 404)
     finally:
         broker.stop()
